@@ -1,0 +1,1 @@
+"""Click command-line tools: `srl`, `srl-sweep`, `srl-regress`, `srl-plot`, `srl-compare`, ..."""

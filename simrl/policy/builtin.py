@@ -1,0 +1,81 @@
+"""Two built-in policies that exercise the seam: synchronous on-policy and bounded staleness.
+
+They are generic, not any one system; the thirteen upstream presets live in `presets/`.
+"""
+
+from __future__ import annotations
+
+import attrs
+from attrs import validators as v
+
+from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy
+from simrl.policy.registry import register
+
+_INFLIGHT = tuple(r.value for r in InflightRule)
+
+
+@register
+@attrs.frozen
+class SyncPolicy(Policy):
+    """Synchronous on-policy RL: generate B groups on version v, train, publish v+1, repeat.
+
+    Admission opens only for the groups of the step about to be trained on the current
+    version, so nothing is in flight at a weight update and every trained group has
+    staleness 0.
+    """
+
+    kind = "sync"
+    batch_groups: int = attrs.field(default=32, validator=v.gt(0))
+
+    @property
+    def inflight(self) -> InflightRule:
+        return InflightRule.DRAIN
+
+    def admit(self, st: PipelineState) -> bool:
+        # Groups dispatched so far belong to steps 0..; step k's groups are k*B..(k+1)*B-1.
+        return not st.training and st.groups_accepted + st.n_running < (st.version + 1) * self.batch_groups
+
+    def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
+        if len(st.buffer) < self.batch_groups:
+            return None
+        return st.buffer[: self.batch_groups]
+
+    def staleness_bound(self) -> int | None:
+        return 0
+
+
+@register
+@attrs.frozen
+class BoundedAsyncPolicy(Policy):
+    """Asynchronous RL with a bounded staleness, enforced at admission.
+
+    A group may start while ``dispatched_live < (max_staleness + version + 1) * batch_groups``
+    (``dispatched_live`` = accepted + running, dropped groups return their slot) and fewer than
+    ``max_concurrent_groups`` are running. Every group trained at version v then started at
+    version >= v - max_staleness. Batches are the first ``batch_groups`` finished groups (FIFO).
+    """
+
+    kind = "bounded_async"
+    batch_groups: int = attrs.field(default=32, validator=v.gt(0))
+    max_staleness: int = attrs.field(default=1, validator=v.ge(0))
+    max_concurrent_groups: int | None = None  # None: batch_groups * (max_staleness + 1)
+    inflight_rule: str = attrs.field(default="abort_resume", validator=v.in_(_INFLIGHT))
+
+    @property
+    def inflight(self) -> InflightRule:
+        return InflightRule(self.inflight_rule)
+
+    def admit(self, st: PipelineState) -> bool:
+        cap = self.max_concurrent_groups or self.batch_groups * (self.max_staleness + 1)
+        budget = (self.max_staleness + st.version + 1) * self.batch_groups
+        return st.n_running < cap and st.groups_accepted + st.n_running < budget
+
+    def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
+        if len(st.buffer) < self.batch_groups:
+            return None
+        return st.buffer[: self.batch_groups]
+
+    def staleness_bound(self) -> int | None:
+        # A group dispatched at version d is trained at version >= d; the budget admits at most
+        # max_staleness batches beyond the one being trained, so it is trained by d + max_staleness.
+        return self.max_staleness
