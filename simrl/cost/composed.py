@@ -1,0 +1,136 @@
+"""The `composed` rollout family: an iteration's time summed from a kernel database.
+
+One continuous-batching iteration runs ``num_tokens = batch_size + prefill_tokens`` tokens
+through every layer. Per layer it adds the kernel DB's time for each measured non-attention
+operator (norms, QKV / output / MLP GEMMs, RoPE, activation, residual add), an attention term,
+and two tensor-parallel all-reduces of ``num_tokens * hidden`` half-precision values; once per
+iteration it adds the embedding lookup, the LM head GEMM over the sampled rows, the pipeline
+send/recv between stages and a CPU overhead.
+
+The Vidur data hold no attention-kernel timings, so attention is analytical and calibrated by
+the kernel DB's fitted efficiencies: prefill FLOPs (causal, ``2 * heads * head_dim *
+prefill_tokens**2`` per layer, the prefill treated as one chunk) at the fitted GEMM FLOP/s times
+``attention_flops_fraction``; decode reads every resident KV byte at the fitted streaming
+bandwidth times ``attention_bytes_fraction``. Both fractions are assumptions unless fitted
+from ``iteration`` observations. Dense full-attention models only; others raise
+`CostModelError`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from simrl.cost.architectures import ModelArch
+from simrl.cost.base import CostModelError, ValidityDomain, finite_nonneg
+from simrl.cost.hardware import GPUSpec
+from simrl.cost.kerneldb import DTYPE_BYTES, CollectiveModel, KernelDB, LayerShape, gemm_work
+
+LAYER_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
+             "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
+ACTIVATION_RESERVE_BYTES = 1.0 * 2**30  # CUDA graphs, allocator slack
+
+
+def layer_shape(arch: ModelArch) -> LayerShape:
+    """The kernel-DB shape of a dense model's layer; MoE and hybrid models are rejected."""
+    if arch.is_moe or arch.n_linear_attention or arch.attn_output_gate:
+        raise CostModelError(
+            f"composed rollout model: {arch.name} is not a dense full-attention model "
+            "(MoE / linear attention / gated attention have no kernel-DB operators yet)"
+        )
+    return LayerShape(n_embd=arch.hidden, n_head=arch.heads, n_kv_head=arch.kv_heads,
+                      n_expanded_embd=arch.intermediate, vocab_size=arch.vocab,
+                      use_gated_mlp=arch.gated_mlp, head_dim=arch.head_dim)
+
+
+def kv_capacity(arch: ModelArch, gpu: GPUSpec, tp: int, pp: int, gpu_memory_utilization: float,
+                max_num_batched_tokens: int) -> int:
+    """KV-cache tokens that fit on one instance after weights and an activation reserve."""
+    gpus = tp * pp
+    weights = arch.weight_bytes(DTYPE_BYTES) / gpus
+    act = ACTIVATION_RESERVE_BYTES + max(max_num_batched_tokens, 1) * (
+        arch.hidden + 2 * arch.intermediate / tp) * DTYPE_BYTES * 4
+    free = gpu.hbm_bytes * gpu_memory_utilization - weights - act
+    kv_heads_per_gpu = max(arch.kv_heads / tp, 1.0)  # KV heads are replicated when tp > kv_heads
+    per_token = 2 * math.ceil(arch.n_full_attention / pp) * kv_heads_per_gpu * arch.head_dim * DTYPE_BYTES
+    if free <= 0:
+        raise CostModelError(
+            f"{arch.name} does not fit on {gpus} x {gpu.name} at gpu_memory_utilization="
+            f"{gpu_memory_utilization}: weights {weights / 2**30:.1f} GiB per GPU"
+        )
+    return int(free // per_token)
+
+
+@attrs.define
+class ComposedRollout:
+    """Iteration time of one rollout instance composed from kernel-DB operator times."""
+
+    db: KernelDB
+    arch: ModelArch
+    gpu: GPUSpec
+    tp: int = 1
+    pp: int = 1
+    collectives: dict[str, CollectiveModel] = attrs.field(factory=dict)
+    cpu_overhead_s: float = 0.0
+    attention_flops_fraction: float = 0.75
+    attention_bytes_fraction: float = 1.0
+    gpu_memory_utilization: float = 0.9
+    max_num_batched_tokens: int = 8192
+    kv_tokens_override: int | None = None
+    domain: ValidityDomain = attrs.field(factory=lambda: ValidityDomain("rollout/composed"))
+    shape: LayerShape = attrs.field(init=False)
+
+    def __attrs_post_init__(self):
+        self.shape = layer_shape(self.arch)
+        if self.tp > 1 and f"all_reduce/{self.tp}" not in self.collectives:
+            raise CostModelError(f"composed rollout model: no all_reduce measurements for tp={self.tp} "
+                                 f"(have: {', '.join(sorted(self.collectives)) or 'none'})")
+        if self.pp > 1 and "send_recv/2" not in self.collectives:
+            raise CostModelError("composed rollout model: pp > 1 needs send_recv measurements")
+
+    def attention_time(self, num_tokens: int, kv_tokens: int, prefill_tokens: int) -> float:
+        """Seconds of attention for one layer on one TP rank (analytical, DB-calibrated)."""
+        heads = self.shape.n_head / self.tp
+        kv_heads = max(self.shape.n_kv_head / self.tp, 1.0)
+        hd = self.shape.hd
+        flops_per_s = self.db.flops_per_s() * self.attention_flops_fraction
+        bytes_per_s = self.db.bytes_per_s() * self.attention_bytes_fraction
+        prefill = 2.0 * heads * hd * prefill_tokens**2 / flops_per_s
+        qkvo_bytes = DTYPE_BYTES * num_tokens * hd * (2 * heads + 2 * kv_heads)
+        kv_bytes = DTYPE_BYTES * 2 * kv_heads * hd * kv_tokens
+        decode = max(kv_bytes / bytes_per_s, 4.0 * heads * hd * kv_tokens / flops_per_s)
+        return prefill + decode + qkvo_bytes / bytes_per_s
+
+    def layer_time(self, num_tokens: int, kv_tokens: int, prefill_tokens: int) -> float:
+        t = sum(self.db.predict(op, self.shape, num_tokens, self.tp) for op in LAYER_OPS
+                if op in self.db.coefficients)
+        if self.arch.qk_norm and "input_layernorm" in self.db.coefficients:
+            qk_bytes = DTYPE_BYTES * 2 * num_tokens * (self.shape.n_head + self.shape.n_kv_head) * self.shape.hd
+            t += float(self.db.coefficients["input_layernorm"].time_s(0.0, qk_bytes / self.tp))
+        t += self.attention_time(num_tokens, kv_tokens, prefill_tokens)
+        if self.tp > 1:
+            t += 2 * self.collectives[f"all_reduce/{self.tp}"].predict(DTYPE_BYTES * num_tokens * self.shape.n_embd)
+        return t
+
+    def iteration_time(self, batch_size: int, kv_tokens: int, prefill_tokens: int) -> float:
+        num_tokens = batch_size + prefill_tokens
+        self.domain.check("num_tokens", num_tokens)
+        self.domain.check("tp", self.tp)
+        if num_tokens <= 0:
+            return finite_nonneg("composed iteration_time", self.cpu_overhead_s)
+        t = self.arch.layers * self.layer_time(num_tokens, kv_tokens, prefill_tokens)
+        if "emb" in self.db.coefficients:
+            t += self.db.predict("emb", self.shape, num_tokens, self.tp)
+        sampled = batch_size + (1 if prefill_tokens else 0)
+        fl, by = gemm_work(sampled, self.shape.n_embd, self.shape.vocab_size / self.tp)
+        t += float(self.db.coefficients["mlp_down_proj"].time_s(fl, by))
+        if self.pp > 1:
+            t += (self.pp - 1) * self.collectives["send_recv/2"].predict(DTYPE_BYTES * num_tokens * self.shape.n_embd)
+        return finite_nonneg("composed iteration_time", t + self.cpu_overhead_s)
+
+    def kv_capacity_tokens(self) -> int:
+        if self.kv_tokens_override is not None:
+            return self.kv_tokens_override
+        return kv_capacity(self.arch, self.gpu, self.tp, self.pp, self.gpu_memory_utilization,
+                           self.max_num_batched_tokens)

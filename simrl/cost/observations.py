@@ -1,0 +1,219 @@
+"""Observations: the versioned JSONL records profilers write and cost-model fitters read.
+
+One record per measurement: its ``kind`` (operator, iteration, training_step, collective,
+kv_probe, weight_sync), an optional ``name`` (the operator or collective), the ``inputs`` that
+produced it (shapes, batch, tokens, KV, layout), the measured ``value`` and its ``spread`` in a
+declared ``unit``, and ``provenance`` (hardware, software versions, date, source). Values are
+normalised to SI units (seconds, bytes, tokens) when read. Invalid records are rejected with an
+`ObservationError` that names the file, line and field. The format is documented in
+docs/observations.md; this module is its single implementation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+SCHEMA = "simrl.observation.v1"
+
+KINDS = ("operator", "iteration", "training_step", "collective", "kv_probe", "weight_sync")
+
+# unit -> (quantity, factor to SI)
+UNITS: dict[str, tuple[str, float]] = {
+    "s": ("time", 1.0),
+    "ms": ("time", 1e-3),
+    "us": ("time", 1e-6),
+    "bytes": ("memory", 1.0),
+    "GiB": ("memory", float(2**30)),
+    "tokens": ("tokens", 1.0),
+}
+SI_UNIT = {"time": "s", "memory": "bytes", "tokens": "tokens"}
+
+# Which quantities each kind may measure.
+KIND_QUANTITIES = {
+    "operator": ("time",),
+    "iteration": ("time",),
+    "training_step": ("time", "memory"),
+    "collective": ("time",),
+    "kv_probe": ("tokens",),
+    "weight_sync": ("time",),
+}
+
+_NUM = (int, float)
+_SHAPE = {
+    "n_embd": _NUM, "n_head": _NUM, "n_kv_head": _NUM, "n_expanded_embd": _NUM,
+    "vocab_size": _NUM, "use_gated_mlp": (bool,),
+}
+# Required inputs (name -> accepted JSON types) per kind; other keys are allowed and kept.
+REQUIRED_INPUTS: dict[str, dict[str, tuple[type, ...]]] = {
+    "operator": {"num_tokens": _NUM, "tp": _NUM, **_SHAPE},
+    "iteration": {"batch_size": _NUM, "kv_tokens": _NUM, "prefill_tokens": _NUM},
+    "training_step": {"seq_lens": (list,), "tp": _NUM, "pp": _NUM, "dp": _NUM},
+    "collective": {"size_bytes": _NUM, "num_workers": _NUM},
+    "kv_probe": {"tp": _NUM, "pp": _NUM},
+    "weight_sync": {"bytes": _NUM, "n_instances": _NUM},
+}
+REQUIRED_PROVENANCE = ("hardware", "source", "date")
+NAMED_KINDS = ("operator", "collective")  # kinds whose records must carry a name
+
+
+class ObservationError(ValueError):
+    """An invalid observation record; the message names file, line and field."""
+
+
+@attrs.frozen
+class Observation:
+    """One measurement, value and spread in SI units (seconds, bytes or tokens)."""
+
+    kind: str
+    value: float
+    unit: str
+    inputs: dict[str, Any]
+    provenance: dict[str, Any]
+    name: str | None = None
+    spread: float = 0.0
+
+    @property
+    def quantity(self) -> str:
+        return UNITS[self.unit][0]
+
+    def to_dict(self) -> dict:
+        rec: dict[str, Any] = {"schema": SCHEMA, "kind": self.kind}
+        if self.name is not None:
+            rec["name"] = self.name
+        rec.update(inputs=self.inputs, value=self.value, spread=self.spread, unit=self.unit,
+                   provenance=self.provenance)
+        return rec
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, _NUM) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def parse_record(rec: Any, where: str = "<record>") -> Observation:
+    """Validate one decoded JSON record and return it as an `Observation` in SI units."""
+
+    def fail(field: str, msg: str) -> ObservationError:
+        return ObservationError(f"{where}: field {field!r}: {msg}")
+
+    if not isinstance(rec, dict):
+        raise fail("<record>", f"expected a JSON object, got {type(rec).__name__}")
+    schema = rec.get("schema")
+    if schema != SCHEMA:
+        raise fail("schema", f"expected {SCHEMA!r}, got {schema!r}")
+    kind = rec.get("kind")
+    if kind not in KINDS:
+        raise fail("kind", f"expected one of {', '.join(KINDS)}, got {kind!r}")
+    name = rec.get("name")
+    if name is not None and not isinstance(name, str):
+        raise fail("name", f"expected a string, got {type(name).__name__}")
+    if kind in NAMED_KINDS and not name:
+        raise fail("name", f"required for kind {kind!r} (the operator or collective name)")
+    unit = rec.get("unit")
+    if unit not in UNITS:
+        raise fail("unit", f"expected one of {', '.join(UNITS)}, got {unit!r}")
+    quantity, factor = UNITS[unit]
+    if quantity not in KIND_QUANTITIES[kind]:
+        raise fail("unit", f"{unit!r} measures {quantity}, which kind {kind!r} does not record")
+    for key in ("value", "spread"):
+        if key not in rec:
+            if key == "spread":
+                continue
+            raise fail(key, "missing")
+        val = rec[key]
+        if not _is_num(val) or val < 0:
+            raise fail(key, f"expected a finite number >= 0, got {val!r}")
+    if rec["value"] <= 0 and quantity == "time":
+        raise fail("value", f"a time must be > 0, got {rec['value']!r}")
+    inputs = rec.get("inputs")
+    if not isinstance(inputs, dict):
+        raise fail("inputs", "missing or not an object")
+    for key, types in REQUIRED_INPUTS[kind].items():
+        if key not in inputs:
+            raise fail(f"inputs.{key}", f"missing (required for kind {kind!r})")
+        val = inputs[key]
+        if types is _NUM:
+            ok = _is_num(val) and val >= 0
+        else:
+            ok = isinstance(val, types)
+        if not ok:
+            raise fail(f"inputs.{key}", f"unexpected value {val!r}")
+    if kind == "training_step" and (
+        not inputs["seq_lens"] or not all(_is_num(s) and s > 0 for s in inputs["seq_lens"])
+    ):
+        raise fail("inputs.seq_lens", "expected a non-empty list of positive lengths")
+    prov = rec.get("provenance")
+    if not isinstance(prov, dict):
+        raise fail("provenance", "missing or not an object")
+    for key in REQUIRED_PROVENANCE:
+        if not isinstance(prov.get(key), str) or not prov[key]:
+            raise fail(f"provenance.{key}", "missing or not a non-empty string")
+    extra = sorted(set(rec) - {"schema", "kind", "name", "inputs", "value", "spread", "unit", "provenance"})
+    if extra:
+        raise fail(extra[0], "unknown field")
+    return Observation(
+        kind=kind, name=name, inputs=dict(inputs), provenance=dict(prov),
+        value=float(rec["value"]) * factor, spread=float(rec.get("spread", 0.0)) * factor,
+        unit=SI_UNIT[quantity],
+    )
+
+
+def read_observations(path: str | os.PathLike) -> list[Observation]:
+    """Read and validate a JSONL file; blank lines are skipped. Raises `ObservationError`."""
+    out = []
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise ObservationError(f"{path}: cannot read ({exc.strerror})") from None
+    with fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ObservationError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            out.append(parse_record(rec, f"{path}:{lineno}"))
+    return out
+
+
+def read_many(paths: Iterable[str | os.PathLike]) -> list[Observation]:
+    out: list[Observation] = []
+    for p in paths:
+        out.extend(read_observations(p))
+    return out
+
+
+def write_observations(path: str | os.PathLike, observations: Iterable[Observation]) -> int:
+    """Write observations as JSONL atomically (temp file + os.replace); returns the count."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".obs-", suffix=".jsonl", dir=folder)
+    n = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for ob in observations:
+                fh.write(json.dumps(ob.to_dict(), sort_keys=True) + "\n")
+                n += 1
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return n
+
+
+def make(kind: str, value: float, unit: str, inputs: dict, provenance: dict, name: str | None = None,
+         spread: float = 0.0) -> Observation:
+    """Build and validate one observation in code (profilers, tests, synthetic data)."""
+    rec = {"schema": SCHEMA, "kind": kind, "inputs": inputs, "value": value, "spread": spread,
+           "unit": unit, "provenance": provenance}
+    if name is not None:
+        rec["name"] = name
+    return parse_record(rec)
