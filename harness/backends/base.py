@@ -1,0 +1,101 @@
+"""What a backend driver receives and returns, and the evidence sink it writes through.
+
+`RunContext` is plain data (it round-trips through JSON so the native/container worker gets the
+same context as an in-process driver). `EvidenceSink` appends one fsynced JSONL line per update
+(``updates.jsonl``) and per model call (``turns.jsonl``); the fields are the bench contract's.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from harness.fsio import JsonlWriter
+
+
+@attrs.define
+class RunContext:
+    run_id: str
+    run_dir: str
+    backend: str
+    workload: str
+    runtime: str
+    rank: int
+    seed: int
+    settings: dict  # pins.pipeline_settings(...)
+    workload_params: dict  # {groups, group_size, knobs}: regenerate with workload_source.generate
+    trainer_uuids: list[str]
+    inference_uuids: list[str]
+    skyrl_batch_size: int = 4
+    skyrl_cuda_compat: bool = False
+    python: str | None = None
+    skyrl_source: str | None = None
+    hf_cache: str | None = None
+
+    def to_dict(self) -> dict:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunContext:
+        return cls(**d)
+
+    def load_workload(self):
+        from harness.workload_source import generate
+
+        p = self.workload_params
+        return generate(self.workload, p["groups"], self.seed, group_size=p.get("group_size"), **p.get("knobs", {}))
+
+
+@attrs.frozen
+class BackendOutcome:
+    exit_code: int
+    native_config: dict
+    backend_version: str
+    autotuner: dict | None = None  # ART only: {"mode", "healthy", "detail"}
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return attrs.asdict(self)
+
+
+class EvidenceSink:
+    """Appends update and call evidence to ``run_dir``; also logs a line per update."""
+
+    def __init__(self, run_dir: Path, log=None) -> None:
+        self.updates = JsonlWriter(Path(run_dir) / "updates.jsonl")
+        self.turns = JsonlWriter(Path(run_dir) / "turns.jsonl")
+        self.log = log or (lambda msg: None)
+
+    def update(self, *, k: int, d_k: float, c_k: float, train_end: float, publish_end: float,
+               policy_version: int, groups: int, trajectories: int, tokens: int, group_ids: list[int],
+               rank_intervals: dict[str, list[list[float]]], staleness: list[int],
+               discards: dict[str, int] | None = None, native: dict[str, Any] | None = None,
+               eval_step: bool = False, checkpoint_step: bool = False) -> None:
+        self.updates.append({
+            "k": k, "d_k": d_k, "c_k": c_k, "train_end": train_end, "publish_end": publish_end,
+            "policy_version": policy_version, "groups": groups, "trajectories": trajectories,
+            "tokens": tokens, "group_ids": list(group_ids),
+            "rank_intervals": {str(r): [list(map(float, iv)) for iv in ivs] for r, ivs in rank_intervals.items()},
+            "staleness": list(staleness), "discards": dict(discards or {"stale": 0, "zero_variance": 0}),
+            "eval": eval_step, "checkpoint": checkpoint_step, "native": dict(native or {}),
+            "wall_time_unix": time.time(),
+        })
+        self.log(f"update {k}: c_k={c_k:.3f} groups={groups} trajectories={trajectories} tokens={tokens}")
+
+    def turn(self, *, group: int, trajectory: int, turn: int, forced_tokens: int, completion_tokens: int,
+             finish_reason: str, prompt_tokens: int, arrival: float, first_token: float | None,
+             finish: float | None, policy_version_start: int | None = None,
+             policy_version_end: int | None = None) -> None:
+        self.turns.append({
+            "group": group, "trajectory": trajectory, "turn": turn, "forced_tokens": forced_tokens,
+            "completion_tokens": completion_tokens, "finish_reason": finish_reason,
+            "prompt_tokens": prompt_tokens, "arrival": arrival, "first_token": first_token, "finish": finish,
+            "policy_version_start": policy_version_start, "policy_version_end": policy_version_end,
+        })
+
+    def close(self) -> None:
+        self.updates.close()
+        self.turns.close()

@@ -1,0 +1,105 @@
+"""The run manifest (schema ``bench.manifest.v1``): its skeleton, its required keys, its check.
+
+A manifest is written when the run directory is made (status ``running``) and rewritten
+atomically as the run proceeds, so an aborted run still leaves one naming what went wrong.
+"""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from harness import pins as P
+from harness.recipes import ROOT
+
+SCHEMA = "bench.manifest.v1"
+STATUSES = ("running", "valid", "invalid", "aborted")
+REQUIRED = {
+    "schema": str,
+    "identity": dict,
+    "pins": dict,
+    "model": dict,
+    "workload": dict,
+    "pipeline": dict,
+    "contract": dict,
+    "hardware": dict,
+    "lease": dict,
+    "results": dict,
+    "validation": dict,
+    "status": str,
+    "reasons": list,
+}
+REQUIRED_IDENTITY = ("run_id", "suite", "backend", "workload", "runtime", "created_at", "argv",
+                     "harness_commit", "dirty", "backend_commit", "requested_recipe_sha256", "python_sha256")
+REQUIRED_MODEL = ("name", "revision", "dtype", "lora", "chat_template_kwargs")
+
+
+def git_identity(root: Path = ROOT) -> tuple[str | None, bool | None]:
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return head, bool(dirty)
+
+
+def skeleton(*, run_id: str, suite: str | None, backend: str, workload: str, runtime: str, rank: int,
+             argv: list[str], settings: dict, requested_recipe_sha256: str, python_sha256: str) -> dict:
+    commit, dirty = git_identity()
+    return {
+        "schema": SCHEMA,
+        "identity": {
+            "run_id": run_id, "lease_id": None, "suite": suite, "backend": backend, "workload": workload,
+            "runtime": runtime, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "created_at_unix": time.time(), "argv": list(argv), "harness_commit": commit, "dirty": dirty,
+            "backend_commit": P.ART_COMMIT if backend == "art" else P.SKYRL_COMMIT,
+            "backend_version": None, "container_image_digest": None,
+            "requested_recipe_sha256": requested_recipe_sha256, "recipe_sha256_baked": None,
+            "python_sha256": python_sha256, "host": socket.gethostname(), "platform": platform.platform(),
+        },
+        "pins": P.pins(),
+        "model": {
+            "name": P.MODEL, "revision": P.MODEL_REVISION, "dtype": P.DTYPE, "lora": P.lora_settings(rank),
+            "chat_template_kwargs": dict(P.CHAT_TEMPLATE_KWARGS), "max_seq_length": P.MAX_SEQ_LENGTH,
+        },
+        "workload": {},
+        "pipeline": dict(settings),
+        "contract": dict(P.CONTRACT),
+        "hardware": {},
+        "lease": {},
+        "provenance": {},
+        "results": {},
+        "validation": {},
+        "status": "running",
+        "reasons": [],
+    }
+
+
+def problems(manifest: dict) -> list[str]:
+    """Schema problems: missing or mistyped keys, unknown schema or status."""
+    out = []
+    for key, typ in REQUIRED.items():
+        if key not in manifest:
+            out.append(f"missing key {key!r}")
+        elif not isinstance(manifest[key], typ):
+            out.append(f"{key!r} must be {typ.__name__}")
+    if out:
+        return out
+    if manifest["schema"] != SCHEMA:
+        out.append(f"schema {manifest['schema']!r} != {SCHEMA!r}")
+    if manifest["status"] not in STATUSES:
+        out.append(f"status {manifest['status']!r} not one of {STATUSES}")
+    out += [f"identity.{k} missing" for k in REQUIRED_IDENTITY if k not in manifest["identity"]]
+    out += [f"model.{k} missing" for k in REQUIRED_MODEL if k not in manifest["model"]]
+    for key in ("schedule_sha256", "name", "seed", "groups"):
+        if key not in manifest["workload"]:
+            out.append(f"workload.{key} missing")
+    for key in ("groups_per_update", "staleness_bound", "trainer_ranks"):
+        if key not in manifest["pipeline"]:
+            out.append(f"pipeline.{key} missing")
+    return out

@@ -1,0 +1,111 @@
+"""Pinned identities and the measurement contract's fixed settings, in one place.
+
+Everything a manifest records as "pins", "model", "contract" or "pipeline" comes from here,
+so a change to a pin is one reviewed line. `pipeline_settings` gives each backend's native
+pipeline shape (batch, workers, staleness, parallel layout) for a given `--skyrl-batch-size`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ART_REPO = "https://github.com/OpenPipe/ART.git"
+ART_COMMIT = "2ebfc1c2a38dbeeaeefac998323b476989602942"
+SKYRL_REPO = "https://github.com/NovaSky-AI/SkyRL.git"
+SKYRL_COMMIT = "52063b6567a350e02d326699cd7d0f380bbad466"
+MODEL = "Qwen/Qwen3.5-35B-A3B"
+MODEL_REVISION = "59d61f3ce65a6d9863b86d2e96597125219dc754"
+DTYPE = "bf16"
+LORA_ALPHA = 32
+LORA_RANKS = (8, 1)  # 8 is the headline; 1 is supplemental and reported separately
+MAX_SEQ_LENGTH = 131072
+CHAT_TEMPLATE_KWARGS = {"enable_thinking": False, "preserve_thinking": True}
+
+BACKENDS = ("art", "skyrl")
+WORKLOADS = ("multi_turn", "long_generation", "tool_history", "multi_turn_salted")
+RUNTIMES = ("container", "native", "sim")
+DEFAULT_SEED = 20250101
+
+WARMUP_UPDATES = 5
+MEASURED_UPDATES = 15
+TOTAL_UPDATES = WARMUP_UPDATES + MEASURED_UPDATES
+HEADLINE_FIRST, HEADLINE_LAST = 16, 20  # window (c_15, c_20]
+GPUS_PER_RUN = 4
+TRAINER_GPUS = 2
+MEMORY_USED_THRESHOLD_MIB = 1024
+INTERVAL_EPSILON_S = 1e-3  # clock slack allowed when checking rank intervals inside [d_k, c_k]
+
+CONTRACT = {
+    "warmup_updates": WARMUP_UPDATES,
+    "measured_updates": MEASURED_UPDATES,
+    "headline_updates": [HEADLINE_FIRST, HEADLINE_LAST],
+    "window": "c15..c20",
+    "trainer_rates": "cross-rank interval union of native per-rank intervals",
+    "forced_lengths": "min_tokens = max_tokens = L, ignore_eos = true, no stop strings",
+    "memory_used_threshold_mib": MEMORY_USED_THRESHOLD_MIB,
+}
+
+
+def lora_settings(rank: int) -> dict[str, Any]:
+    return {
+        "rank": rank,
+        "alpha": LORA_ALPHA,
+        "scope": "per-expert",
+        "supplemental": rank != 8,
+    }
+
+
+def pipeline_settings(backend: str, skyrl_batch_size: int = 4) -> dict[str, Any]:
+    """The backend's pinned pipeline shape. Group counts are prompt groups per update."""
+    if backend == "art":
+        return {
+            "trainer": "PipelineTrainer",
+            "groups_per_update": 4,  # min_batch_size == max_batch_size, so updates stay comparable
+            "min_batch_size": 4,
+            "max_batch_size": 4,
+            "staleness_bound": 4,  # max_steps_off_policy
+            "mean_policy_age_limit": 4,
+            "workers": 16,
+            "autotune": "online",
+            "in_flight_updates": True,
+            "routing_replay": True,
+            "packed_sequence_target": MAX_SEQ_LENGTH,
+            "parallel": {"tp": 1, "cp": 2, "ep": 2, "dp": 1},
+            "trainer_ranks": TRAINER_GPUS,
+            "inference_gpus": GPUS_PER_RUN - TRAINER_GPUS,
+            "eval": False,
+            "cache_salt_policy": "none (vLLM prefix cache shared across policy versions)",
+        }
+    if backend == "skyrl":
+        if skyrl_batch_size not in (4, 1):
+            raise ValueError("--skyrl-batch-size must be 4 or 1")
+        workers = 12 if skyrl_batch_size == 4 else 3
+        return {
+            "trainer": "FullyAsyncRayPPOTrainer",
+            "groups_per_update": skyrl_batch_size,
+            "train_batch_size": skyrl_batch_size,
+            "policy_mini_batch_size": skyrl_batch_size,
+            "staleness_bound": 4,  # max_staleness_steps
+            "workers": workers,  # num_parallel_generation_workers
+            "parallel": {"tp": 1, "cp": 1, "ep": 2, "dp": 2},
+            "trainer_ranks": TRAINER_GPUS,
+            "inference_gpus": GPUS_PER_RUN - TRAINER_GPUS,
+            "eval": False,
+            "cache_salt_policy": "use_cache_salt=True: <policy>@<weight_version> per request",
+        }
+    raise ValueError(f"unknown backend {backend!r}")
+
+
+def groups_needed(settings: dict[str, Any]) -> int:
+    """Prompt groups the schedule must cover: all updates plus what can be in flight or buffered."""
+    b = settings["groups_per_update"]
+    return b * (TOTAL_UPDATES + settings["staleness_bound"] + 1) + settings["workers"]
+
+
+def pins() -> dict[str, str]:
+    return {
+        "art_commit": ART_COMMIT,
+        "skyrl_commit": SKYRL_COMMIT,
+        "model": MODEL,
+        "model_revision": MODEL_REVISION,
+    }

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Provision a fresh native art environment under PREFIX ($1 or $RL_BENCH_ENV_ROOT) at the pinned commit,
+# install this benchmark package into it, and record what was done in PREFIX/setup_manifests/.
+# It refuses a non-empty PREFIX: it never repairs or mutates an existing environment.
+set -euo pipefail
+PREFIX="${1:-${RL_BENCH_ENV_ROOT:?give PREFIX or set RL_BENCH_ENV_ROOT}}"
+COMMIT="2ebfc1c2a38dbeeaeefac998323b476989602942"
+REPO="https://github.com/OpenPipe/ART.git"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ -e "$PREFIX/art" ]; then echo "setup_art.sh: $PREFIX/art exists; use a fresh prefix" >&2; exit 2; fi
+command -v uv >/dev/null || { echo "setup_art.sh: uv is required" >&2; exit 2; }
+mkdir -p "$PREFIX/setup_manifests"
+git clone --filter=blob:none "$REPO" "$PREFIX/art"
+git -C "$PREFIX/art" checkout --detach "$COMMIT"
+test "$(git -C "$PREFIX/art" rev-parse HEAD)" = "$COMMIT"
+( cd "$PREFIX/art" && UV_PYTHON=3.12 uv sync --frozen --extra backend )
+uv pip install --python "$PREFIX/art/.venv/bin/python" --no-deps "$HERE"
+"$PREFIX/art/.venv/bin/python" - "$PREFIX" "$COMMIT" <<'PY'
+import json, platform, subprocess, sys, time
+prefix, commit = sys.argv[1], sys.argv[2]
+from harness.recipes import python_sha256, recipe_sha256
+freeze = subprocess.run(["uv", "pip", "freeze", "--python", sys.executable], capture_output=True, text=True).stdout
+record = {"backend": "art", "commit": commit, "python": platform.python_version(), "created_unix": time.time(),
+          "uv": subprocess.run(["uv", "--version"], capture_output=True, text=True).stdout.strip(),
+          "bench_python_sha256": python_sha256(), "bench_recipe_sha256": recipe_sha256("art"),
+          "packages": freeze.splitlines()}
+path = f"{prefix}/setup_manifests/setup_art.json"
+with open(path + ".tmp", "w") as fh:
+    json.dump(record, fh, indent=1, sort_keys=True)
+import os; os.replace(path + ".tmp", path)
+print(f"wrote {path}")
+PY
