@@ -23,7 +23,7 @@ from typing import ClassVar
 import attrs
 
 
-class InflightRule(str, enum.Enum):
+class InflightRule(enum.StrEnum):
     """What a weight publication does to requests that are generating."""
 
     CONTINUE = "continue"  # keep running on the weights they started with; no pause (versioned LoRA)
@@ -33,7 +33,7 @@ class InflightRule(str, enum.Enum):
     DRAIN = "drain"  # stop starting requests, let in-flight ones finish, then sync
 
 
-class Verdict(str, enum.Enum):
+class Verdict(enum.StrEnum):
     ACCEPT = "accept"  # into the buffer, trainable
     DROP = "drop"  # discarded; its tokens count as wasted
     RETRY = "retry"  # discarded and the same prompt is dispatched again from scratch
@@ -157,6 +157,15 @@ class Policy:
     def placement(self) -> str | None:
         """``colocated`` / ``disaggregated`` when the system mode fixes it; None: deployment's."""
         return None
+
+    @property
+    def clear_prefix_cache_on_sync(self) -> bool:
+        """Whether cached prefixes are dropped when an instance loads new weights.
+
+        True models vLLM's reset_prefix_cache on update, or a per-version cache salt (SkyRL,
+        prime-rl): either way old-version prefixes are never hit again.
+        """
+        return True
 
     @property
     def pause_rollout_for_sync(self) -> bool:

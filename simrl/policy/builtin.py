@@ -8,7 +8,7 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy
+from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
 from simrl.policy.registry import register
 
 _INFLIGHT = tuple(r.value for r in InflightRule)
@@ -47,12 +47,15 @@ class SyncPolicy(Policy):
 @register
 @attrs.frozen
 class BoundedAsyncPolicy(Policy):
-    """Asynchronous RL with a bounded staleness, enforced at admission.
+    """Asynchronous RL with bounded staleness: admission control plus a consumption guard.
 
-    A group may start while ``dispatched_live < (max_staleness + version + 1) * batch_groups``
-    (``dispatched_live`` = accepted + running, dropped groups return their slot) and fewer than
-    ``max_concurrent_groups`` are running. Every group trained at version v then started at
-    version >= v - max_staleness. Batches are the first ``batch_groups`` finished groups (FIFO).
+    A group may start while ``accepted + running < (max_staleness + version + 1) * batch_groups``
+    (dropped groups return their slot) and fewer than ``max_concurrent_groups`` are running
+    (AReaL-style admission). Admission alone does not bound staleness when a straggler is
+    overtaken by groups dispatched later, so a finished group older than ``max_staleness`` is
+    dropped, and buffered groups that age past it at a publication are evicted: every trained
+    group has staleness <= max_staleness. Batches are the first ``batch_groups`` finished
+    groups (FIFO).
     """
 
     kind = "bounded_async"
@@ -70,12 +73,18 @@ class BoundedAsyncPolicy(Policy):
         budget = (self.max_staleness + st.version + 1) * self.batch_groups
         return st.n_running < cap and st.groups_accepted + st.n_running < budget
 
+    def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
+        return Verdict.DROP if group.staleness(st.version) > self.max_staleness else Verdict.ACCEPT
+
+    def on_publish(self, st: PipelineState) -> PublishActions:
+        old = tuple(g.gid for g in st.buffer if g.staleness(st.version) > self.max_staleness)
+        return PublishActions(drop_buffered=old)
+
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
         if len(st.buffer) < self.batch_groups:
             return None
         return st.buffer[: self.batch_groups]
 
     def staleness_bound(self) -> int | None:
-        # A group dispatched at version d is trained at version >= d; the budget admits at most
-        # max_staleness batches beyond the one being trained, so it is trained by d + max_staleness.
+        # Guaranteed by the drop at completion and the eviction at every publication.
         return self.max_staleness

@@ -1,0 +1,324 @@
+"""One rollout instance: vLLM-style continuous batching, iteration by iteration.
+
+Implements docs/model.md, "Rollout instance": admission from the instance's waiting queue
+(FCFS, bounded by ``max_num_seqs`` and KV), chunked prefill under a per-iteration token
+budget, one token per decoding sequence per iteration, the KV policies ``reserve`` and
+``on_demand`` (newest request preempted and recomputed when KV runs out), a prefix cache
+(group-shared prompts and finished trajectory contexts, evicted LRU), and pauses at
+iteration boundaries for weight updates.
+
+Decoding sequences are not touched every iteration: each knows the instance iteration that
+yields its first token of the current segment, so its token count is derived, and a heap
+keyed by finishing iteration finds completions.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING
+
+from simrl.engine.records import Request
+from simrl.policy.base import InflightRule
+
+if TYPE_CHECKING:
+    from simrl.engine.core import Simulation
+
+
+class Instance:
+    """State of one rollout instance; `run` is its SimPy process."""
+
+    def __init__(self, sim: Simulation, index: int):
+        cfg = sim.cfg.deployment.rollout
+        self.sim = sim
+        self.index = index
+        self.cost = sim.costs.rollout
+        self.capacity = sim.kv_capacity
+        self.max_num_seqs = cfg.max_num_seqs
+        self.token_budget = cfg.max_num_batched_tokens  # 0: unlimited
+        self.reserve = cfg.kv_policy == "reserve"
+        self.prefix_caching = cfg.prefix_caching
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # admission order
+        self.prefilling: list[Request] = []  # admitted, prompt not fully prefilled yet
+        # (finishing iteration, rid, segment, request); stale entries are skipped on pop
+        self.finish_heap: list[tuple[int, int, int, Request]] = []
+        self.n_decoding = 0
+        self.kv_decode_sum = 0  # sum of prompt + generated over decoding sequences
+        self.kv_used = 0  # private KV of running requests + referenced shared prefixes
+        self.cache: OrderedDict[tuple, int] = OrderedDict()  # evictable prefixes, LRU first
+        self.cache_tokens = 0
+        self.shared: dict[int, list[int]] = {}  # gid -> [tokens, references]
+        self.it = 0  # iterations completed
+        self.version = 0
+        self.admit_serial = 0
+        self.busy_s = 0.0
+        self.iterations = 0
+        self.preemptions = 0
+        self.pause_ack = None  # event the pauser waits on, set while a pause is requested
+        self.resume_ev = None
+        self.paused = False
+        self.wake_ev = sim.env.event()
+
+    # -- public helpers used by the router and the sync logic -----------------------------
+    @property
+    def assigned(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def outstanding_tokens(self) -> int:
+        """Tokens still to produce or prefill for requests assigned here."""
+        work = sum(r.prompt_tokens + r.remaining for r in self.waiting)
+        return work + sum(r.prefill_remaining + self.completion_left(r) for r in self.running)
+
+    def kv_free(self) -> int:
+        return self.capacity - self.kv_used - self.cache_tokens
+
+    def cached_prefix(self, req: Request) -> int:
+        """Tokens of ``req``'s prompt this instance could serve from its prefix cache."""
+        if not self.prefix_caching or req.salted or req.generated:
+            return 0
+        if req.turn > 0:
+            return req.prompt_tokens - req.new_tokens if ("t", req.traj.tid) in self.cache else 0
+        if req.shared_tokens and (req.group.gid in self.shared or ("g", req.group.gid) in self.cache):
+            return req.shared_tokens
+        return 0
+
+    def wake(self) -> None:
+        if not self.wake_ev.triggered:
+            self.wake_ev.succeed()
+
+    def enqueue(self, req: Request, front: bool = False) -> None:
+        req.instance = self.index
+        (self.waiting.appendleft if front else self.waiting.append)(req)
+        self.wake()
+
+    def request_pause(self):
+        """Ask the instance to stop at its next iteration boundary; returns the ack event."""
+        self.pause_ack = self.sim.env.event()
+        self.resume_ev = self.sim.env.event()
+        self.wake()
+        return self.pause_ack
+
+    def resume(self) -> None:
+        self.paused = False
+        ev, self.resume_ev = self.resume_ev, None
+        ev.succeed()
+
+    def generated_of(self, r: Request) -> int:
+        if r.seg_first_it < 0:
+            return r.seg_base
+        return r.seg_base + (self.it - r.seg_first_it)
+
+    def completion_left(self, r: Request) -> int:
+        return r.completion_tokens - self.generated_of(r)
+
+    # -- the process -----------------------------------------------------------------------
+    def run(self):
+        env = self.sim.env
+        while True:
+            if self.pause_ack is not None:
+                self.paused = True
+                ack, self.pause_ack = self.pause_ack, None
+                ack.succeed()
+                yield self.resume_ev if self.resume_ev is not None else env.timeout(0)
+                continue
+            if self.sim.wants_pull(self):
+                yield from self.sim.pull_weights(self)
+                continue
+            self.admit()
+            if not self.running:
+                self.wake_ev = env.event()
+                yield self.wake_ev
+                continue
+            chunks = self.plan()
+            if chunks is None:
+                continue  # preemption emptied the batch; admit again
+            dt = self.cost.iteration_time(self.n_decoding, self.kv_decode_sum, sum(t for _, t in chunks))
+            yield env.timeout(dt)
+            self.busy_s += dt
+            self.iterations += 1
+            self.finish_iteration(chunks)
+
+    # -- admission -------------------------------------------------------------------------
+    def admit(self) -> None:
+        changed = False
+        while self.waiting and len(self.running) < self.max_num_seqs:
+            if not self.try_admit(self.waiting[0]):
+                break
+            self.waiting.popleft()
+            changed = True
+        if changed:
+            self.sim.sample_instance(self)
+
+    def try_admit(self, r: Request) -> bool:
+        """Admit ``r`` if its KV fits (evicting cached prefixes LRU); False when it does not."""
+        hit_key, hit_tokens, shared_new, shared_hit = None, 0, 0, False
+        use_cache = self.prefix_caching and not r.salted and r.generated == 0
+        if use_cache and r.turn > 0 and ("t", r.traj.tid) in self.cache:
+            hit_key = ("t", r.traj.tid)
+            hit_tokens = r.prompt_tokens - r.new_tokens
+        share = use_cache and r.turn == 0 and r.shared_tokens > 0
+        if share:
+            if r.group.gid in self.shared:
+                shared_hit = True
+            elif ("g", r.group.gid) in self.cache:
+                hit_key, shared_hit = ("g", r.group.gid), True
+            else:
+                shared_new = r.shared_tokens
+        private = r.prompt_tokens + r.generated - (r.shared_tokens if share else 0)
+        need_private = private + (r.remaining if self.reserve else 0)
+        # A consumed cache entry moves into this request's KV; it frees its own tokens.
+        from_cache = self.cache.get(hit_key, 0) if hit_key else 0
+        need = need_private + shared_new - (from_cache if hit_key and hit_key[0] == "t" else 0)
+        if not self.make_room(need, keep=hit_key):
+            return False
+        # Commit.
+        if hit_key is not None:
+            self.cache_tokens -= self.cache.pop(hit_key)
+        if share:
+            if shared_hit and r.group.gid in self.shared:
+                self.shared[r.group.gid][1] += 1
+            else:
+                self.shared[r.group.gid] = [r.shared_tokens, 1]
+                self.kv_used += r.shared_tokens
+            r.holds_shared = True
+        hit = hit_tokens + (r.shared_tokens if shared_hit else 0)
+        self.kv_used += need_private
+        r.private_kv = need_private
+        r.prefill_total = r.prefill_remaining = r.prompt_tokens + r.generated - hit
+        if r.aborts or r.preemptions:
+            r.reprefill_tokens += r.prefill_total  # this context was computed once already
+        r.seg_base, r.seg_first_it = r.generated, -1
+        r.segment += 1
+        self.admit_serial += 1
+        r.admit_serial = self.admit_serial
+        r.version = self.version
+        if r.version_start is None:
+            r.version_start = self.version
+        self.running.append(r)
+        self.prefilling.append(r)
+        self.sim.on_admit(self, r)
+        return True
+
+    def make_room(self, need: int, keep=None) -> bool:
+        if need > self.capacity - self.kv_used:
+            return False
+        while self.kv_free() < need:
+            key = next((k for k in self.cache if k != keep), None)
+            if key is None:
+                return False
+            self.cache_tokens -= self.cache.pop(key)
+        return True
+
+    # -- one iteration ---------------------------------------------------------------------
+    def plan(self) -> list[tuple[Request, int]] | None:
+        """Preempt if decoding would overflow KV (on_demand), then allocate prefill chunks."""
+        if not self.reserve:
+            while self.kv_used + self.n_decoding > self.capacity - self.cache_tokens:
+                if self.cache:
+                    self.cache_tokens -= self.cache.popitem(last=False)[1]
+                    continue
+                self.preempt(max(self.running, key=lambda q: q.admit_serial))
+                if not self.running:
+                    return None
+        budget = self.token_budget - self.n_decoding if self.token_budget else 1 << 62
+        chunks = []
+        for r in self.prefilling:
+            if budget <= 0:
+                break
+            take = min(r.prefill_remaining, budget)
+            budget -= take
+            chunks.append((r, take))
+        if not chunks and not self.n_decoding and self.prefilling:
+            # Budget exhausted by nothing: give the head a chunk so the engine cannot stall.
+            r = self.prefilling[0]
+            chunks.append((r, min(r.prefill_remaining, max(self.token_budget, 1))))
+        return chunks
+
+    def finish_iteration(self, chunks: list[tuple[Request, int]]) -> None:
+        now = self.sim.env.now
+        # Every decoding sequence emitted one token.
+        self.kv_decode_sum += self.n_decoding
+        if not self.reserve:
+            self.kv_used += self.n_decoding
+        for r, take in chunks:
+            r.prefill_remaining -= take
+            if r.prefill_remaining == 0:
+                self.prefilling.remove(r)
+                r.seg_first_it = self.it  # this iteration's end yields its first token
+                if r.first_token is None:
+                    r.first_token = now
+                left = r.completion_tokens - r.seg_base
+                heapq.heappush(self.finish_heap, (self.it + left - 1, r.rid, r.segment, r))
+                self.n_decoding += 1
+                self.kv_decode_sum += r.prompt_tokens + r.seg_base + 1
+                if not self.reserve:
+                    self.kv_used += 1
+        self.it += 1
+        done = []
+        while self.finish_heap and self.finish_heap[0][0] < self.it:
+            _, _, seg, r = heapq.heappop(self.finish_heap)
+            if seg == r.segment and r.instance == self.index and r.seg_first_it >= 0:
+                done.append(r)
+        for r in done:
+            r.generated = r.completion_tokens
+            r.finish = now
+            self.release(r)
+            if self.prefix_caching and not r.salted and r.turn + 1 < r.traj.calls_total:
+                key = ("t", r.traj.tid)
+                self.cache[key] = r.prompt_tokens + r.completion_tokens
+                self.cache_tokens += self.cache[key]
+        if done:
+            self.sim.sample_instance(self)
+        for r in done:
+            self.sim.on_call_finished(self, r)
+
+    # -- leaving the batch -----------------------------------------------------------------
+    def release(self, r: Request) -> None:
+        """Remove ``r`` from the batch and free its KV (the shared prefix by reference)."""
+        r.generated = self.generated_of(r) if r.finish is None else r.completion_tokens
+        self.running.remove(r)
+        if r.seg_first_it < 0:
+            self.prefilling.remove(r)
+        else:
+            self.n_decoding -= 1
+            self.kv_decode_sum -= r.prompt_tokens + r.generated
+        grown = 0 if self.reserve else r.generated - r.seg_base
+        self.kv_used -= r.private_kv + grown
+        if r.holds_shared:
+            entry = self.shared[r.group.gid]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self.shared[r.group.gid]
+                self.kv_used -= entry[0]
+                if self.prefix_caching:
+                    self.cache[("g", r.group.gid)] = entry[0]
+                    self.cache_tokens += entry[0]
+            r.holds_shared = False
+        r.seg_first_it = -1
+        r.prefill_remaining = 0
+
+    def preempt(self, r: Request) -> None:
+        self.release(r)
+        r.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(r)
+        self.sim.on_preempt(self, r)
+
+    def abort_all(self, rule: InflightRule) -> list[Request]:
+        """Abort every running request at a boundary (weight update); returns them in order."""
+        aborted = sorted(self.running, key=lambda q: q.admit_serial)
+        for r in aborted:
+            self.release(r)
+            r.aborts += 1
+            if rule is InflightRule.ABORT_RESTART:
+                self.sim.on_discard(r, r.generated)
+                r.generated = 0
+        self.finish_heap = []  # every entry belonged to an aborted segment
+        if aborted:
+            self.sim.sample_instance(self)
+        return aborted
+
+    def clear_cache(self) -> None:
+        self.cache.clear()
+        self.cache_tokens = 0

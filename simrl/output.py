@@ -1,0 +1,99 @@
+"""Writing a run to ``outputs/<run-name>/``: resolved config, telemetry, report, plots.
+
+Every file is written atomically (temporary file in the same directory, fsync, rename), so
+a crash never leaves a half-written report. Same config and seed give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from simrl.config import SimConfig, to_yaml
+from simrl.report import Report, _round
+
+TELEMETRY_SCHEMA = "simrl.telemetry.v1"
+
+
+def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def telemetry_lines(events: list[dict], samples: list[tuple]) -> str:
+    """JSONL: a header, then events and occupancy samples in time order (stable)."""
+    out = [json.dumps({"schema": TELEMETRY_SCHEMA}, sort_keys=True)]
+    rows = [(e["t"], 0, i, e) for i, e in enumerate(events)]
+    rows += [
+        (s[0], 1, i, {"t": s[0], "kind": "sample", "inst": s[1], "waiting": s[2], "running": s[3],
+                      "kv_used": s[4], "router_queue": s[5]})
+        for i, s in enumerate(samples)
+    ]
+    rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    out.extend(json.dumps(_round(r[3]), sort_keys=True, separators=(",", ":")) for r in rows)
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(report: Report) -> str:
+    t = report.totals
+    lines = [
+        f"# SimRL run `{report.run_name}`",
+        "",
+        f"Policy `{report.policy}`, seed {report.seed}, workload `{report.workload['name']}` "
+        f"({report.workload['groups']} groups, schedule `{report.workload['schedule_sha256'][:12]}`).",
+        "",
+    ]
+    if report.diagnosis:
+        lines += ["**The run stopped early:**", "", "```", report.diagnosis, "```", ""]
+    lines += ["## Totals", "", "| quantity | value |", "|---|---|"]
+    for k in sorted(t):
+        v = t[k]
+        lines.append(f"| {k} | {json.dumps(_round(v), sort_keys=True)} |")
+    lines += ["", "## Training steps", "",
+              "| step | wait start | batch ready | train | publish end | groups | trained tokens | staleness max |",
+              "|---|---|---|---|---|---|---|---|"]
+    for s in report.steps:
+        lines.append(
+            f"| {s.step} | {s.wait_start:.3f} | {s.batch_ready:.3f} | {s.train_end - s.train_start:.3f} | "
+            f"{s.publish_end:.3f} | {s.groups} | {s.trained_completion_tokens} | {max(s.staleness, default=0)} |"
+        )
+    lines += ["", "## Rollout instances", "", "| instance | busy fraction | iterations | preemptions |",
+              "|---|---|---|---|"]
+    for i in report.instances:
+        lines.append(f"| {i['index']} | {i['busy_fraction']:.3f} | {i['iterations']} | {i['preemptions']} |")
+    lines += ["", "## Cost-model validity", ""]
+    if report.domain_warnings:
+        lines += ["| model | dimension | range | queries outside | worst value |", "|---|---|---|---|---|"]
+        for w in report.domain_warnings:
+            lines.append(f"| {w['model']} | {w['dimension']} | {w['range']} | {w['queries_outside']} | "
+                         f"{w['worst_value']:.6g} |")
+    else:
+        lines.append("Every cost-model query stayed inside its validity domain.")
+    return "\n".join(lines) + "\n"
+
+
+def write_run(cfg: SimConfig, report: Report, events: list[dict], samples: list[tuple]) -> Path:
+    """Write the run directory and return its path."""
+    out = Path(cfg.run.output_dir) / report.run_name
+    atomic_write(out / "config.yaml", to_yaml(cfg))
+    if cfg.run.telemetry:
+        atomic_write(out / "telemetry.jsonl", telemetry_lines(events, samples))
+    atomic_write(out / "report.json", report.to_json())
+    atomic_write(out / "report.md", render_markdown(report))
+    return out
