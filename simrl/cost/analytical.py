@@ -1,0 +1,244 @@
+"""Analytical training cost (Calculon-style closed form) and the fixed-step-time family.
+
+`AnalyticalTraining` prices one optimizer step on a TP x PP x CP x DP layout:
+
+- compute: forward FLOPs ``sum_s (2 * P_active * s + 2 * L_attn * heads * head_dim * s^2)``
+  (causal attention) times the passes a step makes: 3 for full fine-tuning (forward + backward,
+  which computes activation and weight gradients), 2 for LoRA (the frozen base needs activation
+  gradients but no weight gradients), +1 with activation recompute (the 4/3 rule), +1 per extra
+  log-prob forward (``logprob_forwards``: old-policy / reference passes an RL step may make);
+  divided over the GPUs at ``mfu`` of dense BF16 peak; each DP rank gets at least its longest sample;
+- pipeline bubble: the compute is stretched by ``1 + (pp - 1) / m`` (1F1B, ``m`` micro-batches per
+  DP rank);
+- TP traffic (sequence parallel: two all-gathers + two reduce-scatters of the activations per layer
+  and pass) and EP all-to-alls, over NVLink (or the NIC once a group leaves the node);
+- gradient sync over the DP x CP group: all-reduce (ZeRO 0), reduce-scatter + parameter all-gather
+  (ZeRO 1/2), or parameter all-gathers in forward and backward + reduce-scatter (ZeRO 3), of the
+  trainable parameters (LoRA: the adapters only; ZeRO 3 still gathers the frozen base);
+  ``comm_overlap`` of it hides behind backward;
+- optimizer: Adam streams ~30 bytes per trainable parameter of the local shard through HBM.
+
+Peak memory per GPU = BF16 weights + gradients (``grad_dtype_bytes``, fp32 by default as in
+Megatron's main_grad buffer) + fp32 master weights and Adam moments (12 bytes per trainable
+parameter), each sharded over DP x CP according to ``zero_stage``, + activations of the in-flight
+micro-batches at the longest sequences (layer inputs only with checkpointing, plus one layer's
+working set) + fp32/bf16 logits + a fixed runtime reserve.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+from attrs import validators as v
+
+from simrl.cost.architectures import ModelArch, model_arch
+from simrl.cost.base import CostModelError, ValidityDomain, finite_nonneg
+from simrl.cost.hardware import GiB, GPUSpec, gpu_spec
+
+_eff = v.and_(v.gt(0.0), v.le(1.0))
+_pos_int = v.and_(v.instance_of(int), v.ge(1))
+_nonneg = v.ge(0.0)
+
+ADAM_BYTES_PER_PARAM = 12  # fp32 master weights + two fp32 moments
+ADAM_TRAFFIC_BYTES_PER_PARAM = 30  # read grad 4; r/w master, m, v 24; write bf16 weight 2
+
+
+@attrs.define
+class AnalyticalTraining:
+    """Analytical `TrainingCost` of the trainer's GPUs."""
+
+    model: ModelArch = attrs.field(converter=model_arch)
+    gpu: GPUSpec = attrs.field(converter=gpu_spec)
+    gpus: int = attrs.field(default=8, validator=_pos_int)
+    tp: int = attrs.field(default=1, validator=_pos_int)
+    pp: int = attrs.field(default=1, validator=_pos_int)
+    cp: int = attrs.field(default=1, validator=_pos_int)
+    ep: int = attrs.field(default=1, validator=_pos_int)
+    micro_batch_size: int = attrs.field(default=1, validator=_pos_int)
+    activation_checkpointing: bool = True
+    zero_stage: int = attrs.field(default=1, validator=v.in_((0, 1, 2, 3)))
+    mfu: float = attrs.field(default=0.4, validator=_eff)
+    lora_rank: int = attrs.field(default=0, validator=v.ge(0))
+    lora_experts: bool = False  # also put adapters on routed experts
+    logprob_forwards: int = attrs.field(default=0, validator=v.ge(0))
+    comm_efficiency: float = attrs.field(default=0.7, validator=_eff)
+    comm_overlap: float = attrs.field(default=0.0, validator=v.and_(v.ge(0.0), v.le(1.0)))
+    optimizer_bandwidth_efficiency: float = attrs.field(default=0.7, validator=_eff)
+    param_dtype_bytes: float = attrs.field(default=2.0, validator=v.gt(0.0))
+    grad_dtype_bytes: float = attrs.field(default=4.0, validator=v.gt(0.0))
+    memory_reserve_bytes: float = attrs.field(default=4 * GiB, validator=_nonneg)  # CUDA ctx, NCCL, fragmentation
+    overhead_s: float = attrs.field(default=0.2, validator=_nonneg)  # per step: data, sync, bookkeeping
+    strict: bool = False
+    domain: ValidityDomain = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        per = self.tp * self.pp * self.cp
+        if self.gpus % per:
+            raise CostModelError(f"training gpus={self.gpus} is not divisible by tp*pp*cp={per}")
+        if self.ep > 1 and not self.model.is_moe:
+            raise CostModelError(f"ep={self.ep} needs an MoE model; {self.model.name} is dense")
+        if self.ep > 1 and (self.dp * self.cp * self.tp) % self.ep:
+            raise CostModelError(f"ep={self.ep} must divide dp*cp*tp={self.dp * self.cp * self.tp}")
+        if self.pp > self.model.layers:
+            raise CostModelError(f"pp={self.pp} exceeds the {self.model.layers} layers of {self.model.name}")
+        name = f"analytical[{self.model.name} on {self.gpu.name} x{self.gpus} tp{self.tp} pp{self.pp} cp{self.cp}]"
+        self.domain = ValidityDomain(
+            model=name, ranges={"seq_len": (1, self.model.max_position)}, strict=self.strict
+        )
+        static = self._static_bytes()
+        if static > self.memory_capacity_bytes():
+            raise CostModelError(
+                f"{self.model.name} training does not fit {self.gpu.name} x{self.gpus} (tp={self.tp}, "
+                f"pp={self.pp}, cp={self.cp}, zero_stage={self.zero_stage}, lora_rank={self.lora_rank}): "
+                f"weights + gradients + optimizer + reserve need {static / GiB:.1f} GiB per GPU, "
+                f"{self.memory_capacity_bytes() / GiB:.1f} GiB available; raise tp/pp, zero_stage or use LoRA"
+            )
+
+    # -- layout --------------------------------------------------------------------------------
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def _shard_group(self) -> int:
+        """Ranks the gradients and optimizer states are reduced and sharded over (DP x CP)."""
+        return self.dp * self.cp
+
+    def params_per_gpu(self) -> float:
+        """Model parameters one GPU holds before ZeRO-3 sharding (experts split by EP, else TP)."""
+        m = self.model
+        expert_shards = self.ep if self.ep > 1 else self.tp
+        return m.non_expert_params / (self.tp * self.pp) + m.routed_expert_params / (self.pp * expert_shards)
+
+    def trainable_params_per_gpu(self) -> float:
+        if self.lora_rank > 0:
+            return self.model.lora_params(self.lora_rank, self.lora_experts) / (self.tp * self.pp)
+        return self.params_per_gpu()
+
+    def _static_bytes(self) -> float:
+        """Weights, gradients, optimizer states and reserve: everything but activations."""
+        n = self._shard_group
+        weights = self.params_per_gpu() * self.param_dtype_bytes / (n if self.zero_stage >= 3 else 1)
+        trainable = self.trainable_params_per_gpu()
+        grads = trainable * self.grad_dtype_bytes / (n if self.zero_stage >= 2 else 1)
+        optim = trainable * ADAM_BYTES_PER_PARAM / (n if self.zero_stage >= 1 else 1)
+        return weights + grads + optim + self.memory_reserve_bytes
+
+    # -- the TrainingCost seam -----------------------------------------------------------------
+
+    def memory_capacity_bytes(self) -> float:
+        return float(self.gpu.hbm_bytes)
+
+    def peak_memory_bytes(self, seq_lens: list[int]) -> float:
+        if not seq_lens:
+            return self._static_bytes()
+        m = self.model
+        lens = sorted(seq_lens, reverse=True)
+        tokens_mb = sum(lens[: self.micro_batch_size]) / self.cp  # the heaviest micro-batch
+        n_micro = self._micro_batches(len(seq_lens))
+        in_flight = min(self.pp, n_micro)
+        layers_here = m.layers / self.pp
+        full_layer = self._layer_activation_bytes_per_token() * tokens_mb
+        if self.activation_checkpointing:
+            stored = layers_here * tokens_mb * m.hidden * self.param_dtype_bytes / self.tp
+            acts = in_flight * stored + full_layer  # plus one layer being recomputed
+        else:
+            acts = in_flight * layers_here * full_layer
+        logits = tokens_mb * m.vocab * (4 + self.param_dtype_bytes) / self.tp  # fp32 softmax + bf16 logits
+        return self._static_bytes() + acts + logits
+
+    def step_time(self, seq_lens: list[int]) -> float:
+        if not seq_lens:
+            return self.overhead_s
+        self.domain.check("seq_len", max(seq_lens))
+        m = self.model
+        fwd = [s * m.flops_per_token(s / 2) for s in seq_lens]  # causal: mean context s/2
+        per_rank = max(sum(fwd) / self.dp, max(fwd))
+        passes = (3 if self.lora_rank == 0 else 2) + int(self.activation_checkpointing) + self.logprob_forwards
+        compute = passes * per_rank / (self.tp * self.pp * self.cp * self.gpu.bf16_flops_per_s * self.mfu)
+        if self.pp > 1:
+            compute *= 1 + (self.pp - 1) / self._micro_batches(len(seq_lens))
+        tokens_per_rank = sum(seq_lens) / self.dp
+        t = compute + self._activation_comm_time(tokens_per_rank, passes)
+        t += (1 - self.comm_overlap) * self.grad_sync_time() + self.optimizer_time() + self.overhead_s
+        return finite_nonneg("analytical step_time", t)
+
+    # -- pieces --------------------------------------------------------------------------------
+
+    def _micro_batches(self, n_samples: int) -> int:
+        return max(1, math.ceil(n_samples / (self.dp * self.micro_batch_size)))
+
+    def _layer_activation_bytes_per_token(self) -> float:
+        """Bytes one token leaves for backward in one layer (flash attention, sequence parallel):
+        norm inputs, q/k/v, attention output, MLP input, gate/up outputs and activation output."""
+        m = self.model
+        kv_dim = m.kv_heads * m.head_dim
+        if m.is_moe:
+            width = m.experts_per_token * m.moe_intermediate + m.shared_experts * m.shared_expert_intermediate
+            dispatch = m.experts_per_token * m.hidden  # permuted token copies
+        else:
+            width, dispatch = m.intermediate, 0
+        return self.param_dtype_bytes * (6 * m.hidden + 2 * kv_dim + 3 * width + dispatch) / self.tp
+
+    def _bw(self, group: int) -> float:
+        return self.gpu.link_bytes_per_s(group) * self.comm_efficiency
+
+    def _activation_comm_time(self, tokens_per_rank: float, passes: int) -> float:
+        m = self.model
+        t = 0.0
+        act = tokens_per_rank / self.cp * m.hidden * self.param_dtype_bytes
+        if self.tp > 1:  # 2 all-gathers + 2 reduce-scatters per layer and pass ~ 2 all-reduces
+            t += passes * 2 * (m.layers / self.pp) * 2 * (self.tp - 1) / self.tp * act / self._bw(self.tp)
+        if self.ep > 1:
+            moe_layers = m.n_moe_layers / self.pp
+            t += passes * 2 * moe_layers * (self.ep - 1) / self.ep * act * m.experts_per_token / self._bw(self.ep)
+        if self.pp > 1:
+            t += passes * (self.pp - 1) * act / self._bw(self.tp * self.pp)
+        return t
+
+    def grad_sync_time(self) -> float:
+        """Seconds of the DP x CP gradient/parameter collectives for one step (not overlapped)."""
+        n = self._shard_group
+        if n <= 1:
+            return 0.0
+        grads = self.trainable_params_per_gpu() * self.grad_dtype_bytes
+        params = self.trainable_params_per_gpu() * self.param_dtype_bytes
+        frac = (n - 1) / n
+        if self.zero_stage == 0:
+            volume = 2 * frac * grads
+        elif self.zero_stage in (1, 2):
+            volume = frac * (grads + params)
+        else:  # ZeRO-3 gathers every parameter, frozen ones included, in forward and backward
+            gathered = self.params_per_gpu() * self.param_dtype_bytes
+            gathers = 2 + int(self.activation_checkpointing)
+            volume = frac * (grads + gathers * gathered)
+        return volume / self._bw(self.gpus)
+
+    def optimizer_time(self) -> float:
+        shard = self.trainable_params_per_gpu() / (self._shard_group if self.zero_stage >= 1 else 1)
+        bw = self.gpu.hbm_bytes_per_s * self.optimizer_bandwidth_efficiency
+        return shard * ADAM_TRAFFIC_BYTES_PER_PARAM / bw
+
+
+@attrs.define
+class FixedTraining:
+    """`TrainingCost` with a constant step time (a measured average, or a what-if)."""
+
+    step_s: float = attrs.field(validator=v.gt(0.0))
+    memory_capacity: float = attrs.field(default=math.inf, alias="memory_capacity_bytes")
+    strict: bool = False
+    domain: ValidityDomain = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.domain = ValidityDomain(model=f"fixed[{self.step_s:g} s/step]", strict=self.strict)
+
+    def step_time(self, seq_lens: list[int]) -> float:
+        return self.step_s
+
+    def peak_memory_bytes(self, seq_lens: list[int]) -> float:
+        return 0.0
+
+    def memory_capacity_bytes(self) -> float:
+        return self.memory_capacity

@@ -1,0 +1,257 @@
+"""Roofline rollout cost: one continuous-batching iteration of a vLLM-like engine, from first principles.
+
+An iteration is the sum of per-operator-class rooflines on the busiest GPU, each
+``max(FLOPs / (peak * compute_efficiency), bytes / (HBM bandwidth * bandwidth_efficiency))``:
+
+- linear projections (GEMMs): all dense weights are read once per iteration per TP shard; MoE
+  layers read only the experts the iteration's tokens touch (expected count under uniform routing);
+  2 FLOPs per active parameter per token (prefill tokens included, so big prefills go compute-bound);
+- decode attention: reads the resident KV of the batch (4 FLOPs per head dim per cached token);
+- prefill attention: causal over the new chunk (compute-bound);
+- linear-attention layers (Gated DeltaNet): read and write each sequence's fixed recurrent state;
+- elementwise work (norms, activations, residuals): activation bytes, memory-bound.
+
+Plus communication: two ring all-reduces of the token activations per layer over TP (NVLink inside
+a node, the NIC across), two all-to-alls per MoE layer under EP, one activation send per pipeline
+boundary; each collective pays ``allreduce_latency_s``. Pipeline parallelism runs the batch as up
+to ``pp`` micro-batches (vLLM's virtual engines): an iteration costs ``pp`` stage times of one
+micro-batch. DP ranks inside an instance split the batch evenly. A fixed CPU/launch overhead
+(scheduling, sampling, detokenization) is added per iteration, plus a small per-sequence term.
+
+Defaults describe vLLM V1 with CUDA graphs on H100 (calibrated against the Vidur H100 operator
+measurements in /work/shared/data/vidur, see tests/cost/test_roofline.py):
+
+- ``compute_efficiency=0.6``: achieved/peak dense BF16 for the engine's GEMMs and attention
+  (large cuBLAS GEMMs reach ~0.75; small and odd shapes less);
+- ``bandwidth_efficiency=0.8``: achieved/peak HBM bandwidth for weight and KV streaming (Vidur's
+  1-token Llama-2-7B layer reads its weights at ~0.78 of 3.35 TB/s);
+- ``overhead_s=0.003`` + ``overhead_per_seq_s=1e-5``: per-iteration CPU/launch time;
+- ``comm_efficiency=0.8`` and ``allreduce_latency_s=10e-6`` (vLLM's custom all-reduce).
+
+KV capacity per instance follows vLLM's rule: ``hbm * gpu_memory_utilization - weights -
+activation reserve`` per GPU, divided by the KV bytes each GPU holds per token, summed over DP
+ranks; hybrid models first reserve ``max_num_seqs`` recurrent states.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+from attrs import validators as v
+
+from simrl.cost.architectures import ModelArch, model_arch
+from simrl.cost.base import CostModelError, ValidityDomain, finite_nonneg
+from simrl.cost.hardware import GiB, GPUSpec, gpu_spec
+
+_eff = v.and_(v.gt(0.0), v.le(1.0))
+_pos_int = v.and_(v.instance_of(int), v.ge(1))
+_nonneg = v.ge(0.0)
+
+
+@attrs.define
+class RooflineRollout:
+    """Analytical `RolloutCost` of one rollout instance (TP x PP x DP GPUs)."""
+
+    model: ModelArch = attrs.field(converter=model_arch)
+    gpu: GPUSpec = attrs.field(converter=gpu_spec)
+    tp: int = attrs.field(default=1, validator=_pos_int)
+    pp: int = attrs.field(default=1, validator=_pos_int)
+    dp: int = attrs.field(default=1, validator=_pos_int)
+    ep: int = attrs.field(default=1, validator=_pos_int)
+    gpu_memory_utilization: float = attrs.field(default=0.9, validator=_eff)
+    kv_capacity_given: int | None = attrs.field(default=None, alias="kv_capacity_tokens")
+    max_num_seqs: int = attrs.field(default=256, validator=_pos_int)
+    max_num_batched_tokens: int = attrs.field(default=8192, validator=v.ge(0))
+    compute_efficiency: float = attrs.field(default=0.6, validator=_eff)
+    bandwidth_efficiency: float = attrs.field(default=0.8, validator=_eff)
+    comm_efficiency: float = attrs.field(default=0.8, validator=_eff)
+    allreduce_latency_s: float = attrs.field(default=10e-6, validator=_nonneg)
+    overhead_s: float = attrs.field(default=0.003, validator=_nonneg)
+    overhead_per_seq_s: float = attrs.field(default=1e-5, validator=_nonneg)
+    weight_dtype_bytes: float = attrs.field(default=2.0, validator=v.gt(0.0))
+    kv_dtype_bytes: float = attrs.field(default=2.0, validator=v.gt(0.0))
+    nontorch_reserve_bytes: float = attrs.field(default=1.5 * GiB, validator=_nonneg)  # NCCL, cuBLAS, graphs
+    activation_reserve_bytes: float | None = None  # None: derived from max_num_batched_tokens
+    strict: bool = False
+    domain: ValidityDomain = attrs.field(init=False)
+    weight_bytes_per_gpu: float = attrs.field(init=False)
+    _capacity: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        m = self.model
+        if self.ep > 1 and not m.is_moe:
+            raise CostModelError(f"ep={self.ep} needs an MoE model; {m.name} is dense")
+        if self.ep > 1 and (self.tp * self.dp) % self.ep:
+            raise CostModelError(f"ep={self.ep} must divide tp*dp={self.tp * self.dp}")
+        if self.pp > m.layers:
+            raise CostModelError(f"pp={self.pp} exceeds the {m.layers} layers of {m.name}")
+        self.weight_bytes_per_gpu = self.weight_dtype_bytes * (
+            m.non_expert_params / (self.tp * self.pp) + m.routed_expert_params / (self.pp * self._expert_shards)
+        )
+        self._capacity = self._derive_capacity() if self.kv_capacity_given is None else int(self.kv_capacity_given)
+        if self._capacity <= 0:
+            raise CostModelError(f"kv_capacity_tokens must be > 0, got {self._capacity}")
+        chunk_hi = self.max_num_batched_tokens if self.max_num_batched_tokens > 0 else self._capacity
+        name = f"roofline[{m.name} on {self.gpu.name} tp{self.tp} pp{self.pp} dp{self.dp} ep{self.ep}]"
+        self.domain = ValidityDomain(
+            model=name,
+            ranges={
+                "batch_size": (0, self.max_num_seqs),
+                "kv_tokens": (0, self._capacity),
+                "prefill_tokens": (0, max(chunk_hi, 1)),
+            },
+            strict=self.strict,
+        )
+
+    # -- layout helpers ------------------------------------------------------------------------
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def _expert_shards(self) -> int:
+        # vLLM: experts are TP-sharded unless expert parallelism spreads whole experts over ranks.
+        return self.ep if self.ep > 1 else self.tp
+
+    def _kv_bytes_per_token_per_gpu(self) -> float:
+        m = self.model
+        kv_heads_here = math.ceil(m.kv_heads / self.tp)  # replicated when tp > kv_heads
+        return 2 * (m.n_full_attention / self.pp) * kv_heads_here * m.head_dim * self.kv_dtype_bytes
+
+    def _state_bytes_per_seq_per_gpu(self) -> float:
+        return self.model.linear_state_bytes_per_seq(self.kv_dtype_bytes) / (self.tp * self.pp)
+
+    def _activation_reserve_per_gpu(self) -> float:
+        if self.activation_reserve_bytes is not None:
+            return self.activation_reserve_bytes
+        m = self.model
+        tokens = self.max_num_batched_tokens or 8192
+        width = m.intermediate if not m.is_moe else m.experts_per_token * m.moe_intermediate
+        # Profile-run peak: a layer's hidden states and MLP intermediates for a full chunk, plus
+        # the sampler's fp32 logits for every sequence.
+        layer = tokens * (6 * m.hidden + 3 * width) * self.weight_dtype_bytes / self.tp
+        logits = 2 * self.max_num_seqs * m.vocab * 4 / self.tp
+        return layer + logits
+
+    def _derive_capacity(self) -> int:
+        budget = self.gpu.hbm_bytes * self.gpu_memory_utilization
+        reserve = self.nontorch_reserve_bytes + self._activation_reserve_per_gpu()
+        free = budget - self.weight_bytes_per_gpu - reserve
+        states = math.ceil(self.max_num_seqs / self.dp) * self._state_bytes_per_seq_per_gpu()
+        free -= states
+        if free <= 0:
+            raise CostModelError(
+                f"{self.model.name} does not fit {self.gpu.name} x{self.gpus} (tp={self.tp}, pp={self.pp}, "
+                f"ep={self.ep}) at gpu_memory_utilization={self.gpu_memory_utilization}: per GPU "
+                f"{budget / GiB:.1f} GiB budget, {self.weight_bytes_per_gpu / GiB:.1f} GiB weights, "
+                f"{reserve / GiB:.1f} GiB activation/runtime reserve, {states / GiB:.1f} GiB recurrent states "
+                f"for max_num_seqs={self.max_num_seqs}; raise tp/pp or the utilization"
+            )
+        per_tok = self._kv_bytes_per_token_per_gpu()
+        if per_tok == 0:  # no full-attention layer: capacity is bounded by states, not tokens
+            return 2**40
+        return int(self.dp * free // per_tok)
+
+    # -- the RolloutCost seam ------------------------------------------------------------------
+
+    def kv_capacity_tokens(self) -> int:
+        return self._capacity
+
+    def iteration_time(self, batch_size: int, kv_tokens: int, prefill_tokens: int) -> float:
+        self.domain.check("batch_size", batch_size)
+        self.domain.check("kv_tokens", kv_tokens)
+        self.domain.check("prefill_tokens", prefill_tokens)
+        if batch_size <= 0 and prefill_tokens <= 0:
+            return 0.0
+        b = batch_size / self.dp
+        kv = kv_tokens / self.dp
+        pf = prefill_tokens / self.dp
+        n_micro = max(1, min(self.pp, math.ceil(b))) if b > 0 else 1
+        stage = self.stage_time(b / n_micro, kv / n_micro, pf / n_micro)
+        t = self.pp * stage + self.overhead_s + self.overhead_per_seq_s * math.ceil(b)
+        return finite_nonneg("roofline iteration_time", t)
+
+    # -- pieces (public for tests and for the composed families to compare against) -------------
+
+    def _roof(self, flops: float, bytes_: float) -> float:
+        return max(
+            flops / (self.gpu.bf16_flops_per_s * self.compute_efficiency),
+            bytes_ / (self.gpu.hbm_bytes_per_s * self.bandwidth_efficiency),
+        )
+
+    def _experts_touched(self, tokens: float) -> float:
+        """Expected distinct experts a layer's ``tokens`` select (uniform top-k routing)."""
+        m = self.model
+        return m.num_experts * (1.0 - (1.0 - m.experts_per_token / m.num_experts) ** tokens)
+
+    def gemm_time(self, tokens: float, layers: float, with_lm_head: bool = False) -> float:
+        """Seconds for the linear projections of ``layers`` layers over ``tokens`` on one GPU."""
+        m = self.model
+        frac = layers / m.layers
+        dense_w = (m.matmul_active_params - m.vocab * m.hidden
+                   - m.n_moe_layers * m.experts_per_token * m.expert_params) * frac / self.tp
+        flops = 2 * tokens * dense_w
+        bytes_ = dense_w * self.weight_dtype_bytes
+        if m.is_moe and tokens > 0:
+            moe_layers = m.n_moe_layers * frac
+            ep_tokens = tokens * (self.dp if self.ep > 1 else 1)
+            flops += 2 * tokens * m.experts_per_token * m.expert_params * moe_layers / self._expert_shards
+            touched = self._experts_touched(ep_tokens)
+            bytes_ += touched * m.expert_params * moe_layers / self._expert_shards * self.weight_dtype_bytes
+        if with_lm_head:
+            head = m.vocab * m.hidden / self.tp
+            bytes_ += head * self.weight_dtype_bytes
+            flops += 2 * head * tokens
+        return self._roof(flops, bytes_)
+
+    def stage_time(self, decode_seqs: float, kv_tokens: float, prefill_tokens: float) -> float:
+        """Seconds for one pipeline stage (``layers / pp``) of one micro-batch on one GPU."""
+        m = self.model
+        layers = m.layers / self.pp
+        full = m.n_full_attention / self.pp
+        lin = m.n_linear_attention / self.pp
+        tokens = decode_seqs + prefill_tokens
+        heads = math.ceil(m.heads / self.tp)
+        dt = self.weight_dtype_bytes
+        # Linear projections; logits only for sampled positions (LM head averaged over stages).
+        t = self.gemm_time(tokens, layers)
+        sampled = decode_seqs + (1 if prefill_tokens > 0 else 0)
+        head = m.vocab * m.hidden / self.tp / self.pp
+        t += self._roof(2 * head * sampled, head * dt)
+        # Decode attention over resident KV; prefill attention causal within the chunk.
+        if kv_tokens > 0 and full > 0:
+            t += self._roof(4 * full * heads * m.head_dim * kv_tokens,
+                            kv_tokens * self._kv_bytes_per_token_per_gpu())
+        if prefill_tokens > 0 and full > 0:
+            t += self._roof(2 * full * heads * m.head_dim * prefill_tokens**2,
+                            prefill_tokens * self._kv_bytes_per_token_per_gpu())
+        if lin > 0 and tokens > 0:
+            v_heads = math.ceil(m.linear_value_heads / self.tp)
+            state = m.linear_key_head_dim * m.linear_value_head_dim
+            seqs = decode_seqs + (1 if prefill_tokens > 0 else 0)
+            t += self._roof(8 * lin * v_heads * state * tokens,
+                            2 * seqs * self._state_bytes_per_seq_per_gpu())
+        # Elementwise: norms, rotary, activation function, residual adds.
+        width = m.intermediate if not m.is_moe else m.experts_per_token * m.moe_intermediate
+        t += self._roof(0.0, tokens * layers * (8 * m.hidden + 3 * width / self.tp) * dt)
+        return t + self.comm_time(tokens, layers)
+
+    def comm_time(self, tokens: float, layers: float) -> float:
+        """Collectives of one stage: TP all-reduces, EP all-to-alls, the pipeline send."""
+        m = self.model
+        act = tokens * m.hidden * self.weight_dtype_bytes
+        lat = self.allreduce_latency_s
+        t = 0.0
+        if self.tp > 1:
+            bw = self.gpu.link_bytes_per_s(self.tp) * self.comm_efficiency
+            t += 2 * layers * (2 * (self.tp - 1) / self.tp * act / bw + lat)
+        if self.ep > 1:
+            bw = self.gpu.link_bytes_per_s(self.ep) * self.comm_efficiency
+            moe_layers = m.n_moe_layers * layers / m.layers
+            t += 2 * moe_layers * ((self.ep - 1) / self.ep * act * m.experts_per_token / bw + lat)
+        if self.pp > 1:
+            bw = self.gpu.link_bytes_per_s(self.tp * self.pp) * self.comm_efficiency
+            t += act / bw + lat
+        return t
