@@ -21,7 +21,7 @@ from simrl.engine.instance import Instance
 from simrl.engine.records import Request
 from simrl.engine.router import Router
 from simrl.engine.trainer import pull_weights, trainer_loop
-from simrl.policy.base import GroupRecord, PipelineState, TrajRecord, Verdict
+from simrl.policy.base import GroupRecord, InstanceLoad, PipelineState, TrajRecord, Verdict
 from simrl.report import CallRecord, StepRecord
 from workloads.types import Workload
 
@@ -64,6 +64,7 @@ class Simulation:
         self.policy_clears_cache = self.policy.clear_prefix_cache_on_sync
         self.st = PipelineState(n_instances=rcfg.instances, instance_versions=[0] * rcfg.instances)
         self.instances = [Instance(self, i) for i in range(rcfg.instances)]
+        self.st.probe = self.instance_loads
         self.router = Router(self)
         self.tally = Tally()
         self.events: list[dict] = []  # telemetry, in order
@@ -193,6 +194,8 @@ class Simulation:
 
     def on_call_finished(self, inst: Instance, r: Request) -> None:
         tr, g = r.traj, r.group
+        if g.gid not in self.st.running:
+            return  # its group was aborted by the policy in this same iteration
         self.tally.tokens_generated += r.completion_tokens
         tr.completion_tokens += r.completion_tokens
         tr.calls_done += 1
@@ -227,7 +230,29 @@ class Simulation:
             self.drop_group(g, filtered=True)
             if verdict is Verdict.RETRY:
                 self.retry.append(g)
+        self.apply(self.policy.after_group_done(self.st))
         self.notify()
+
+    def apply(self, actions) -> None:
+        """Carry out a policy's `PublishActions`."""
+        for gid in actions.abort_running:
+            if gid in self.st.running:
+                self.abort_group(gid)
+        for gid in actions.requeue_running:
+            if gid in self.st.running:
+                self.retry.append(self.st.running[gid])
+                self.abort_group(gid)
+        drop = set(actions.drop_buffered)
+        if drop:
+            for g in [g for g in self.st.buffer if g.gid in drop]:
+                self.drop_group(g, filtered=True)
+            self.st.buffer = [g for g in self.st.buffer if g.gid not in drop]
+
+    def instance_loads(self) -> list[InstanceLoad]:
+        return [
+            InstanceLoad(i.index, i.version, len(i.running), len(i.waiting), i.kv_used, i.capacity, i.preemptions)
+            for i in self.instances
+        ]
 
     def drop_group(self, g: GroupRecord, filtered: bool) -> None:
         self.st.groups_dropped += 1

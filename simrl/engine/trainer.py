@@ -82,15 +82,7 @@ def trainer_loop(sim: Simulation):
             trained_prompt_tokens=sum(seq_lens) - sum(g.completion_tokens for g in batch),
             staleness=staleness, peak_memory_bytes=peak, offload_s=offload_s,
         ))
-        actions = policy.on_publish(st)
-        for gid in actions.abort_running:
-            if gid in st.running:
-                sim.abort_group(gid)
-        drop = set(actions.drop_buffered)
-        if drop:
-            for g in [g for g in st.buffer if g.gid in drop]:
-                sim.drop_group(g, filtered=True)
-            st.buffer = [g for g in st.buffer if g.gid not in drop]
+        sim.apply(policy.on_publish(st))
         sim.notify()
     sim.trainer_phase = "done"
     sim.done.succeed()

@@ -105,6 +105,19 @@ class GroupRecord:
         return train_version - self.min_version
 
 
+@attrs.frozen
+class InstanceLoad:
+    """A rollout instance as policies may see it (for load-driven admission)."""
+
+    index: int
+    version: int
+    running: int
+    waiting: int
+    kv_used_tokens: int
+    kv_capacity_tokens: int
+    preemptions: int
+
+
 @attrs.define
 class PipelineState:
     """What the engine shows a policy. Mutable; owned by the engine."""
@@ -121,6 +134,11 @@ class PipelineState:
     buffer: list[GroupRecord] = attrs.field(factory=list)  # finished, accepted, not yet trained
     instance_versions: list[int] = attrs.field(factory=list)
     extra: dict = attrs.field(factory=dict)  # policy-owned counters
+    #: callable returning one `InstanceLoad` per rollout instance (set by the engine)
+    probe: object = None
+
+    def instance_loads(self) -> list[InstanceLoad]:
+        return self.probe() if self.probe is not None else []
 
     @property
     def n_running(self) -> int:
@@ -129,9 +147,11 @@ class PipelineState:
 
 @attrs.frozen
 class PublishActions:
-    """What a policy wants done right after a version bump."""
+    """What a policy wants done to in-flight or buffered groups (after a publication or a
+    finished group). Tokens of aborted or dropped groups count as wasted."""
 
     abort_running: tuple[int, ...] = ()  # gids of in-flight groups to abort and drop
+    requeue_running: tuple[int, ...] = ()  # gids to abort; their prompts are dispatched again
     drop_buffered: tuple[int, ...] = ()  # gids of buffered groups to drop
 
 
@@ -188,6 +208,11 @@ class Policy:
         return Verdict.ACCEPT
 
     def on_publish(self, st: PipelineState) -> PublishActions:
+        """Called after every weight publication (the version has just advanced)."""
+        return PublishActions()
+
+    def after_group_done(self, st: PipelineState) -> PublishActions:
+        """Called after each finished group was accepted or dropped (e.g. abort the surplus)."""
         return PublishActions()
 
     # -- batch formation -----------------------------------------------------------------
@@ -206,3 +231,16 @@ class Policy:
 
     def describe(self) -> str:
         return self.kind
+
+    def lower(self):
+        """This policy as the uniform numeric record of `simrl.policy.params` (fast path)."""
+        from simrl.policy.params import INFLIGHT_CODES, PolicyParams
+
+        return PolicyParams(
+            inflight_rule=INFLIGHT_CODES[self.inflight.value],
+            sync_per_instance=int(self.sync_scope == "per_instance"),
+            clear_cache_on_sync=int(self.clear_prefix_cache_on_sync),
+            colocated=int(self.placement == "colocated"),
+            staleness_bound=-1 if self.staleness_bound() is None else int(self.staleness_bound()),
+            fast_path_exact=0,
+        )

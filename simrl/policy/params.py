@@ -1,0 +1,58 @@
+"""The uniform numeric record a policy lowers to, for the JAX fast path.
+
+Every policy, whatever its system, becomes the same flat record of numbers, so that
+configurations using different presets can share one vmapped batch. The fields describe a
+superset admission rule, the in-flight rule, filtering and batch formation:
+
+admission (a group may start when all hold):
+    running < ``admit_concurrency_groups``
+    and ``count`` < ``admit_budget_base_groups`` + ``admit_budget_per_version_groups`` * version
+    where ``count`` = accepted + running (``admit_count_dispatched`` = 0) or every group
+    dispatched so far (= 1); and, if ``admit_block_while_training`` = 1, not while training.
+
+in flight: ``inflight_rule`` (codes of `INFLIGHT_CODES`), ``sync_per_instance`` (0/1),
+``clear_cache_on_sync`` (0/1), ``colocated`` (0/1).
+
+filtering: ``staleness_bound`` (-1: none), ``staleness_enforcement`` (`ENFORCEMENT_CODES`),
+``drop_zero_variance`` (0 keep, 1 drop, 2 drop and re-dispatch the prompt), ``max_retries``,
+``buffer_capacity_groups`` (-1: unbounded; overflow evicts the oldest).
+
+batch: ``batch_min_groups`` <= groups taken <= ``batch_max_groups``; FIFO over the buffer.
+
+``fast_path_exact`` is 1 when these numbers reproduce the policy's SimPy behaviour exactly,
+0 when the policy has logic the record cannot express (the fast path must then reject it,
+naming the policy, rather than approximate).
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+INFLIGHT_CODES = {"continue": 0, "keep_pause": 1, "abort_resume": 2, "abort_restart": 3, "drain": 4}
+ENFORCEMENT_CODES = {"none": 0, "counted": 1, "admission": 2, "drop_at_completion": 3, "drop_at_consumption": 4}
+
+
+@attrs.frozen
+class PolicyParams:
+    admit_concurrency_groups: float = math.inf
+    admit_budget_base_groups: float = math.inf
+    admit_budget_per_version_groups: float = 0.0
+    admit_count_dispatched: int = 0
+    admit_block_while_training: int = 0
+    inflight_rule: int = INFLIGHT_CODES["keep_pause"]
+    sync_per_instance: int = 0
+    clear_cache_on_sync: int = 1
+    colocated: int = 0
+    staleness_bound: int = -1
+    staleness_enforcement: int = ENFORCEMENT_CODES["none"]
+    drop_zero_variance: int = 0
+    max_retries: int = 0
+    buffer_capacity_groups: int = -1
+    batch_min_groups: int = 1
+    batch_max_groups: int = 1
+    fast_path_exact: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in attrs.asdict(self).items()}
