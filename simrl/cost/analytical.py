@@ -117,6 +117,10 @@ class AnalyticalTraining:
             return self.model.lora_params(self.lora_rank, self.lora_experts) / (self.tp * self.pp)
         return self.params_per_gpu()
 
+    def state_bytes_per_gpu(self) -> float:
+        """Weights, gradients and optimizer states on one GPU (what colocated placement offloads)."""
+        return self._static_bytes() - self.memory_reserve_bytes
+
     def _static_bytes(self) -> float:
         """Weights, gradients, optimizer states and reserve: everything but activations."""
         n = self._shard_group

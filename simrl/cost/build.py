@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from simrl.cost.analytical import AnalyticalTraining, FixedTraining
+from simrl.cost.architectures import model_arch
 from simrl.cost.base import CostModelError, RolloutCost, TrainingCost, ValidityDomain, WeightSyncCost
 from simrl.cost.roofline import RooflineRollout
 from simrl.cost.weight_sync import WEIGHT_SYNC_DEFAULTS, WeightSync
@@ -37,6 +38,7 @@ class Costs:
     rollout: RolloutCost
     training: TrainingCost
     weight_sync: WeightSyncCost
+    offload_s: float = 0.0  # colocated placement: offload + reload of both sides per step
 
     def domains(self) -> list[ValidityDomain]:
         return [self.rollout.domain, self.training.domain, self.weight_sync.domain]
@@ -182,10 +184,28 @@ def _build_one(section: str, cfg: SimConfig) -> Any:
     return model
 
 
+def colocated_offload_s(cfg: SimConfig, rollout: Any = None, training: Any = None) -> float:
+    """Seconds of host offload and reload per training step when rollout and training share GPUs.
+
+    Before training the engine's weights go to the host and the trainer's weights, gradients and
+    optimizer states come back; after it, the reverse. Each GPU moves its own share over its host
+    link at ``cost.offload_bytes_per_s``: ``2 * (engine weights + trainer state) / bandwidth``.
+    Models that do not expose their bytes are estimated from the architecture (BF16 weights; mixed
+    precision Adam state of 16 bytes per parameter spread over the training GPUs).
+    """
+    arch = model_arch(cfg.deployment.model)
+    r, t = cfg.deployment.rollout, cfg.deployment.training
+    engine = getattr(rollout, "weight_bytes_per_gpu", None)
+    if engine is None:
+        engine = arch.weight_bytes(2) / (r.tp * r.pp)
+    state_fn = getattr(training, "state_bytes_per_gpu", None)
+    trainer = state_fn() if state_fn is not None else 16 * arch.total_params / t.gpus
+    return 2 * (engine + trainer) / cfg.cost.offload_bytes_per_s
+
+
 def build_costs(cfg: SimConfig) -> Costs:
     """Build the rollout, training and weight-sync models of a run (once, before it starts)."""
-    return Costs(
-        rollout=_build_one("rollout", cfg),
-        training=_build_one("training", cfg),
-        weight_sync=_build_one("weight_sync", cfg),
-    )
+    rollout = _build_one("rollout", cfg)
+    training = _build_one("training", cfg)
+    offload = colocated_offload_s(cfg, rollout, training) if cfg.deployment.placement == "colocated" else 0.0
+    return Costs(rollout=rollout, training=training, weight_sync=_build_one("weight_sync", cfg), offload_s=offload)

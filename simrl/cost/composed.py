@@ -18,8 +18,6 @@ from ``iteration`` observations. Dense full-attention models only; others raise
 
 from __future__ import annotations
 
-import math
-
 import attrs
 
 from simrl.cost.architectures import ModelArch
@@ -29,7 +27,6 @@ from simrl.cost.kerneldb import DTYPE_BYTES, CollectiveModel, KernelDB, LayerSha
 
 LAYER_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
              "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
-ACTIVATION_RESERVE_BYTES = 1.0 * 2**30  # CUDA graphs, allocator slack
 
 
 def layer_shape(arch: ModelArch) -> LayerShape:
@@ -42,24 +39,6 @@ def layer_shape(arch: ModelArch) -> LayerShape:
     return LayerShape(n_embd=arch.hidden, n_head=arch.heads, n_kv_head=arch.kv_heads,
                       n_expanded_embd=arch.intermediate, vocab_size=arch.vocab,
                       use_gated_mlp=arch.gated_mlp, head_dim=arch.head_dim)
-
-
-def kv_capacity(arch: ModelArch, gpu: GPUSpec, tp: int, pp: int, gpu_memory_utilization: float,
-                max_num_batched_tokens: int) -> int:
-    """KV-cache tokens that fit on one instance after weights and an activation reserve."""
-    gpus = tp * pp
-    weights = arch.weight_bytes(DTYPE_BYTES) / gpus
-    act = ACTIVATION_RESERVE_BYTES + max(max_num_batched_tokens, 1) * (
-        arch.hidden + 2 * arch.intermediate / tp) * DTYPE_BYTES * 4
-    free = gpu.hbm_bytes * gpu_memory_utilization - weights - act
-    kv_heads_per_gpu = max(arch.kv_heads / tp, 1.0)  # KV heads are replicated when tp > kv_heads
-    per_token = 2 * math.ceil(arch.n_full_attention / pp) * kv_heads_per_gpu * arch.head_dim * DTYPE_BYTES
-    if free <= 0:
-        raise CostModelError(
-            f"{arch.name} does not fit on {gpus} x {gpu.name} at gpu_memory_utilization="
-            f"{gpu_memory_utilization}: weights {weights / 2**30:.1f} GiB per GPU"
-        )
-    return int(free // per_token)
 
 
 @attrs.define
@@ -75,9 +54,7 @@ class ComposedRollout:
     cpu_overhead_s: float = 0.0
     attention_flops_fraction: float = 0.75
     attention_bytes_fraction: float = 1.0
-    gpu_memory_utilization: float = 0.9
-    max_num_batched_tokens: int = 8192
-    kv_tokens_override: int | None = None
+    kv_tokens: int = 0  # KV capacity of the instance (the loader derives it like the roofline)
     domain: ValidityDomain = attrs.field(factory=lambda: ValidityDomain("rollout/composed"))
     shape: LayerShape = attrs.field(init=False)
 
@@ -130,7 +107,4 @@ class ComposedRollout:
         return finite_nonneg("composed iteration_time", t + self.cpu_overhead_s)
 
     def kv_capacity_tokens(self) -> int:
-        if self.kv_tokens_override is not None:
-            return self.kv_tokens_override
-        return kv_capacity(self.arch, self.gpu, self.tp, self.pp, self.gpu_memory_utilization,
-                           self.max_num_batched_tokens)
+        return self.kv_tokens

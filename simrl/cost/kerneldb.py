@@ -276,6 +276,14 @@ class CollectiveModel:
     time_s: np.ndarray
     latency_s: float
     bytes_per_s: float
+    topology: str = ""
+
+    def matches(self, ob: Observation) -> bool:
+        """Whether a collective observation was measured in this table's setting."""
+        workers = int(ob.inputs["num_workers"])
+        return (ob.name == self.name and workers == self.num_workers
+                and str(ob.inputs.get("topology", "")) == self.topology
+                and int(ob.inputs.get("devices_per_node", workers)) >= workers)
 
     def predict(self, size_bytes: float) -> float:
         if size_bytes <= 0:
@@ -287,12 +295,14 @@ class CollectiveModel:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "num_workers": self.num_workers, "size_bytes": self.size_bytes.tolist(),
-                "time_s": self.time_s.tolist(), "latency_s": self.latency_s, "bytes_per_s": self.bytes_per_s}
+                "time_s": self.time_s.tolist(), "latency_s": self.latency_s, "bytes_per_s": self.bytes_per_s,
+                "topology": self.topology}
 
     @classmethod
     def from_dict(cls, d: dict) -> CollectiveModel:
         return cls(d["name"], int(d["num_workers"]), np.asarray(d["size_bytes"], float),
-                   np.asarray(d["time_s"], float), float(d["latency_s"]), float(d["bytes_per_s"]))
+                   np.asarray(d["time_s"], float), float(d["latency_s"]), float(d["bytes_per_s"]),
+                   str(d.get("topology", "")))
 
 
 def fit_collectives(obs: Sequence[Observation], topology: str | None = None) -> dict[str, CollectiveModel]:
@@ -322,5 +332,5 @@ def fit_collectives(obs: Sequence[Observation], topology: str | None = None) -> 
         a = np.stack([np.ones_like(sizes), sizes], axis=1)
         lat, per_byte = nonneg_lstsq(a, times, weights=1.0 / times)
         out[f"{name}/{workers}"] = CollectiveModel(name, workers, sizes, times, float(lat),
-                                                   float(1.0 / per_byte) if per_byte > 0 else 1e30)
+                                                   float(1.0 / per_byte) if per_byte > 0 else 1e30, topology or "")
     return out
