@@ -1,0 +1,131 @@
+"""The generator registry: `generate(name, groups, seed, group_size, **knobs)` and its knob checks.
+
+Each generator module declares `GeneratorSpec` records (a function, a default group size and
+its knobs with defaults). This module owns the table, rejects unknown names and knobs with the
+valid ones listed, coerces knob values (the CLI passes strings) to the default's type, and
+records the resolved knobs on the returned workload so a trace says how it was made.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from workloads.types import Workload
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+@attrs.frozen
+class GeneratorSpec:
+    """One registered generator.
+
+    ``build(groups, seed, group_size, knobs) -> Workload`` receives fully resolved knobs (every
+    key of ``knobs`` present, coerced to its default's type).
+    """
+
+    name: str
+    build: Callable[[int, int, int, dict[str, Any]], Workload]
+    default_group_size: int
+    knobs: dict[str, Any]
+    doc: str = ""
+    min_group_size: int = 1
+
+
+def _specs() -> dict[str, GeneratorSpec]:
+    # Imported here so the generator modules stay free of registry imports (no cycles).
+    from workloads import benchmark, constant, rl
+
+    table = {}
+    for spec in (*rl.SPECS, *benchmark.SPECS, *constant.SPECS):
+        table[spec.name] = spec
+    return table
+
+
+def generator_names() -> list[str]:
+    """Names of every registered generator, sorted."""
+    return sorted(_specs())
+
+
+def generator_spec(name: str) -> GeneratorSpec:
+    """The registered spec for ``name``; ValueError listing the valid names otherwise."""
+    specs = _specs()
+    if name not in specs:
+        raise ValueError(f"unknown workload generator {name!r}; valid: {', '.join(sorted(specs))}")
+    return specs[name]
+
+
+def coerce_knob(generator: str, key: str, value: Any, default: Any) -> Any:
+    """``value`` converted to the type of ``default`` (strings parsed), or ValueError naming the knob."""
+    where = f"{generator}: knob {key}={value!r}"
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ValueError(f"{where} must be a boolean (true/false)")
+    if isinstance(default, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        raise ValueError(f"{where} must be an integer")
+    if isinstance(default, float):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+        raise ValueError(f"{where} must be a number")
+    if isinstance(default, list):
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where} must be a JSON list such as [[0, 10], [1, 100]]") from exc
+        if isinstance(value, list | tuple):
+            return [list(v) if isinstance(v, list | tuple) else v for v in value]
+        raise ValueError(f"{where} must be a list such as [[0, 10], [1, 100]]")
+    return value
+
+
+def resolve_knobs(spec: GeneratorSpec, knobs: dict[str, Any]) -> dict[str, Any]:
+    """Defaults overlaid with ``knobs``; unknown keys rejected with the valid ones listed."""
+    unknown = sorted(set(knobs) - set(spec.knobs))
+    if unknown:
+        raise ValueError(f"{spec.name}: unknown knob(s) {', '.join(unknown)}; valid: "
+                         f"{', '.join(sorted(spec.knobs)) or '(none)'}")
+    out = {k: (list(v) if isinstance(v, list) else v) for k, v in spec.knobs.items()}
+    for key, value in knobs.items():
+        out[key] = coerce_knob(spec.name, key, value, spec.knobs[key])
+    return out
+
+
+def generate(name: str, groups: int, seed: int, group_size: int | None = None, **knobs: Any) -> Workload:
+    """Draw ``groups`` prompt groups of generator ``name`` from ``seed``.
+
+    ``group_size`` (trajectories per group) defaults to the generator's own. Generation is a pure
+    function of its arguments, and group g is the same whatever ``groups`` is (a longer workload
+    extends a shorter one). Raises ValueError for an unknown name, knob or bad value.
+    """
+    spec = generator_spec(name)
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"{name}: groups must be a positive integer, got {groups!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"{name}: seed must be a non-negative integer, got {seed!r}")
+    size = spec.default_group_size if group_size is None else group_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < spec.min_group_size:
+        raise ValueError(f"{name}: group_size must be an integer >= {spec.min_group_size}, got {size!r}")
+    resolved = resolve_knobs(spec, knobs)
+    return spec.build(groups, seed, size, resolved)
