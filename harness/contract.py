@@ -106,13 +106,15 @@ def secondary(updates: list[dict], staleness_bound: int) -> dict:
 
 def results(updates: list[dict], turns: list[dict], staleness_bound: int) -> dict:
     """Headline (updates 16-20), all measured (6-20), per-update busy time and secondary metrics."""
+    by_k = _by_k(updates)
+    per_update = []
+    for k in sorted(by_k):
+        u, prev = by_k[k], by_k.get(k - 1)
+        per_update.append({"k": k, "e2e_s": float(u["c_k"]) - float(prev["c_k"]) if prev else None,
+                           "trainer_busy_s": union_length(update_intervals(u)), "rank_skew_s": rank_skew(u)})
     return {
         "headline": window_rates(updates, turns, HEADLINE_FIRST, HEADLINE_LAST),
         "measured": window_rates(updates, turns, WARMUP_UPDATES + 1, TOTAL_UPDATES),
-        "per_update": [
-            {"k": int(u["k"]), "e2e_s": float(u["c_k"]) - float(_by_k(updates).get(int(u["k"]) - 1, u)["c_k"]),
-             "trainer_busy_s": union_length(update_intervals(u)), "rank_skew_s": rank_skew(u)}
-            for u in sorted(updates, key=lambda u: int(u["k"]))
-        ],
+        "per_update": per_update,
         "secondary": secondary(updates, staleness_bound),
     }

@@ -53,7 +53,6 @@ def fake_smi(tmp_path, monkeypatch) -> FakeSmi:
 def synthetic(monkeypatch):
     """Route the workload generator and the sim runtime to the deterministic test doubles."""
     import workloads
-
     from harness import backends
 
     monkeypatch.setattr(workloads, "generate", bench_synthetic.fake_generate, raising=False)
