@@ -29,6 +29,18 @@ from workloads.types import Workload
 MAX_GROUPS_IN_FLIGHT = 200_000
 
 
+class CountingEnvironment(simpy.Environment):
+    """A SimPy environment that counts the events it processes (for benchmarks)."""
+
+    def __init__(self):
+        super().__init__()
+        self.processed = 0
+
+    def step(self) -> None:
+        self.processed += 1
+        super().step()
+
+
 class SimulationError(RuntimeError):
     """The scenario cannot run (a call larger than KV, a layout that does not fit, ...)."""
 
@@ -55,7 +67,7 @@ class Simulation:
         self.workload = workload
         self.costs = costs
         self.policy = cfg.policy
-        self.env = simpy.Environment()
+        self.env = CountingEnvironment()
         rcfg = cfg.deployment.rollout
         self.kv_capacity = rcfg.kv_capacity_tokens or int(costs.rollout.kv_capacity_tokens())
         if self.kv_capacity <= 0:
