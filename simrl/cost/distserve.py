@@ -53,9 +53,9 @@ def fit_distserve(obs: Sequence[Observation], threshold: float | None = None) ->
     if len(rows) < 3:
         raise CostModelError(f"distserve fit needs >= 3 iteration observations, got {len(rows)}")
     batches = sorted({b for b, _, _ in rows if b > 0})
-    candidates = [threshold] if threshold is not None else (
-        [float("inf")] + [float(b) for b in np.unique(np.quantile(batches, np.linspace(0.2, 0.8, 7)))]
-        if batches else [float("inf")])
+    # Any threshold between two observed batch sizes gives the same split: try the observed ones.
+    splits = batches[1:] if len(batches) <= 512 else np.unique(np.quantile(batches, np.linspace(0.02, 0.98, 49)))
+    candidates = [threshold] if threshold is not None else [float("inf"), *(float(b) for b in splits)]
     best = None
     for th in candidates:
         a = np.stack([features(b, kv, lens, th) for b, kv, lens in rows])

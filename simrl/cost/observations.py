@@ -201,6 +201,7 @@ def write_observations(path: str | os.PathLike, observations: Iterable[Observati
             for ob in observations:
                 fh.write(json.dumps(ob.to_dict(), sort_keys=True) + "\n")
                 n += 1
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
