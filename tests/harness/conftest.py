@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -60,13 +61,42 @@ def synthetic(monkeypatch):
     return bench_synthetic
 
 
-@pytest.fixture
-def valid_run(fake_smi, synthetic, tmp_path):
-    """A complete, VALID results dir made by the synthetic backend through the real run path."""
+def _fake_env(mp: pytest.MonkeyPatch, root: Path) -> FakeSmi:
+    mp.setenv("PATH", f"{HERE / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    mp.setenv("FAKE_NVIDIA_SMI_PYTHON", sys.executable)
+    mp.setenv("FAKE_NVIDIA_SMI_STATE", str(root / "smi.json"))
+    mp.setenv("RL_BENCH_STATE_DIR", str(root / "state"))
+    mp.delenv("RL_BENCH_NVIDIA_SMI", raising=False)
+    return FakeSmi(root / "smi.json")
+
+
+def _synthetic(mp: pytest.MonkeyPatch) -> None:
+    import workloads
+
+    from harness import backends
+
+    mp.setattr(workloads, "generate", bench_synthetic.fake_generate, raising=False)
+    mp.setattr(backends, "load", lambda backend, runtime: bench_synthetic)
+
+
+@pytest.fixture(scope="session")
+def _valid_template(tmp_path_factory) -> Path:
     from harness.run import RunRequest, run_one
 
-    req = RunRequest(backend="skyrl", workload="multi_turn", gpus="0,1,2,3", runtime="sim",
-                     results_dir=str(tmp_path / "results"), argv=("bench", "run"))
-    run_dir, man = run_one(req, echo=lambda m: None)
+    root = tmp_path_factory.mktemp("valid")
+    with pytest.MonkeyPatch.context() as mp:
+        _fake_env(mp, root)
+        _synthetic(mp)
+        req = RunRequest(backend="skyrl", workload="multi_turn", gpus="0,1,2,3", runtime="sim",
+                         results_dir=str(root / "results"), argv=("bench", "run"))
+        run_dir, man = run_one(req, echo=lambda m: None)
     assert man["status"] == "valid", man["reasons"]
     return run_dir
+
+
+@pytest.fixture
+def valid_run(_valid_template, synthetic, tmp_path) -> Path:
+    """A complete, VALID results dir made by the synthetic backend through the real run path."""
+    dest = tmp_path / "results" / _valid_template.name
+    shutil.copytree(_valid_template, dest)
+    return dest

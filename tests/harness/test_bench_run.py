@@ -7,9 +7,13 @@ import json
 from harness import manifest as M
 from harness.fsio import read_json, read_jsonl
 from harness.lease import LeaseStore
+from harness.run import RunRequest, run_one
 
 
-def test_run_makes_a_valid_results_dir(valid_run, fake_smi):
+def test_run_makes_a_valid_results_dir(fake_smi, synthetic, tmp_path):
+    req = RunRequest(backend="skyrl", workload="multi_turn", gpus="0,1,2,3", runtime="sim",
+                     results_dir=str(tmp_path / "results"), argv=("bench", "run"))
+    valid_run, _ = run_one(req, echo=lambda m: None)
     files = {p.name for p in valid_run.iterdir()}
     assert {"manifest.json", "run.log", "updates.jsonl", "turns.jsonl", "summary.json", "summary.md",
             "context.json"} <= files
