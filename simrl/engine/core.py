@@ -278,7 +278,11 @@ class Simulation:
             for r in [q for q in inst.running if q.group is g]:
                 inst.release(r)
                 self.on_discard(r, r.generated)
+            for r in [q for q in inst.waiting if q.group is g and q.generated]:
+                self.on_discard(r, r.generated)  # kept tokens of an aborted or preempted call
             inst.waiting = deque(q for q in inst.waiting if q.group is not g)
+        for r in [q for q in self.router.queue if q.group is g and q.generated]:
+            self.on_discard(r, r.generated)
         self.router.queue = deque(q for q in self.router.queue if q.group is not g)
         g.finish_time = self.env.now
         self.drop_group(g, filtered=False)

@@ -28,6 +28,8 @@ def trainer_loop(sim: Simulation):
             yield sim.wait_change()
         taken = {g.gid for g in batch}
         st.buffer = [g for g in st.buffer if g.gid not in taken]
+        # Taking a batch frees buffer room (queue-depth admission, batch semaphores): re-ask.
+        sim.notify()
         batch_ready = env.now
         train_version = st.version
         staleness = tuple(g.staleness(train_version) for g in batch)
@@ -103,6 +105,16 @@ def publish(sim: Simulation):
     if rule is InflightRule.CONTINUE:
         yield env.timeout(sync_s)
         set_version(sim, st.version + 1, keep_running=False)
+        sim.router.wake()
+        return
+    if rule is InflightRule.KEEP_PAUSE and not policy.pause_rollout_for_sync:
+        # In-place swap without a pause (ART in_flight_lora): generation goes on during the
+        # transfer; running requests continue on the new weights once it lands.
+        yield env.timeout(sync_s)
+        if sim.policy_clears_cache:
+            for inst in sim.instances:
+                inst.clear_cache()
+        set_version(sim, st.version + 1, keep_running=True)
         sim.router.wake()
         return
     if rule is InflightRule.DRAIN:
