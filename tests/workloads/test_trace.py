@@ -1,11 +1,15 @@
 """Trace format: round trip, atomic write, and one rejection test per kind of malformed trace."""
 
 import json
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from workloads.registry import generate
+from workloads.registry import generate, generator_names
 from workloads.trace import TRACE_SCHEMA, TraceError, group_lines, group_records, read_trace, write_trace
 
 TRAJ = {"reward": 1.0, "prompt_tokens": [100, 130], "new_tokens": [100, 10], "completion_tokens": [20, 5]}
@@ -20,7 +24,7 @@ def group(*trajs, **extra):
     return {"shared_prompt_tokens": 50, "trajectories": [dict(t) for t in (trajs or (TRAJ, TRAJ))], **extra}
 
 
-@pytest.mark.parametrize("name", ["rl_math", "multi_turn", "multi_turn_salted", "rl_code", "constant"])
+@pytest.mark.parametrize("name", generator_names())
 def test_round_trip_keeps_the_schedule(tmp_path, name):
     w = generate(name, 30, 5, **({"calls": 2} if name == "rl_code" else {}))
     path = write_trace(w, tmp_path / "sub" / "t.jsonl")
@@ -29,6 +33,15 @@ def test_round_trip_keeps_the_schedule(tmp_path, name):
     assert np.array_equal(r.traj_reward, w.traj_reward)
     assert (r.name, r.seed, r.knobs) == (w.name, w.seed, w.knobs)
     assert [p.name for p in path.parent.iterdir()] == ["t.jsonl"]  # no temporary left behind
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(generator_names()), st.integers(1, 12), st.integers(0, 2**40), st.integers(2, 6))
+def test_any_generated_workload_survives_a_round_trip(name, groups, seed, size):
+    w = generate(name, groups, seed, group_size=size)
+    with tempfile.TemporaryDirectory() as d:
+        r = read_trace(write_trace(w, Path(d) / "t.jsonl"), max_model_len=w.knobs["max_model_len"])
+    assert r.schedule_sha256() == w.schedule_sha256() and np.array_equal(r.traj_reward, w.traj_reward)
 
 
 def test_fast_writer_matches_reference_records():
