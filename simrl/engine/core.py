@@ -290,7 +290,11 @@ class Simulation:
 
     # -- weight versions -------------------------------------------------------------------
     def wants_pull(self, inst: Instance) -> bool:
-        return self.policy.sync_scope == "per_instance" and inst.version < self.st.version
+        if self.policy.sync_scope != "per_instance" or inst.version >= self.st.version:
+            return False
+        i = inst
+        load = InstanceLoad(i.index, i.version, len(i.running), len(i.waiting), i.kv_used, i.capacity, i.preemptions)
+        return self.policy.should_pull(load, self.st)
 
     def pull_weights(self, inst: Instance):
         return pull_weights(self, inst)

@@ -173,6 +173,15 @@ class Policy:
         """``global``: every instance takes the new weights at once; ``per_instance``: each pulls."""
         return "global"
 
+    def should_pull(self, load: InstanceLoad, st: PipelineState) -> bool:
+        """Per-instance sync only: may this instance pull the newer version now?
+
+        Asked at every loop turn of an instance that holds an older version than the latest
+        published one. True (the default) pulls at once (PSRL's ``greedy``); a status-based
+        strategy waits until the instance's load falls below a threshold.
+        """
+        return True
+
     @property
     def placement(self) -> str | None:
         """``colocated`` / ``disaggregated`` when the system mode fixes it; None: deployment's."""
