@@ -186,3 +186,7 @@ def k8s_cmd(ctx) -> None:
     from harness.k8s_cli import main as k8s_main
 
     k8s_main.main(args=list(ctx.args), prog_name="bench k8s", standalone_mode=True)
+
+
+if __name__ == "__main__":
+    main()

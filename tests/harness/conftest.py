@@ -72,7 +72,6 @@ def _fake_env(mp: pytest.MonkeyPatch, root: Path) -> FakeSmi:
 
 def _synthetic(mp: pytest.MonkeyPatch) -> None:
     import workloads
-
     from harness import backends
 
     mp.setattr(workloads, "generate", bench_synthetic.fake_generate, raising=False)
