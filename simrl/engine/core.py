@@ -210,6 +210,7 @@ class Simulation:
             return  # its group was aborted by the policy in this same iteration
         self.tally.tokens_generated += r.completion_tokens
         tr.completion_tokens += r.completion_tokens
+        tr.prompt_tokens = r.prompt_tokens  # the latest call's prompt, history included
         tr.calls_done += 1
         self.tally.tokens_reprefilled += r.reprefill_tokens
         self.calls.append(CallRecord(

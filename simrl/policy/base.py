@@ -48,7 +48,7 @@ class TrajRecord:
     calls_total: int
     calls_done: int = 0
     completion_tokens: int = 0  # generated tokens that belong to the final trajectory
-    prompt_tokens: int = 0  # prompt tokens of its calls (trained as context)
+    prompt_tokens: int = 0  # prompt of its latest finished call, history included (trained as context)
     wasted_tokens: int = 0  # tokens generated and then thrown away (abort-restart, preemption loss)
     min_version: int | None = None  # oldest weight version that produced one of its tokens
     max_version: int | None = None  # newest weight version that produced one of its tokens
