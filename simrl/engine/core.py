@@ -128,6 +128,7 @@ class Simulation:
     def dispatcher(self):
         """Start prompt groups whenever the policy admits one (retries first)."""
         while True:
+            self.st.now = self.env.now
             while not self.dispatch_paused and self.policy.admit(self.st):
                 if len(self.st.running) >= MAX_GROUPS_IN_FLIGHT:
                     raise SimulationError(
@@ -232,7 +233,7 @@ class Simulation:
             self.finish_group(g)
 
     def finish_group(self, g: GroupRecord) -> None:
-        g.finish_time = self.env.now
+        g.finish_time = self.st.now = self.env.now
         del self.st.running[g.gid]
         verdict = self.policy.on_group_done(g, self.st)
         self.log("group_done", gid=g.gid, verdict=verdict.value, min_version=g.min_version)

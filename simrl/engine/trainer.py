@@ -22,10 +22,11 @@ if TYPE_CHECKING:
 def trainer_loop(sim: Simulation):
     env, st, policy = sim.env, sim.st, sim.policy
     for step in range(1, sim.cfg.run.training_steps + 1):
-        wait_start = env.now
+        wait_start = st.now = env.now
         sim.trainer_phase = "waiting for a batch"
         while (batch := policy.form_batch(st)) is None:
             yield sim.wait_change()
+            st.now = env.now
         taken = {g.gid for g in batch}
         st.buffer = [g for g in st.buffer if g.gid not in taken]
         # Taking a batch frees buffer room (queue-depth admission, batch semaphores): re-ask.
@@ -84,6 +85,7 @@ def trainer_loop(sim: Simulation):
             trained_prompt_tokens=sum(seq_lens) - sum(g.completion_tokens for g in batch),
             staleness=staleness, peak_memory_bytes=peak, offload_s=offload_s,
         ))
+        st.now = env.now
         sim.apply(policy.on_publish(st))
         sim.notify()
     sim.trainer_phase = "done"
