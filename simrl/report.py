@@ -36,6 +36,8 @@ class StepRecord:
     trained_completion_tokens: int
     trained_prompt_tokens: int
     staleness: tuple[int, ...]  # per trained group: train_version - oldest token version
+    gids: tuple[int, ...] = ()  # dispatch serials of the trained groups, in batch order
+    prompts: tuple[int, ...] = ()  # their workload group indices (the prompt each sampled)
     peak_memory_bytes: float = 0.0
     offload_s: float = 0.0  # colocated only: offload + reload around training
 

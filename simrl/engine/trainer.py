@@ -83,7 +83,8 @@ def trainer_loop(sim: Simulation):
             trajectories=sum(len(g.trajs) for g in batch),
             trained_completion_tokens=sum(g.completion_tokens for g in batch),
             trained_prompt_tokens=sum(seq_lens) - sum(g.completion_tokens for g in batch),
-            staleness=staleness, peak_memory_bytes=peak, offload_s=offload_s,
+            staleness=staleness, gids=tuple(g.gid for g in batch), prompts=tuple(g.wg for g in batch),
+            peak_memory_bytes=peak, offload_s=offload_s,
         ))
         st.now = env.now
         sim.apply(policy.on_publish(st))
