@@ -62,6 +62,13 @@ def test_minimal_trace_without_header_or_optional_fields(tmp_path):
     assert w.traj_reward.tolist() == [0.0, 1.0] and w.group_shared_prompt_tokens.tolist() == [0, 0]
 
 
+def test_group_mixing_optional_fields_takes_the_per_trajectory_path(tmp_path):
+    bare = {"prompt_tokens": [100, 130], "completion_tokens": [20, 5], "cache_salted": [True, False]}
+    w = read_trace(write_lines(tmp_path / "m.jsonl", [group(TRAJ, bare)]))
+    assert w.call_new_tokens.tolist() == [100, 10, 100, 10]
+    assert w.call_cache_salted.tolist() == [False, False, True, False]
+
+
 def test_write_failure_leaves_the_old_file(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text("old\n")
