@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-# Submodule imports: under pytest's rootdir sys.path, tests/workloads shadows the package name.
 from workloads.registry import generate, generator_names, generator_spec
 from workloads.types import Workload
 
