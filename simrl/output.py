@@ -50,7 +50,8 @@ def telemetry_lines(events: list[dict], samples: list[tuple]) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_markdown(report: Report) -> str:
+def render_markdown(report: Report, plots: tuple[str, ...] = ()) -> str:
+    """The run report in Markdown; ``plots`` names the views under plots/ to embed (relative links)."""
     t = report.totals
     lines = [
         f"# SimRL run `{report.run_name}`",
@@ -61,6 +62,13 @@ def render_markdown(report: Report) -> str:
     ]
     if report.diagnosis:
         lines += ["**The run stopped early:**", "", "```", report.diagnosis, "```", ""]
+    if plots:
+        from simrl.plots import PLOT_TITLES
+
+        lines += ["## Plots", ""]
+        for name in plots:
+            lines += [f"![{PLOT_TITLES.get(name, name)}](plots/{name}.png)", ""]
+        lines += ["Interactive versions: `plots/<name>.html`.", ""]
     lines += ["## Totals", "", "| quantity | value |", "|---|---|"]
     for k in sorted(t):
         v = t[k]
@@ -95,5 +103,7 @@ def write_run(cfg: SimConfig, report: Report, events: list[dict], samples: list[
     if cfg.run.telemetry:
         atomic_write(out / "telemetry.jsonl", telemetry_lines(events, samples))
     atomic_write(out / "report.json", report.to_json())
-    atomic_write(out / "report.md", render_markdown(report))
+    from simrl.plots import PLOT_NAMES
+
+    atomic_write(out / "report.md", render_markdown(report, PLOT_NAMES if cfg.run.plots else ()))
     return out

@@ -1,0 +1,101 @@
+"""Run plots: six views of a run, as altair charts written to PNG (vl-convert) and HTML.
+
+`write_plots(run_dir, report, events, samples)` writes ``<run>/plots/<view>.png|html`` for the
+views in `PLOT_NAMES` (docs/plots.md). Inputs are rounded exactly as report.json and
+telemetry.jsonl round them, so `srl-plot` re-rendering from those files gives byte-identical
+output. `write_realrun_plots` draws the same views for a real run where its data allow.
+altair and vl-convert are imported only when something is drawn.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PLOT_NAMES = ("instance_load", "timeline", "staleness", "throughput", "step_breakdown", "distributions")
+PLOT_TITLES = {"instance_load": "Instance load", "timeline": "Timeline", "staleness": "Staleness",
+               "throughput": "Throughput per step", "step_breakdown": "Step time breakdown",
+               "distributions": "Latency and completion lengths"}
+
+
+def sample_rows(samples) -> list[dict]:
+    """Occupancy samples as telemetry rows (tuples from the engine, or rows already read back)."""
+    from simrl.report import _round
+
+    out = []
+    for s in samples:
+        if not isinstance(s, dict):
+            s = {"t": s[0], "kind": "sample", "inst": s[1], "waiting": s[2], "running": s[3],
+                 "kv_used": s[4], "router_queue": s[5]}
+        out.append(_round(s))
+    out.sort(key=lambda r: r["t"])  # stable: the order telemetry.jsonl has them in
+    return out
+
+
+def sync_mode(run_dir: str | os.PathLike) -> str:
+    """How rollout pauses for weight updates in this run, from its config.yaml (docs/model.md).
+
+    One of ``global``, ``drain``, ``colocated``, ``per_instance``, ``continue``, ``unknown``.
+    """
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        return "unknown"
+    from simrl.config import ConfigError, load_config
+    from simrl.policy.base import InflightRule
+
+    try:
+        cfg = load_config(str(path))
+    except (ConfigError, ValueError, TypeError):
+        return "unknown"
+    pol = cfg.policy
+    if (pol.placement or cfg.deployment.placement) == "colocated":
+        return "colocated"
+    if pol.sync_scope == "per_instance":
+        return "per_instance"
+    if pol.inflight is InflightRule.CONTINUE:
+        return "continue"
+    return "drain" if pol.inflight is InflightRule.DRAIN else "global"
+
+
+def render_views(data, plot_dir: Path, skipped: dict[str, str] | None = None,
+                 placeholders: bool = True) -> tuple[list[Path], dict[str, str]]:
+    """Render every view of `PlotData`; a view without data gets a placeholder or is skipped."""
+    from simrl.plots import charts
+    from simrl.plots.render import placeholder, render
+
+    skipped = dict(skipped or {})
+    paths: list[Path] = []
+    for name in PLOT_NAMES:
+        ds = charts.Datasets()
+        chart = None if name in skipped else charts.VIEWS[name](ds, data)
+        if chart is None:
+            why = skipped.setdefault(name, "no data for this view")
+            if not placeholders:
+                continue
+            chart = placeholder(f"{PLOT_TITLES[name]}: nothing to show", why)
+        paths += render(chart, plot_dir, name, ds.values)
+    return paths, skipped
+
+
+def write_plots(out_dir, report, events, samples) -> list[Path]:
+    """Write the six plots of a simulated run under ``out_dir/plots``; return the files written.
+
+    ``report`` is a `Report` or the dict of report.json; ``events`` and ``samples`` are the
+    engine's telemetry (or the rows read back from telemetry.jsonl).
+    """
+    from simrl.plots.data import from_sim
+    from simrl.report import _round
+
+    report_d = report if isinstance(report, dict) else report.to_dict()
+    evs = [_round(e) for e in events if e.get("kind") != "sample"]
+    data = from_sim(report_d, evs, sample_rows(samples), sync_mode(out_dir))
+    paths, _ = render_views(data, Path(out_dir) / "plots")
+    return paths
+
+
+def write_realrun_plots(run, out_dir, title: str) -> tuple[list[Path], dict[str, str]]:
+    """Plot a `RealRun` with the same views where its data allow; return files and skipped views."""
+    from simrl.plots.data import from_realrun
+
+    data, skipped = from_realrun(run, title)
+    return render_views(data, Path(out_dir), skipped, placeholders=False)
