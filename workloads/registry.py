@@ -9,10 +9,13 @@ records the resolved knobs on the returned workload so a trace says how it was m
 from __future__ import annotations
 
 import json
+import numbers
+import operator
 from collections.abc import Callable
 from typing import Any
 
 import attrs
+import numpy as np
 
 from workloads.types import Workload
 
@@ -63,15 +66,15 @@ def coerce_knob(generator: str, key: str, value: Any, default: Any) -> Any:
     """``value`` converted to the type of ``default`` (strings parsed), or ValueError naming the knob."""
     where = f"{generator}: knob {key}={value!r}"
     if isinstance(default, bool):
-        if isinstance(value, bool):
-            return value
+        if isinstance(value, bool | np.bool_):
+            return bool(value)
         if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
             return value.strip().lower() in _TRUE
         raise ValueError(f"{where} must be a boolean (true/false)")
     if isinstance(default, int):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
+        if isinstance(value, numbers.Real) and float(value).is_integer():
             return int(value)
         if isinstance(value, str):
             try:
@@ -80,7 +83,7 @@ def coerce_knob(generator: str, key: str, value: Any, default: Any) -> Any:
                 pass
         raise ValueError(f"{where} must be an integer")
     if isinstance(default, float):
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return float(value)
         if isinstance(value, str):
             try:
@@ -120,12 +123,22 @@ def generate(name: str, groups: int, seed: int, group_size: int | None = None, *
     extends a shorter one). Raises ValueError for an unknown name, knob or bad value.
     """
     spec = generator_spec(name)
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-        raise ValueError(f"{name}: groups must be a positive integer, got {groups!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"{name}: seed must be a non-negative integer, got {seed!r}")
-    size = spec.default_group_size if group_size is None else group_size
-    if isinstance(size, bool) or not isinstance(size, int) or size < spec.min_group_size:
-        raise ValueError(f"{name}: group_size must be an integer >= {spec.min_group_size}, got {size!r}")
+    groups = _count_arg(name, "groups", groups, 1)
+    seed = _count_arg(name, "seed", seed, 0)
+    size = _count_arg(name, "group_size", spec.default_group_size if group_size is None else group_size,
+                      spec.min_group_size)
     resolved = resolve_knobs(spec, knobs)
     return spec.build(groups, seed, size, resolved)
+
+
+def _count_arg(gen: str, key: str, value: Any, minimum: int) -> int:
+    """An integer argument (numpy integers accepted, bools and floats not) that is >= ``minimum``."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{gen}: {key} must be an integer >= {minimum}, got {value!r}") from None
+    if value < minimum:
+        raise ValueError(f"{gen}: {key} must be an integer >= {minimum}, got {value!r}")
+    return value

@@ -40,8 +40,11 @@ def test_unknown_name_and_knob_list_the_valid_ones():
         generate("rl_math", 1, 0, max_completion="x")
     with pytest.raises(ValueError, match="group_size must be an integer >= 2"):
         generate("multi_turn", 1, 0, group_size=1)
-    with pytest.raises(ValueError, match="groups must be a positive integer"):
+    with pytest.raises(ValueError, match="groups must be an integer >= 1"):
         generate("rl_math", 0, 0)
+    with pytest.raises(ValueError, match="seed must be an integer >= 0"):
+        generate("rl_math", 1, 1.5)
+    assert generate("rl_math", np.int64(2), np.int64(5)).schedule_sha256() == generate("rl_math", 2, 5).schedule_sha256()
     with pytest.raises(ValueError, match="completion_knots: knot 2"):
         generate("rl_math", 1, 0, completion_knots=[[0, 5], [0.5, 9], [0.4, 10], [1, 20]])
 
