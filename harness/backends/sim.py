@@ -4,7 +4,8 @@ Maps the backend's settings onto the simulator preset of the same name (``policy
 ``policy=art`` with their knob names), simulates the run's own workload for twenty updates, and
 writes the same evidence a real run writes, with simulated seconds as timestamps. The simulated
 trainer is one unit, so both trainer ranks get its [train_start, train_end) interval. Which groups
-an update trained is reconstructed first-finished-first (the preset's FIFO buffer order).
+an update trained comes from the simulator's step records (the workload group each trained
+group sampled).
 """
 
 from __future__ import annotations
@@ -17,8 +18,17 @@ from harness.errors import BenchError
 def overrides(ctx: RunContext) -> list[str]:
     s = ctx.settings
     b = int(s["groups_per_update"])
+    par = s["parallel"]
+    # The contract's hardware and model: two H200 inference GPUs (one TP1 engine each), two H200
+    # trainer GPUs in the backend's layout, Qwen3.5-35B-A3B with per-expert LoRA of the run's rank,
+    # published as a LoRA adapter.
     common = [f"run.training_steps={P.TOTAL_UPDATES}", f"run.seed={ctx.seed}", "run.telemetry=false",
-              "run.plots=false", "deployment.placement=disaggregated", "deployment.rollout.instances=2"]
+              "run.plots=false", "deployment.placement=disaggregated", "deployment.model=qwen3.5-35b-a3b",
+              "deployment.rollout.gpu=H200", f"deployment.rollout.instances={int(s['inference_gpus'])}",
+              "deployment.rollout.tp=1", "deployment.training.gpu=H200",
+              f"deployment.training.gpus={int(s['trainer_ranks'])}", f"deployment.training.tp={par['tp']}",
+              f"deployment.training.cp={par['cp']}", f"deployment.training.ep={par['ep']}",
+              f"cost.training_knobs.lora_rank={ctx.rank}", "cost.weight_sync=lora"]
     if ctx.backend == "skyrl":
         return [*common, "policy=skyrl", f"policy.max_staleness_steps={int(s['staleness_bound'])}",
                 f"policy.num_parallel_generation_workers={int(s['workers'])}", f"policy.policy_mini_batch_size={b}"]
@@ -39,23 +49,16 @@ def run(ctx: RunContext, sink: EvidenceSink, log) -> BackendOutcome:
     report = simrl.simulate(cfg, workload=w)
     if report.diagnosis:
         log(f"simulator stopped early: {report.diagnosis}")
-    finished: dict[int, float] = {}
     for c in report.calls:
-        if c.finish is not None:
-            finished[c.gid] = max(finished.get(c.gid, 0.0), c.finish)
         sink.turn(group=c.gid, trajectory=c.tid, turn=c.turn, forced_tokens=int(w.call_completion_tokens[
             w.traj_calls(c.tid)[c.turn]]), completion_tokens=c.generated_tokens, finish_reason=c.finish_reason,
             prompt_tokens=c.prompt_tokens, arrival=c.arrival, first_token=c.first_token, finish=c.finish,
             policy_version_start=c.version_start, policy_version_end=c.version_end)
-    order = sorted(finished, key=lambda g: (finished[g], g))
-    taken = 0
     for st in report.steps:
-        gids = order[taken: taken + st.groups]
-        taken += st.groups
         iv = [[st.train_start, st.train_end]]
         sink.update(k=st.step, d_k=st.batch_ready, c_k=st.publish_end, train_end=st.train_end,
                     publish_end=st.publish_end, policy_version=st.step, groups=st.groups,
-                    trajectories=st.trajectories, tokens=st.trained_completion_tokens, group_ids=gids,
+                    trajectories=st.trajectories, tokens=st.trained_completion_tokens, group_ids=list(st.prompts),
                     rank_intervals={str(r): iv for r in range(int(ctx.settings["trainer_ranks"]))},
                     staleness=list(st.staleness),
                     native={"wait_start": st.wait_start, "train_start": st.train_start,
