@@ -42,7 +42,7 @@ def _t_end(d: PlotData) -> float:
 
 
 def _title(text: str, d: PlotData, sub: str = ""):
-    subtitle = [f"run {d.title} ({d.source})"] + ([sub] if sub else [])
+    subtitle = [f"run {d.title} · {d.source}"] + ([sub] if sub else [])
     return _alt().TitleParams(text=text, subtitle=subtitle)
 
 
@@ -60,6 +60,11 @@ def _band_and_versions(ds, d: PlotData, x_scale, height: int):
     return band, rule, label
 
 
+def _tail(d: PlotData, pts: list, t_end: float) -> list:
+    """The point that holds a simulated series' last value until the run ends (none for sampled data)."""
+    return [(t_end, pts[-1][1])] if d.hold_to_end and pts else []
+
+
 def instance_load(ds: Datasets, d: PlotData):
     """Router queue, training band, per-instance requests and KV occupancy over time."""
     if not d.load:
@@ -71,7 +76,7 @@ def instance_load(ds: Datasets, d: PlotData):
     panels = []
     queue = [(r[0], r[5]) for r in d.load if r[5] is not None]
     if queue:
-        rows = [{"t": t, "v": v} for t, v in downsample(queue + [(t_end, queue[-1][1])], t_end)]
+        rows = [{"t": t, "v": v} for t, v in downsample(queue + _tail(d, queue, t_end), t_end)]
         line = alt.Chart(ds(rows)).mark_line(interpolate="step-after", color="#444444").encode(
             x=xax, y=alt.Y("v:Q", title="router queue (requests)"))
         panels.append(("router queue", line, 130))
@@ -81,11 +86,11 @@ def instance_load(ds: Datasets, d: PlotData):
         if not rows:
             continue
         pts = [(r[0], r[2] + r[3]) for r in rows]
-        req += [{"t": t, "v": v, "instance": f"instance {i}"} for t, v in downsample(pts + [(t_end, pts[-1][1])], t_end)]
+        req += [{"t": t, "v": v, "instance": f"instance {i}"} for t, v in downsample(pts + _tail(d, pts, t_end), t_end)]
         if rows[0][4] is not None:
             scale = 100.0 / d.kv_capacity if d.kv_capacity else 1.0
             pts = [(r[0], round(r[4] * scale, 4)) for r in rows]
-            kv += [{"t": t, "v": v, "instance": f"instance {i}"} for t, v in downsample(pts + [(t_end, pts[-1][1])], t_end)]
+            kv += [{"t": t, "v": v, "instance": f"instance {i}"} for t, v in downsample(pts + _tail(d, pts, t_end), t_end)]
     color = alt.Color("instance:N", title="rollout instance")
     panels.append(("requests", alt.Chart(ds(req)).mark_line(interpolate="step-after").encode(
         x=xax, y=alt.Y("v:Q", title="requests (running + waiting)"), color=color), 170))
@@ -112,7 +117,7 @@ def timeline(ds: Datasets, d: PlotData):
         rows.append({"lane": "weight sync", "a": s.train_end, "b": s.end, "state": "weight sync"})
     lanes = ["trainer", "weight sync"]
     if d.load:
-        for i, a, b in busy_intervals(d.load, d.instances, t_end):
+        for i, a, b in busy_intervals(d.load, d.instances, t_end, d.hold_to_end):
             rows.append({"lane": f"instance {i}", "a": a, "b": b, "state": "generating"})
     for i, a, b, why in d.paused:
         rows.append({"lane": f"instance {i}", "a": a, "b": b, "state": why})

@@ -52,6 +52,7 @@ class PlotData:
     latencies: tuple[float, ...] | None = None  # per finished request, seconds
     completion_lengths: tuple[int, ...] | None = None  # per finished request, tokens
     source: str = "simulated"  # shown in titles
+    hold_to_end: bool = True  # the last load sample holds until the run ends (sim); False: sampled data
 
 
 def downsample(points: list[tuple[float, float]], t_end: float, n: int = MAX_POINTS) -> list[tuple[float, float]]:
@@ -88,8 +89,11 @@ def downsample(points: list[tuple[float, float]], t_end: float, n: int = MAX_POI
     return out
 
 
-def busy_intervals(load, instances: int, t_end: float) -> list[tuple[int, float, float]]:
-    """Per instance, the intervals during which it had at least one running request."""
+def busy_intervals(load, instances: int, t_end: float, hold_to_end: bool = True) -> list[tuple[int, float, float]]:
+    """Per instance, the intervals during which it had at least one running request.
+
+    The last sample's state lasts until ``t_end`` when ``hold_to_end``, else it is a point.
+    """
     out = []
     min_gap = t_end / 1000.0  # merge gaps shorter than a pixel or so
     for i in range(instances):
@@ -97,7 +101,7 @@ def busy_intervals(load, instances: int, t_end: float) -> list[tuple[int, float,
         spans: list[list[float]] = []
         for k, r in enumerate(rows):
             if r[2] > 0:
-                nxt = rows[k + 1][0] if k + 1 < len(rows) else t_end
+                nxt = rows[k + 1][0] if k + 1 < len(rows) else (t_end if hold_to_end else r[0])
                 if spans and r[0] - spans[-1][1] <= min_gap:
                     spans[-1][1] = max(spans[-1][1], nxt)
                 else:
@@ -176,6 +180,6 @@ def from_realrun(run, title: str) -> tuple[PlotData, dict[str, str]]:
     data = PlotData(
         title=title, steps=views, train_bands=tuple((v.batch_ready, v.train_end) for v in views),
         instances=n_inst, staleness=staleness, load=load or None, kv_capacity=run.kv_capacity_tokens,
-        source=f"real ({run.system})",
+        source=f"real run, {run.system}", hold_to_end=False,
     )
     return data, skipped

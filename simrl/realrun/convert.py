@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from simrl.realrun.format import RealRun, RealRunError, _fail, _step, read_realrun
 from simrl.report import _round
 
@@ -165,4 +167,5 @@ def load_run(path: str | Path) -> RealRun:
         raise RealRunError(f"{p}: neither a simulated run (report.json) nor harness evidence (updates.jsonl)")
     if not p.exists():
         raise RealRunError(f"{p}: no such file or directory")
-    return read_realrun(p)
+    run = read_realrun(p)
+    return run if run.source else attrs.evolve(run, source=str(p))

@@ -1,0 +1,52 @@
+"""`srl-compare SIM_RUN REAL_RUN`: per-step error of a simulation against a real run.
+
+Each argument is a simulated run directory, a real-run JSONL (simrl.realrun.v1) or a harness
+results directory (updates.jsonl). The domain logic is `simrl.compare`; this parses, calls it
+and renders (a table, or JSON with --json; overlay plots with --plots).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from simrl.cli.main import abort
+
+EXAMPLES = """\b
+Examples:
+  srl-compare outputs/my-run real.realrun.jsonl
+  srl-compare outputs/my-run results/skyrl-multi_turn-0001 --allow-partial --plots cmp/
+  srl-compare outputs/my-run outputs/my-run --json     # a run against itself: zero error
+"""
+
+
+@click.command(epilog=EXAMPLES)
+@click.argument("sim_run", type=click.Path())
+@click.argument("real_run", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option("--plots", "plots_dir", type=click.Path(file_okay=False), help="Write overlay plots here.")
+@click.option("--allow-partial", is_flag=True, help="Compare only the steps both runs have.")
+def cli(sim_run, real_run, as_json, plots_dir, allow_partial):
+    """Align SIM_RUN and REAL_RUN by training step and report where they disagree."""
+    from simrl.compare import CompareError, compare, render_text
+    from simrl.realrun import RealRunError, load_run
+
+    try:
+        result = compare(load_run(sim_run), load_run(real_run), allow_partial=allow_partial)
+    except (RealRunError, CompareError) as exc:
+        abort(str(exc))
+    if as_json:
+        click.echo(json.dumps(result, sort_keys=True, indent=1))
+    else:
+        click.echo(render_text(result))
+    if plots_dir:
+        from simrl.plots.overlay import write_overlay_plots
+
+        paths = write_overlay_plots(result, plots_dir)
+        click.echo(f"overlay plots: {', '.join(str(p) for p in paths if p.suffix == '.png')}", err=as_json)
+
+
+def main(argv=None):
+    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="srl-compare")
