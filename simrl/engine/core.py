@@ -223,11 +223,19 @@ class Simulation:
         ))
         self.log("call_finish", rid=r.rid, inst=inst.index, version=r.version)
         self.router.wake()
+        lat = float(self.workload.call_tool_latency_s[r.call])
         if tr.calls_done < tr.calls_total:
-            lat = float(self.workload.call_tool_latency_s[r.call])
             ev = self.env.timeout(lat)
             ev.callbacks.append(lambda _ev, g=g, tr=tr, t=r.turn + 1: self.submit_call(g, tr, t))
-            return
+        elif lat > 0:
+            # Tool time after the last call (e.g. running the tests that score it).
+            self.env.timeout(lat).callbacks.append(lambda _ev, g=g, tr=tr: self.finish_trajectory(g, tr))
+        else:
+            self.finish_trajectory(g, tr)
+
+    def finish_trajectory(self, g: GroupRecord, tr: TrajRecord) -> None:
+        if g.gid not in self.st.running:
+            return  # aborted by the policy meanwhile
         tr.finish_time = self.env.now
         if g.done:
             self.finish_group(g)

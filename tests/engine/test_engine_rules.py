@@ -2,7 +2,7 @@
 
 import attrs
 import pytest
-from conftest import linear_costs, multi_turn_workload, random_workload, run_sim
+from simhelpers import linear_costs, multi_turn_workload, random_workload, run_sim
 
 from simrl.engine.core import SimulationError
 from simrl.policy.base import InflightRule, Policy

@@ -1,6 +1,6 @@
 """Invariants of the engine on generated scenarios (built-in policies)."""
 
-from conftest import linear_costs, random_workload, run_sim
+from simhelpers import linear_costs, random_workload, run_sim
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

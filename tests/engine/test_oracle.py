@@ -1,7 +1,7 @@
 """Analytic oracles: scenarios whose timing is known in closed form."""
 
 import pytest
-from conftest import linear_costs, run_sim
+from simhelpers import linear_costs, run_sim
 
 from workloads.types import build_workload, single_turn_group
 
@@ -72,3 +72,16 @@ def test_chunked_prefill_spreads_a_long_prompt_over_iterations():
     chunks = -(-P // budget)  # 4 prefill iterations, the last one yields the first token
     assert report.steps[0].batch_ready == pytest.approx(chunks * a + p * P + 4 * a)
     assert report.calls[0].first_token == pytest.approx(chunks * a + p * P)
+
+
+def test_tool_latency_after_the_last_call_delays_the_trajectory():
+    from workloads.types import CallSpec, GroupSpec, TrajectorySpec
+
+    a = 0.01
+    costs = linear_costs(kv_tokens=10**6, a=a, b=0.0, c=0.0, p=0.0)
+    group = GroupSpec(0, 10, (TrajectorySpec(0, (CallSpec(10, 10, 5, 2.5, False),), 1.0),
+                              TrajectorySpec(1, (CallSpec(10, 10, 5, 0.0, False),), 0.0)))
+    report, _ = run_sim(["policy=sync", "policy.batch_groups=1", "deployment.rollout.instances=1",
+                         "run.training_steps=1"], build_workload("lat", 0, [group]), costs)
+    # Both calls finish after 5 iterations; the first trajectory then runs its tool for 2.5 s.
+    assert report.steps[0].batch_ready == pytest.approx(5 * a + 2.5)

@@ -1,0 +1,68 @@
+"""Shared test helpers: small workloads, linear cost models, one-call simulation.
+
+Imported as `simhelpers` (tests/ is on pytest's pythonpath); `tests/conftest.py` re-exports
+them for older imports.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from simrl.config import load_config
+from simrl.cost.linear import ConstantSync, ConstantTraining, LinearRollout
+from simrl.engine.sim import build_simulation, summarise
+from workloads.types import CallSpec, GroupSpec, TrajectorySpec, build_workload, single_turn_group
+
+
+@attrs.define
+class Costs:
+    rollout: object
+    training: object
+    weight_sync: object
+
+    def domain_reports(self):
+        return []
+
+
+def linear_costs(kv_tokens=1_000_000, step_s=10.0, sync_s=1.0, a=0.005, b=2e-5, c=1e-8, p=5e-5) -> Costs:
+    return Costs(LinearRollout(a=a, b=b, c=c, p=p, kv_tokens=kv_tokens), ConstantTraining(a=step_s),
+                 ConstantSync(sync_s))
+
+
+def random_workload(groups=64, n=8, seed=0, prompt=(100, 800), completion=(50, 3000), zero_variance=0.0):
+    """Single-turn groups with uniform lengths; a fraction of groups has identical rewards."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for g in range(groups):
+        comps = [int(x) for x in rng.integers(completion[0], completion[1], n)]
+        if rng.random() < zero_variance:
+            rewards = [1.0] * n
+        else:
+            rewards = [float(i % 2) for i in range(n)]
+        out.append(single_turn_group(g, n, int(rng.integers(*prompt)), comps, rewards))
+    return build_workload("random", seed, out)
+
+
+def multi_turn_workload(groups=16, n=4, turns=3, prompt=400, obs=100, completion=200, latency=0.5, salted=False):
+    out = []
+    for g in range(groups):
+        trajs = []
+        for t in range(n):
+            calls, p = [], prompt
+            for j in range(turns):
+                new = prompt if j == 0 else obs
+                if j:
+                    p = p + completion + obs
+                calls.append(CallSpec(p, new, completion, latency if j + 1 < turns else 0.0, salted))
+            trajs.append(TrajectorySpec(t, tuple(calls), float(t % 2)))
+        out.append(GroupSpec(g, 0 if salted else prompt, tuple(trajs)))
+    return build_workload("multi", 0, out)
+
+
+def run_sim(overrides=(), workload=None, costs=None):
+    """Run and return (report, simulation)."""
+    cfg = load_config(overrides=list(overrides))
+    sim = build_simulation(cfg, workload or random_workload(), costs or linear_costs())
+    sim.run()
+    return summarise(sim), sim
