@@ -1,8 +1,8 @@
 """Invariants of the engine on generated scenarios (built-in policies)."""
 
-from simhelpers import linear_costs, random_workload, run_sim
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from simhelpers import linear_costs, random_workload, run_sim
 
 
 def check_invariants(report, sim):
