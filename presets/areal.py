@@ -1,0 +1,109 @@
+"""AReaL (inclusionAI/AReaL): fully asynchronous RL with interruptible generation.
+
+Follows AReaL at ``4aef98d8``: ``areal/infra/staleness_manager.py`` (admission capacity),
+``areal/infra/workflow_executor.py`` (``prepare_batch``, ``should_accept_fn``, ``dynamic_bs``),
+``areal/infra/remote_inf_engine.py`` (abort on pause, resubmit the prefix), ``areal/trainer/
+rl_trainer.py`` (pause, update_weights, set_version, resume), ``areal/api/cli_args.py`` (knobs).
+
+* Admission -- ``StalenessManager.get_capacity``: a group (one workflow episode) may start while
+  ``min(max_concurrent_rollouts - running, (eta + v + 1) * consumer_batch_size - (accepted +
+  running)) > 0`` with ``eta = max_head_offpolicyness`` and ``v`` the current version; a rejected
+  episode is not counted, so it frees capacity.
+* In flight -- every weight update pauses all servers, which abort every running request
+  (SGLang ``/pause_generation`` mode ``abort``); the client resubmits prompt + generated tokens
+  to the same server afterwards: ``abort_resume``, global.
+* Filtering -- ``should_accept_fn`` per episode (``nonzero_std``: reject groups whose rewards
+  are all equal); no staleness check at consumption.
+* Batch -- the first ``consumer_batch_size`` accepted episodes in completion order; with
+  ``dynamic_bs`` collection stops once accepted + rejected reach the batch size, so a batch may
+  be smaller.
+
+Approximations. Upstream's default ``consumer_batch_size`` is 1 (examples set it to the train
+batch size); a one-group step would make the default scenario meaningless, so the default here
+is 32 groups (the default scenario's batch). ``max_concurrent_rollouts=None`` falls back to
+``consumer_batch_size`` as upstream. The bound is enforced only at admission: an episode that is
+overtaken by later ones (a straggler that keeps being interrupted and resumed) can be trained
+with a head staleness above ``eta``. Upstream does not check, so neither does the simulation:
+for ``eta > 0`` violations are counted, not prevented (``bound_enforced`` is False); with
+``eta = 0`` admission makes the run synchronous and the bound holds exactly. ``prepare_batch``'s
+extra cap on pending inputs ((eta+1)*B) is implied by the admission budget and not modelled
+separately. The docs' example filter (0 < mean reward < 1) equals ``nonzero_std`` for 0/1
+rewards.
+"""
+
+from __future__ import annotations
+
+import attrs
+from attrs import validators as v
+
+from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, Verdict
+from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.registry import register
+
+_REJECTED = "areal_rejected_since_batch"
+
+
+@register
+@attrs.frozen
+class ArealPolicy(Policy):
+    """AReaL: admission by head-version capacity, abort-and-resume on every update."""
+
+    kind = "areal"
+    upstream = "inclusionAI/AReaL@4aef98d8 (areal/infra/staleness_manager.py, workflow_executor.py)"
+
+    max_head_offpolicyness: int = attrs.field(default=0, validator=v.ge(0))
+    consumer_batch_size: int = attrs.field(default=32, validator=v.gt(0))  # groups; upstream default 1
+    max_concurrent_rollouts: int | None = attrs.field(default=None, validator=v.optional(v.gt(0)))
+    dynamic_bs: bool = False
+    should_accept_fn: str = attrs.field(default="none", validator=v.in_(("none", "nonzero_std")))
+
+    @property
+    def inflight(self) -> InflightRule:
+        return InflightRule.ABORT_RESUME
+
+    @property
+    def concurrency(self) -> int:
+        return self.max_concurrent_rollouts or self.consumer_batch_size
+
+    def admit(self, st: PipelineState) -> bool:
+        budget = (self.max_head_offpolicyness + st.version + 1) * self.consumer_batch_size
+        return min(self.concurrency - st.n_running, budget - (st.groups_accepted + st.n_running)) > 0
+
+    def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
+        if self.should_accept_fn == "nonzero_std" and group.reward_std() == 0.0:
+            st.extra[_REJECTED] = st.extra.get(_REJECTED, 0) + 1
+            return Verdict.DROP
+        return Verdict.ACCEPT
+
+    def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
+        b = self.consumer_batch_size
+        if len(st.buffer) >= b:
+            st.extra[_REJECTED] = 0
+            return st.buffer[:b]
+        if self.dynamic_bs and st.buffer and len(st.buffer) + st.extra.get(_REJECTED, 0) >= b:
+            st.extra[_REJECTED] = 0
+            return list(st.buffer)
+        return None
+
+    def staleness_bound(self) -> int | None:
+        return self.max_head_offpolicyness
+
+    @property
+    def bound_enforced(self) -> bool:
+        # Admission alone guarantees the bound only when the run is synchronous (eta = 0).
+        return self.max_head_offpolicyness == 0
+
+    def lower(self) -> PolicyParams:
+        b = self.consumer_batch_size
+        return PolicyParams(
+            admit_concurrency_groups=float(self.concurrency),
+            admit_budget_base_groups=float((self.max_head_offpolicyness + 1) * b),
+            admit_budget_per_version_groups=float(b),
+            inflight_rule=INFLIGHT_CODES["abort_resume"],
+            staleness_bound=self.max_head_offpolicyness,
+            staleness_enforcement=ENFORCEMENT_CODES["admission"],
+            drop_zero_variance=int(self.should_accept_fn == "nonzero_std"),
+            batch_min_groups=b,
+            batch_max_groups=b,
+            fast_path_exact=int(not self.dynamic_bs),
+        )

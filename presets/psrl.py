@@ -1,0 +1,197 @@
+"""PSRL (lhy101/psrl, "parameter-server RL"; the StaleFlow paper, arXiv 2601.12784).
+
+Follows the design docs at ``lhy101/psrl_doc_preview@59c3ef46``: ``docs/design/
+{staleness_control,parameter_server,flexible_rollout,architecture}.md`` and
+``docs/tutorial/configuration.md`` (the source itself was not available to us).
+
+* Admission (Reserve) -- one staleness buffer per version, ``staleness_buffer_entries`` (E)
+  entries each. A group dispatched at version v gets ``V_traj = v`` and reserves an entry in
+  buffer ``V_traj + staleness`` (its worst case); dispatch blocks while that buffer is full.
+* Routing -- a call may only run on an instance whose version is ``>= V_traj`` (``eligible``).
+* In flight -- the trainer pushes every version to the parameter server; each instance pulls
+  on its own (``per_instance``): ``greedy`` as soon as a version exists, ``status_based`` once
+  its indicator (``request_num``: running + waiting; ``kv_cache``: KV used fraction) falls
+  below ``sync_threshold``. With ``partial_rollout_enable`` the pulling instance aborts its
+  requests, keeping their tokens, and they re-enter the router (``abort_resume`` with re-route).
+* Filtering (Occupy) -- a finished group gives up its reservation and occupies the earliest
+  buffer with a free entry (never later than the reserved one, so the bound holds by
+  construction). ``dynamic_sampling_filter`` drops zero-variance groups (their entry is freed
+  and refilled by a new dispatch). With ``redundant_rollout_enable`` a buffer accepts
+  ``redundant_buffer_entries`` (B' > E) reservations, is READY once E entries are occupied, and
+  the groups still reserved in it are aborted (the surplus).
+* Batch (Consume) -- the trainer consumes one READY buffer (E occupied entries) per step, in
+  version order; a buffer still holding RESERVED entries blocks training (it waits for its
+  slowest group).
+
+The buffers live in ``st.extra["psrl"]``: per buffer index, the reserved and occupied counts.
+
+Approximations. Upstream's default ``staleness_buffer_entries`` is 512; the default scenario
+trains 32 groups per step, so the default here is 32 (an entry is one group, all n responses
+done). Without ``partial_rollout_enable`` the docs do not say what a pulling instance does with
+running requests; here it pulls only when idle (nothing is interrupted). The ``throughput`` and
+``hypothesis_test`` indicators, KV transfer through LMCache, migration and the proactive
+filter (``retry``/``truncate`` of STUCK buffers) are not modelled; a resumed request always
+re-prefills. ``sync_threshold`` None means: pull when idle. B' (``redundant_buffer_entries``)
+defaults to E + E/8, our choice. N' > n redundancy cannot be expressed (the workload fixes n).
+"""
+
+from __future__ import annotations
+
+import attrs
+from attrs import validators as v
+
+from simrl.policy.base import (
+    GroupRecord,
+    InflightRule,
+    InstanceLoad,
+    PipelineState,
+    Policy,
+    PublishActions,
+    Verdict,
+)
+from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.registry import register
+
+_KEY = "psrl"
+
+
+@register
+@attrs.frozen
+class PsrlPolicy(Policy):
+    """PSRL: per-version staleness buffers (Reserve/Occupy/Consume), per-instance weight pulls."""
+
+    kind = "psrl"
+    upstream = "lhy101/psrl_doc_preview@59c3ef46 (docs/design/staleness_control.md, parameter_server.md)"
+
+    staleness: int = attrs.field(default=0, validator=v.ge(0))  # psrl.staleness (eta)
+    staleness_buffer_entries: int = attrs.field(default=32, validator=v.gt(0))  # upstream 512
+    partial_rollout_enable: bool = True
+    redundant_rollout_enable: bool = False
+    redundant_buffer_entries: int | None = attrs.field(default=None, validator=v.optional(v.gt(0)))
+    sync_strategy: str = attrs.field(default="greedy", validator=v.in_(("greedy", "status_based")))
+    sync_indicator: str = attrs.field(default="request_num", validator=v.in_(("request_num", "kv_cache")))
+    sync_threshold: float | None = None
+    dynamic_sampling_filter: bool = False
+
+    def __attrs_post_init__(self):
+        if self.redundant_rollout_enable and self.reserve_capacity <= self.staleness_buffer_entries:
+            raise ValueError(
+                f"redundant_buffer_entries={self.redundant_buffer_entries} must exceed "
+                f"staleness_buffer_entries={self.staleness_buffer_entries} under redundant rollout"
+            )
+
+    @property
+    def reserve_capacity(self) -> int:
+        """B': reservations a buffer accepts (E without redundancy)."""
+        e = self.staleness_buffer_entries
+        if not self.redundant_rollout_enable:
+            return e
+        return self.redundant_buffer_entries or e + max(1, e // 8)
+
+    # -- runtime -----------------------------------------------------------------------------
+    @property
+    def sync_scope(self) -> str:
+        return "per_instance"
+
+    @property
+    def inflight(self) -> InflightRule:
+        return InflightRule.ABORT_RESUME if self.partial_rollout_enable else InflightRule.KEEP_PAUSE
+
+    def should_pull(self, load: InstanceLoad, st: PipelineState) -> bool:
+        requests = load.running + load.waiting
+        if not self.partial_rollout_enable:
+            return requests == 0  # nothing may be interrupted: pull when idle
+        if self.sync_strategy == "greedy":
+            return True
+        if self.sync_threshold is None:
+            return requests == 0
+        if self.sync_indicator == "kv_cache":
+            return load.kv_used_tokens / max(load.kv_capacity_tokens, 1) < self.sync_threshold
+        return requests < self.sync_threshold
+
+    def eligible(self, instance_version: int, group: GroupRecord) -> bool:
+        return instance_version >= group.dispatch_version
+
+    # -- buffers -----------------------------------------------------------------------------
+    @staticmethod
+    def _bufs(st: PipelineState) -> dict:
+        # consumed: buffers taken by the trainer; res/occ: buffer index -> count
+        return st.extra.setdefault(_KEY, {"consumed": 0, "res": {}, "occ": {}})
+
+    def _target(self, st: PipelineState) -> int:
+        return st.version + self.staleness
+
+    def admit(self, st: PipelineState) -> bool:
+        b = self._bufs(st)
+        u = self._target(st)
+        if u < b["consumed"]:
+            return False
+        return b["res"].get(u, 0) + b["occ"].get(u, 0) < self.reserve_capacity
+
+    def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
+        b = self._bufs(st)
+        u = self._target(st)
+        group.tag["reserved"] = u
+        b["res"][u] = b["res"].get(u, 0) + 1
+
+    def _unreserve(self, b: dict, group: GroupRecord) -> None:
+        u = group.tag.pop("reserved", None)
+        if u in b["res"]:
+            b["res"][u] -= 1
+
+    def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
+        b = self._bufs(st)
+        reserved = group.tag["reserved"]
+        self._unreserve(b, group)
+        if self.dynamic_sampling_filter and group.reward_std() == 0.0:
+            return Verdict.DROP
+        e, cap = self.staleness_buffer_entries, self.reserve_capacity
+        for u in range(b["consumed"], reserved + 1):
+            occ = b["occ"].get(u, 0)
+            if occ < e and occ + b["res"].get(u, 0) < cap:
+                b["occ"][u] = occ + 1
+                group.tag["buffer"] = u
+                return Verdict.ACCEPT
+        return Verdict.DROP  # unreachable: its own reservation left a free entry
+
+    def after_group_done(self, st: PipelineState) -> PublishActions:
+        if not self.redundant_rollout_enable:
+            return PublishActions()
+        b = self._bufs(st)
+        c = b["consumed"]
+        if b["occ"].get(c, 0) < self.staleness_buffer_entries:
+            return PublishActions()
+        # The next buffer is READY: groups still reserved in it can occupy nothing (every
+        # earlier buffer is consumed), so they are the redundant surplus.
+        surplus = tuple(g.gid for g in st.running.values() if g.tag.get("reserved") == c)
+        for gid in surplus:
+            self._unreserve(b, st.running[gid])
+        return PublishActions(abort_running=surplus)
+
+    def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
+        b = self._bufs(st)
+        c = b["consumed"]
+        if b["occ"].get(c, 0) < self.staleness_buffer_entries:
+            return None  # not READY: free entries or RESERVED (STUCK) ones remain
+        b["consumed"] = c + 1
+        b["occ"].pop(c)
+        b["res"].pop(c, None)
+        return [g for g in st.buffer if g.tag.get("buffer") == c]
+
+    def staleness_bound(self) -> int | None:
+        return self.staleness
+
+    def lower(self) -> PolicyParams:
+        e = self.staleness_buffer_entries
+        return PolicyParams(
+            admit_budget_base_groups=float((self.staleness + 1) * self.reserve_capacity),
+            admit_budget_per_version_groups=float(self.reserve_capacity),
+            inflight_rule=INFLIGHT_CODES[self.inflight.value],
+            sync_per_instance=1,
+            staleness_bound=self.staleness,
+            staleness_enforcement=ENFORCEMENT_CODES["admission"],
+            drop_zero_variance=int(self.dynamic_sampling_filter),
+            batch_min_groups=e,
+            batch_max_groups=e,
+            fast_path_exact=0,  # per-version buffers and per-instance pulls are not in the record
+        )

@@ -1,0 +1,166 @@
+"""slime (THUDM/slime): Megatron + SGLang, in three modes.
+
+Follows slime at ``624b824a``: ``train.py`` (``sync``: colocated, synchronous),
+``train_async.py`` (``train_async``: rollout k+1 generated while training k, weights updated
+after waiting for it), ``slime/rollout/sglang_rollout.py`` (the default rollout: over-sampling
+chunks, dynamic-sampling filter, abort of the remainder), ``slime/rollout/fully_async_rollout.py``
+(``fully_async``), ``slime/rollout/data_source.py``, ``slime/utils/arguments.py`` (knobs).
+
+* Admission (``sync``, ``train_async``) -- chunks of ``over_sampling_batch_size`` groups are
+  submitted whenever submitted - filtered < target; ``sync`` starts rollout k once version k is
+  loaded, ``train_async`` as soon as batch k-1 is taken (one rollout ahead). A semaphore
+  allows ``sglang_server_concurrency`` samples per engine. ``fully_async``: a worker keeps up
+  to ``sglang_server_concurrency`` x engines groups running until the output queue holds as
+  many.
+* In flight -- once the target is kept, every remaining request is aborted (tokens wasted);
+  with ``partial_rollout`` they are kept instead and continue in the next rollout (``sync``:
+  aborted at the colocated pause and re-prefilled after it). ``train_async`` drains: the
+  update waits for the rollout in progress. ``fully_async``: an update aborts the running
+  groups, which restart from scratch (requeued).
+* Filtering -- ``dynamic_sampling_filter_path`` (``check_reward_nonzero_std``) drops
+  zero-variance groups and more are sampled.
+* Batch -- exactly the target in groups per step, in completion order.
+
+Staleness: 0 in ``sync``, 1 in ``train_async``; unbounded in ``fully_async`` (upstream has no
+version bound; PR #2278 is still open) and in ``sync`` with ``partial_rollout`` (a recycled
+group can be carried over more than one rollout).
+
+Approximations. The engine publishes weights after every training step, so one engine step is
+one weight-update window: ``update_weights_interval`` rollouts of ``rollout_batch_size`` groups
+are trained as one batch of ``interval * rollout_batch_size`` groups. In ``train_async`` with
+``partial_rollout`` the surplus is requeued from scratch (the engine's drain cannot park a
+half-finished group across the update); upstream keeps its tokens. The fully-async
+concurrency is counted in groups, as the example worker does. ``mask_offpolicy_in_partial_
+rollout`` changes the loss, not the timeline. Upstream's ``rollout_batch_size`` has no default;
+the default scenario's 32 groups is used.
+"""
+
+from __future__ import annotations
+
+import attrs
+from attrs import validators as v
+
+from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.registry import register
+
+_MODES = ("sync", "train_async", "fully_async")
+_FILTERS = (None, "check_reward_nonzero_std")
+
+
+@register
+@attrs.frozen
+class SlimePolicy(Policy):
+    """slime: batch-synchronous rollouts that abort the surplus (sync / train_async / fully_async)."""
+
+    kind = "slime"
+    upstream = "THUDM/slime@624b824a (train.py, train_async.py, slime/rollout/sglang_rollout.py)"
+
+    mode: str = attrs.field(default="sync", validator=v.in_(_MODES))
+    rollout_batch_size: int = attrs.field(default=32, validator=v.gt(0))  # groups per rollout
+    over_sampling_batch_size: int | None = attrs.field(default=None, validator=v.optional(v.gt(0)))
+    partial_rollout: bool = False
+    dynamic_sampling_filter_path: str | None = attrs.field(default=None, validator=v.in_(_FILTERS))
+    sglang_server_concurrency: int = attrs.field(default=512, validator=v.gt(0))
+    update_weights_interval: int = attrs.field(default=1, validator=v.gt(0))
+
+    @property
+    def target(self) -> int:
+        """Groups trained per engine step (one weight-update window)."""
+        return self.rollout_batch_size * self.update_weights_interval
+
+    @property
+    def chunk(self) -> int:
+        return self.over_sampling_batch_size or self.rollout_batch_size
+
+    @property
+    def placement(self) -> str | None:
+        return "colocated" if self.mode == "sync" else "disaggregated"
+
+    @property
+    def inflight(self) -> InflightRule:
+        if self.mode == "train_async":
+            return InflightRule.DRAIN
+        if self.mode == "sync" and self.partial_rollout:
+            return InflightRule.ABORT_RESUME  # the colocated pause aborts; resume re-prefills
+        return InflightRule.KEEP_PAUSE
+
+    # -- rollout state in st.extra ------------------------------------------------------------
+    @staticmethod
+    def _ro(st: PipelineState) -> dict:
+        return st.extra.setdefault("slime", {"r": 0, "kept": 0, "sub": 0, "filt": 0, "chunk": 0, "taken": 0, "n": 1})
+
+    def _sample_room(self, st: PipelineState, ro: dict) -> bool:
+        running = sum(len(g.trajs) for g in st.running.values())
+        return running + ro["n"] <= self.sglang_server_concurrency * st.n_instances
+
+    def admit(self, st: PipelineState) -> bool:
+        ro = self._ro(st)
+        if self.mode == "fully_async":
+            cap = self.sglang_server_concurrency * st.n_instances
+            return st.n_running < cap and len(st.buffer) < cap
+        opened = st.version >= ro["r"] if self.mode == "sync" else ro["taken"] >= ro["r"]
+        if not opened or ro["kept"] >= self.target:
+            return False
+        wants = ro["chunk"] > 0 or ro["sub"] - ro["filt"] < self.target
+        return wants and self._sample_room(st, ro)
+
+    def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
+        ro = self._ro(st)
+        ro["n"] = len(group.trajs)
+        if self.mode == "fully_async":
+            return
+        if ro["chunk"] == 0:
+            ro["chunk"] = self.chunk
+        ro["chunk"] -= 1
+        ro["sub"] += 1
+
+    def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
+        if self.dynamic_sampling_filter_path and group.reward_std() == 0.0:
+            self._ro(st)["filt"] += 1
+            return Verdict.DROP
+        self._ro(st)["kept"] += 1
+        return Verdict.ACCEPT
+
+    def after_group_done(self, st: PipelineState) -> PublishActions:
+        ro = self._ro(st)
+        if self.mode == "fully_async" or ro["kept"] < self.target:
+            return PublishActions()
+        # The rollout is complete: the next one starts counting; the remainder is cut.
+        running = tuple(st.running)
+        carry = self.partial_rollout and self.mode == "sync"
+        ro.update(r=ro["r"] + 1, kept=0, filt=0, chunk=0, sub=len(running) if carry else 0)
+        if carry:
+            return PublishActions()
+        if self.partial_rollout:
+            return PublishActions(requeue_running=running)
+        return PublishActions(abort_running=running)
+
+    def on_publish(self, st: PipelineState) -> PublishActions:
+        if self.mode == "fully_async":
+            return PublishActions(requeue_running=tuple(st.running))
+        return PublishActions()
+
+    def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
+        if len(st.buffer) < self.target:
+            return None
+        self._ro(st)["taken"] += 1
+        return st.buffer[: self.target]
+
+    def staleness_bound(self) -> int | None:
+        if self.mode == "fully_async" or (self.mode == "sync" and self.partial_rollout):
+            return None  # a recycled partial group may be carried over more than one rollout
+        return 1 if self.mode == "train_async" else 0
+
+    def lower(self) -> PolicyParams:
+        bound = self.staleness_bound()
+        return PolicyParams(
+            inflight_rule=INFLIGHT_CODES[self.inflight.value],
+            colocated=int(self.placement == "colocated"),
+            staleness_bound=-1 if bound is None else bound,
+            staleness_enforcement=ENFORCEMENT_CODES["none" if bound is None else "admission"],
+            drop_zero_variance=int(self.dynamic_sampling_filter_path is not None),
+            batch_min_groups=self.target,
+            batch_max_groups=self.target,
+            fast_path_exact=0,  # over-sampling chunks and the surplus abort are not in the record
+        )

@@ -1,0 +1,132 @@
+"""verl's experimental async recipes: ``fully_async_policy`` and ``one_step_off_policy``.
+
+Follows volcengine/verl at ``b178a3cd``: ``verl/experimental/fully_async_policy/{README.md,
+fully_async_rollouter.py, message_queue.py, fully_async_trainer.py, param_sync.py,
+config/fully_async_ppo_trainer.yaml}`` and ``verl/experimental/one_step_off_policy/
+{README.md, ray_trainer.py}``. One verl "sample" is one prompt with ``rollout.n`` responses,
+i.e. one group, so no unit conversion is needed.
+
+``fully_async`` (default):
+
+* Admission -- R = ``ppo_mini_batch_size * require_batches``; M = ``int(R * (1 +
+  staleness_threshold) * trigger_parameter_sync_step)``. The Rollouter keeps at most
+  ``min(concurrent_samples_per_replica * servers, M)`` samples generating and pauses while
+  ``staleness_samples >= M`` or the MessageQueue holds ``>= M``; ``staleness_samples`` grows
+  by one per new sample and is reset at every version update to active + queued.
+* In flight -- with ``partial_rollout`` generation is cancelled at a sync and resumed from the
+  partial output, served first (``abort_resume``); without it the Rollouter waits for active
+  tasks (``drain``).
+* Filtering -- none, except the MessageQueue's drop-oldest on overflow (a bounded FIFO of M).
+* Batch -- FIFO from the MessageQueue; surplus produced in a window stays queued and is read
+  first after the sync (the "overage" queue, whose head is its stalest sample).
+
+``one_step_off`` -- batch k+1 is generated right after the sync while batch k trains; the sync
+waits for that generation (``drain``); every step is a full-batch barrier; staleness exactly 1.
+
+Approximations. The engine publishes after every training step, so one engine step is one
+sync window: ``trigger_parameter_sync_step`` local updates of R samples are trained as one
+batch of ``trigger_parameter_sync_step * R`` groups (upstream streams them one mini-batch at a
+time, overlapping the first updates with the tail of generation). Staleness is therefore
+counted in parameter versions, as verl's ``param_version`` does. ``ppo_mini_batch_size``
+defaults to 8 here so that a window is the default scenario's 32 groups (upstream's example
+uses larger batches). No per-sample version check exists upstream, so no bound is promised in
+``fully_async`` (``staleness_bound`` None).
+"""
+
+from __future__ import annotations
+
+import attrs
+from attrs import validators as v
+
+from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions
+from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.registry import register
+
+_STALE = "verl_staleness_samples"
+_TAKEN = "verl_batches_taken"
+
+
+@register
+@attrs.frozen
+class VerlPolicy(Policy):
+    """verl fully_async (sample budget per window, FIFO overage queue) or one_step_off."""
+
+    kind = "verl"
+    upstream = "volcengine/verl@b178a3cd (verl/experimental/fully_async_policy, one_step_off_policy)"
+
+    mode: str = attrs.field(default="fully_async", validator=v.in_(("fully_async", "one_step_off")))
+    staleness_threshold: float = attrs.field(default=0.1, validator=v.ge(0.0))
+    trigger_parameter_sync_step: int = attrs.field(default=4, validator=v.gt(0))
+    require_batches: int = attrs.field(default=1, validator=v.gt(0))
+    ppo_mini_batch_size: int = attrs.field(default=8, validator=v.gt(0))  # samples = groups
+    partial_rollout: bool = True
+    concurrent_samples_per_replica: int = attrs.field(default=16, validator=v.gt(0))
+    train_batch_size: int = attrs.field(default=32, validator=v.gt(0))  # one_step_off: groups per step
+
+    @property
+    def window_groups(self) -> int:
+        """Groups trained per engine step (one sync window)."""
+        if self.mode == "one_step_off":
+            return self.train_batch_size
+        return self.ppo_mini_batch_size * self.require_batches * self.trigger_parameter_sync_step
+
+    @property
+    def queue_size(self) -> int:
+        """M: the sample budget per window and the MessageQueue's capacity."""
+        r = self.ppo_mini_batch_size * self.require_batches
+        return max(int(r * (1 + self.staleness_threshold) * self.trigger_parameter_sync_step), self.window_groups)
+
+    @property
+    def inflight(self) -> InflightRule:
+        if self.mode == "fully_async" and self.partial_rollout:
+            return InflightRule.ABORT_RESUME
+        return InflightRule.DRAIN
+
+    def admit(self, st: PipelineState) -> bool:
+        if self.mode == "one_step_off":
+            # Generation of batch k+1 starts when batch k is taken (the trainer starts step k).
+            return st.groups_dispatched < (st.extra.get(_TAKEN, 0) + 1) * self.train_batch_size
+        m = self.queue_size
+        conc = min(self.concurrent_samples_per_replica * st.n_instances, m)
+        return st.n_running < conc and st.extra.get(_STALE, 0) < m and len(st.buffer) < m
+
+    def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
+        st.extra[_STALE] = st.extra.get(_STALE, 0) + 1
+
+    def after_group_done(self, st: PipelineState) -> PublishActions:
+        over = len(st.buffer) - self.queue_size
+        if self.mode == "fully_async" and over > 0:
+            return PublishActions(drop_buffered=tuple(g.gid for g in st.buffer[:over]))  # put_sample drops oldest
+        return PublishActions()
+
+    def on_publish(self, st: PipelineState) -> PublishActions:
+        st.extra[_STALE] = st.n_running + len(st.buffer)  # active + cancelled + queued
+        return PublishActions()
+
+    def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
+        w = self.window_groups
+        if len(st.buffer) < w:
+            return None
+        st.extra[_TAKEN] = st.extra.get(_TAKEN, 0) + 1
+        return st.buffer[:w]
+
+    def staleness_bound(self) -> int | None:
+        return 1 if self.mode == "one_step_off" else None
+
+    def lower(self) -> PolicyParams:
+        w = self.window_groups
+        if self.mode == "one_step_off":
+            return PolicyParams(
+                admit_budget_base_groups=float(w), admit_budget_per_version_groups=float(w),
+                admit_count_dispatched=1, inflight_rule=INFLIGHT_CODES["drain"], staleness_bound=1,
+                staleness_enforcement=ENFORCEMENT_CODES["admission"], batch_min_groups=w,
+                batch_max_groups=w, fast_path_exact=0,  # its budget follows batches taken, not versions
+            )
+        return PolicyParams(
+            admit_concurrency_groups=float(self.queue_size),
+            inflight_rule=INFLIGHT_CODES[self.inflight.value],
+            buffer_capacity_groups=self.queue_size,
+            batch_min_groups=w,
+            batch_max_groups=w,
+            fast_path_exact=0,  # the per-window sample budget reset is not in the record
+        )
