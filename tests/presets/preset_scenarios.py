@@ -7,7 +7,7 @@ test's figures follow from the workload and the policy alone.
 from __future__ import annotations
 
 import attrs
-from conftest import linear_costs
+from simhelpers import linear_costs
 
 from simrl.config import load_config
 from simrl.engine.sim import build_simulation, summarise
