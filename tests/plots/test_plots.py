@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+from simrl.cli.main import cli as srl_cli
 from simrl.cli.plot import cli as plot_cli
 from simrl.cli.psrl_plot import cli as psrl_cli
 from simrl.plots import PLOT_NAMES, write_realrun_plots
@@ -17,6 +19,15 @@ from simrl.realrun import read_realrun
 
 DATA = Path(__file__).parents[1] / "data"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def plotted_run(tmp_path_factory):
+    """A small simulated run with plots (the default scenario, 2 steps), made once per module."""
+    out = tmp_path_factory.mktemp("runs")
+    res = CliRunner().invoke(srl_cli, [f"run.output_dir={out}", "run.name=small", "run.training_steps=2", "--quiet"])
+    assert res.exit_code == 0, res.output
+    return out / "small"
 
 
 def _files(run_dir: Path) -> dict[str, bytes]:
