@@ -18,7 +18,7 @@ SCENARIOS = {
     "default (160 groups x 8, 5 steps, 2 instances)": [],
     # Ten times the work in the same number of steps: 10x prompts per step, 10x instances.
     "10x (1600 groups x 8, 5 steps, 20 instances)": [
-        "workload.groups=1600", "policy.batch_groups=320", "deployment.rollout.instances=20",
+        "workload.groups=1600", "policy.staleness_buffer_entries=320", "deployment.rollout.instances=20",
         "deployment.training.gpus=80",
     ],
 }

@@ -172,7 +172,8 @@ class RunConfig:
 class SimConfig:
     deployment: DeploymentConfig = attrs.field(factory=DeploymentConfig)
     workload: WorkloadConfig = attrs.field(factory=WorkloadConfig)
-    policy: Policy = attrs.field(factory=lambda: policy_class("bounded_async")())
+    # The default scenario is the PSRL run the product description is aligned against.
+    policy: Policy = attrs.field(factory=lambda: policy_class("psrl")())
     router: RouterConfig = attrs.field(factory=RouterConfig)
     cost: CostConfig = attrs.field(factory=CostConfig)
     run: RunConfig = attrs.field(factory=RunConfig)
