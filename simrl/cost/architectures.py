@@ -9,6 +9,8 @@ models (full attention on some layers, Gated DeltaNet linear attention on the re
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 
 from simrl.cost.base import CostModelError
@@ -48,23 +50,23 @@ class ModelArch:
 
     # -- layer counts -------------------------------------------------------------------------
 
-    @property
+    @functools.cached_property
     def n_full_attention(self) -> int:
         return self.layers if self.full_attention_layers is None else self.full_attention_layers
 
-    @property
+    @functools.cached_property
     def n_linear_attention(self) -> int:
         return self.layers - self.n_full_attention
 
-    @property
+    @functools.cached_property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
-    @property
+    @functools.cached_property
     def n_moe_layers(self) -> int:
         return self.layers - self.dense_layers if self.is_moe else 0
 
-    @property
+    @functools.cached_property
     def n_dense_mlp_layers(self) -> int:
         return self.layers - self.n_moe_layers
 
@@ -77,11 +79,11 @@ class ModelArch:
         return [(self.hidden, q_out), (self.hidden, kv_out), (self.hidden, kv_out),
                 (self.heads * self.head_dim, self.hidden)]
 
-    @property
+    @functools.cached_property
     def _linear_key_dim(self) -> int:
         return self.linear_key_heads * self.linear_key_head_dim
 
-    @property
+    @functools.cached_property
     def _linear_value_dim(self) -> int:
         return self.linear_value_heads * self.linear_value_head_dim
 
@@ -99,12 +101,12 @@ class ModelArch:
     def _count(mats: list[tuple[int, int]]) -> int:
         return sum(i * o for i, o in mats)
 
-    @property
+    @functools.cached_property
     def attention_params(self) -> int:
         """Parameters of one full-attention block (projections and q/k norms)."""
         return self._count(self.attention_matrices()) + (2 * self.head_dim if self.qk_norm else 0)
 
-    @property
+    @functools.cached_property
     def linear_attention_params(self) -> int:
         """Parameters of one Gated DeltaNet block (projections, causal conv, decay, norm)."""
         if self.n_linear_attention == 0:
@@ -113,12 +115,12 @@ class ModelArch:
         extra = conv_dim * self.linear_conv_kernel + 2 * self.linear_value_heads + self.linear_value_head_dim
         return self._count(self.linear_attention_matrices()) + extra
 
-    @property
+    @functools.cached_property
     def expert_params(self) -> int:
         """Parameters of one routed expert."""
         return self._count(self.mlp_matrices(self.moe_intermediate)) if self.is_moe else 0
 
-    @property
+    @functools.cached_property
     def moe_block_dense_params(self) -> int:
         """Per MoE layer, the parameters every token uses: router, shared experts and their gate."""
         if not self.is_moe:
@@ -126,27 +128,27 @@ class ModelArch:
         shared = self.shared_experts * self._count(self.mlp_matrices(self.shared_expert_intermediate))
         return self.hidden * self.num_experts + shared + (self.hidden if self.shared_experts else 0)
 
-    @property
+    @functools.cached_property
     def dense_mlp_params(self) -> int:
         return self._count(self.mlp_matrices(self.intermediate))
 
-    @property
+    @functools.cached_property
     def embedding_params(self) -> int:
         return self.vocab * self.hidden
 
-    @property
+    @functools.cached_property
     def lm_head_params(self) -> int:
         """Parameters stored for the output projection (0 when tied to the embedding)."""
         return 0 if self.tied_embeddings else self.vocab * self.hidden
 
     # -- totals --------------------------------------------------------------------------------
 
-    @property
+    @functools.cached_property
     def routed_expert_params(self) -> int:
         """All routed-expert parameters of the model (the part EP shards)."""
         return self.n_moe_layers * self.num_experts * self.expert_params
 
-    @property
+    @functools.cached_property
     def non_expert_params(self) -> int:
         """Everything except routed experts: attention, dense MLPs, router, shared experts, norms,
         embeddings."""
@@ -160,16 +162,16 @@ class ModelArch:
             + self.lm_head_params
         )
 
-    @property
+    @functools.cached_property
     def total_params(self) -> int:
         return self.non_expert_params + self.routed_expert_params
 
-    @property
+    @functools.cached_property
     def active_params(self) -> int:
         """Parameters a token touches (routed experts counted experts_per_token times)."""
         return self.non_expert_params + self.n_moe_layers * self.experts_per_token * self.expert_params
 
-    @property
+    @functools.cached_property
     def matmul_active_params(self) -> int:
         """Active parameters that enter a matmul: no embedding lookup or norms, plus the LM head
         even when it is tied."""
