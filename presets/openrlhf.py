@@ -117,10 +117,22 @@ class OpenRLHFPolicy(Policy):
 
     # -- filtering ---------------------------------------------------------------------------
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
+        s = self._state(st)
         if self.dynamic_filtering_enable:
             mean = sum(group.rewards) / len(group.rewards)
             if not self.dynamic_filtering_range_low < mean < self.dynamic_filtering_range_high:
+                s["dropped_in_a_row"] = s.get("dropped_in_a_row", 0) + 1
+                if s["dropped_in_a_row"] >= 10 * self.rollout_batch_size:
+                    # Upstream would sample forever; stop with the cause instead of hanging.
+                    from simrl.engine.core import SimulationError
+
+                    raise SimulationError(
+                        f"openrlhf: dynamic filtering dropped {s['dropped_in_a_row']} groups in a row; no group's "
+                        f"mean reward lies inside ({self.dynamic_filtering_range_low}, "
+                        f"{self.dynamic_filtering_range_high}) (group size 1, or all rewards equal?)"
+                    )
                 return Verdict.DROP  # admission sees the deficit and dispatches a replacement
+        s["dropped_in_a_row"] = 0
         return Verdict.ACCEPT
 
     def after_group_done(self, st: PipelineState) -> PublishActions:

@@ -161,7 +161,17 @@ class PrimeRLPolicy(Policy):
             return Verdict.DROP
         if self.filter_zero_advantages and group.reward_std() <= 1e-12:
             c["zero_pending"].append(c["seq"])  # keeps its batch slot; no backfill
+            c["zero_in_a_row"] = c.get("zero_in_a_row", 0) + 1
+            if c["zero_in_a_row"] >= 10 * self._batch_groups(st):
+                # Every batch would be empty forever; stop with the cause instead of hanging.
+                from simrl.engine.core import SimulationError
+
+                raise SimulationError(
+                    f"prime_rl: {c['zero_in_a_row']} groups in a row had zero advantage and "
+                    "filter_zero_advantages removes them all (group size 1, or all rewards equal?)"
+                )
             return Verdict.DROP
+        c["zero_in_a_row"] = 0
         return Verdict.ACCEPT
 
     def on_publish(self, st: PipelineState) -> PublishActions:
