@@ -77,7 +77,7 @@ def instance_load(ds: Datasets, d: PlotData):
     queue = [(r[0], r[5]) for r in d.load if r[5] is not None]
     if queue:
         rows = [{"t": t, "v": v} for t, v in downsample(queue + _tail(d, queue, t_end), t_end)]
-        empty = max(v for _, v in queue) == 0  # an always-empty queue still gets a readable axis
+        empty = max(r["v"] for r in rows) == 0  # an always-empty queue still gets a readable axis
         line = alt.Chart(ds(rows)).mark_line(interpolate="step-after", color="#444444").encode(
             x=xax, y=alt.Y("v:Q", title="router queue (requests)",
                            scale=alt.Scale(domain=[0, 1]) if empty else alt.Scale(domainMin=0)))
