@@ -11,39 +11,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import defaultdict
 
 import numpy as np
+from _shared import shared_data  # benchmarks/_shared.py
 
-from simrl.cost.fit import cross_validate, summarize
-from simrl.cost.fitting import error_summary
-from simrl.cost.kerneldb import LayerShape, fit_kernel_db
+from simrl.cost.fit import cross_validate
+from simrl.cost.heldout import leave_one_model_out
 from simrl.cost.vidur_import import import_vidur
 
-DEFAULT_DIR = "/work/shared/data/vidur/compute"
-
-
-def leave_one_model_out(obs) -> dict:
-    models = sorted({o.inputs["model"] for o in obs})
-    out = {}
-    for held in models:
-        db = fit_kernel_db([o for o in obs if o.inputs["model"] != held], with_tables=False)
-        test = [o for o in obs if o.inputs["model"] == held]
-        pred = np.array([db.predict_physics(o.name, LayerShape.from_inputs(o.inputs), o.inputs["num_tokens"],
-                                            int(o.inputs["tp"])) for o in test])
-        act = np.array([o.value for o in test])
-        res = summarize(pred, act, [o.name for o in test])
-        # The layer total the composed model sums (all measured operators of one run row).
-        layer = defaultdict(lambda: [0.0, 0.0])
-        for o, p in zip(test, pred, strict=True):
-            key = (int(o.inputs["tp"]), int(o.inputs["num_tokens"]))
-            layer[key][0] += p
-            layer[key][1] += o.value
-        lp = np.array([v[0] for v in layer.values()])
-        la = np.array([v[1] for v in layer.values()])
-        res["layer_total"] = error_summary(lp, la)
-        out[held] = res
-    return out
+DEFAULT_DIR = str(shared_data() / "vidur" / "compute")
 
 
 def _fmt(s: dict) -> str:

@@ -6,6 +6,9 @@ them for older imports.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import attrs
 import numpy as np
 
@@ -66,3 +69,16 @@ def run_sim(overrides=(), workload=None, costs=None):
     sim = build_simulation(cfg, workload or random_workload(), costs or linear_costs())
     sim.run()
     return summarise(sim), sim
+
+
+def _shared_data() -> Path:
+    """The workplace's shared real data: $SIMRL_SHARED_DATA, else ../shared/data beside the repo."""
+    env = os.environ.get("SIMRL_SHARED_DATA")
+    here = Path(__file__).resolve().parents[1]
+    for cand in (env, here.parent / "shared" / "data", Path("/work/shared/data")):
+        if cand and Path(cand).is_dir():
+            return Path(cand)
+    return here.parent / "shared" / "data"
+
+
+SHARED_DATA = _shared_data()

@@ -38,7 +38,7 @@ class Costs:
     rollout: RolloutCost
     training: TrainingCost
     weight_sync: WeightSyncCost
-    offload_s: float = 0.0  # colocated placement: offload + reload of both sides per step
+    offload_s: float = 0.0  # offload + reload of both sides per step, charged when colocated
 
     def domains(self) -> list[ValidityDomain]:
         return [self.rollout.domain, self.training.domain, self.weight_sync.domain]
@@ -207,5 +207,7 @@ def build_costs(cfg: SimConfig) -> Costs:
     """Build the rollout, training and weight-sync models of a run (once, before it starts)."""
     rollout = _build_one("rollout", cfg)
     training = _build_one("training", cfg)
-    offload = colocated_offload_s(cfg, rollout, training) if cfg.deployment.placement == "colocated" else 0.0
+    # The policy may fix the placement (e.g. trl sync, slime sync): the offload cost is known
+    # either way, and the engine charges it only when the run is colocated.
+    offload = colocated_offload_s(cfg, rollout, training)
     return Costs(rollout=rollout, training=training, weight_sync=_build_one("weight_sync", cfg), offload_s=offload)

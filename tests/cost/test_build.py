@@ -24,7 +24,7 @@ def test_default_run_builds_the_analytical_families():
     assert isinstance(c.training, AnalyticalTraining) and isinstance(c.training, TrainingCost)
     assert isinstance(c.weight_sync, WeightSyncCost) and c.weight_sync.mode == "nccl"
     assert c.domain_reports() == []
-    assert c.offload_s == 0.0
+    assert c.offload_s > 0.0  # priced always; the engine charges it only when colocated
 
 
 def test_layout_comes_from_the_deployment():
@@ -93,6 +93,19 @@ def test_domain_reports_collect_all_models():
 
 def test_colocated_placement_prices_offload():
     assert build("deployment.placement=colocated").offload_s > 1.0
+
+
+def test_offload_is_charged_when_the_policy_colocates():
+    from simrl.config import load_config
+    from simrl.engine.sim import simulate
+
+    def offloads(*ov):
+        cfg = load_config(overrides=["workload.groups=8", "run.training_steps=1", "run.telemetry=false", *ov])
+        return [s.offload_s for s in simulate(cfg).steps]
+
+    assert all(x > 1.0 for x in offloads("policy=trl", "policy.mode=sync", "policy.per_device_train_batch_size=4",
+                                          "policy.num_processes=8"))
+    assert offloads("policy=sync", "policy.batch_groups=8") == [0.0]
 
 
 def test_artifact_path_without_artifact_module(monkeypatch):

@@ -5,11 +5,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from simhelpers import SHARED_DATA
 
 from adapters.cli import cli as profile_cli
 from simrl.cli.regress import cli as regress_cli
 
-PHI2 = Path("/work/shared/data/vidur/compute/h100/microsoft/phi-2/mlp.csv")
+PHI2 = SHARED_DATA / "vidur/compute/h100/microsoft/phi-2/mlp.csv"
 
 
 @pytest.mark.skipif(not PHI2.exists(), reason="shared Vidur data not present")

@@ -4,11 +4,12 @@ import csv
 import os
 
 import pytest
+from simhelpers import SHARED_DATA
 
 from simrl.cost.base import CostModelError, OutOfDomainError, RolloutCost
 from simrl.cost.roofline import RooflineRollout
 
-VIDUR_MLP = "/work/shared/data/vidur/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"
+VIDUR_MLP = str(SHARED_DATA / "vidur/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv")
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,13 @@
 
 import collections
 import csv
-from pathlib import Path
 
 import pytest
+from simhelpers import SHARED_DATA
 
 from simrl.cost.vidur_import import import_vidur
 
-VIDUR = Path("/work/shared/data/vidur")
+VIDUR = SHARED_DATA / "vidur"
 pytestmark = pytest.mark.skipif(not VIDUR.exists(), reason="shared Vidur data not present")
 
 

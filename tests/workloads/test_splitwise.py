@@ -1,13 +1,13 @@
 """Splitwise CSV import on the real Vidur traces."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest
+from simhelpers import SHARED_DATA
 
 from workloads.splitwise import import_splitwise
 
-TRACES = Path("/work/shared/data/vidur/traces")
+TRACES = SHARED_DATA / "vidur" / "traces"
 CONV = TRACES / "splitwise_conv.csv"
 needs_data = pytest.mark.skipif(not CONV.exists(), reason="Vidur traces not present")
 
