@@ -1,1 +1,32 @@
-"""simrl_fast: the JAX lax.scan engine, vmapped over configurations, checked against the SimPy oracle (not built yet)."""
+"""simrl_fast: the JAX event engine, vmapped over configurations, held against the SimPy oracle.
+
+`lower(cfg, workload, costs) -> (Static, Params, WorkloadArrays)` checks a configuration
+against the declared feature set (`FEATURES`; anything else raises `FastPathUnsupported`
+naming the feature) and lowers it to arrays; `run(static, params_batch, workload)` and
+`simulate_batch(configs, workload, costs)` run batches. The lowering is numpy-only; jax is
+imported (with float64 enabled) only when `run` / `simulate_batch` are first used.
+See docs/fastpath.md.
+"""
+
+from simrl_fast.lowering import (
+    FEATURES,
+    FastPathUnsupported,
+    Params,
+    Static,
+    WorkloadArrays,
+    lower,
+    stack_params,
+)
+
+__all__ = [
+    "FEATURES", "FastPathUnsupported", "Params", "Static", "WorkloadArrays", "lower", "run", "run_params",
+    "simulate_batch", "stack_params",
+]
+
+
+def __getattr__(name):
+    if name in ("run", "simulate_batch", "run_params", "FastResults"):
+        from simrl_fast import engine
+
+        return getattr(engine, name) if name != "FastResults" else engine.FastResults
+    raise AttributeError(name)

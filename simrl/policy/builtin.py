@@ -9,6 +9,7 @@ import attrs
 from attrs import validators as v
 
 from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.params import ENFORCEMENT_CODES
 from simrl.policy.registry import register
 
 _INFLIGHT = tuple(r.value for r in InflightRule)
@@ -42,6 +43,14 @@ class SyncPolicy(Policy):
 
     def staleness_bound(self) -> int | None:
         return 0
+
+    def lower(self):
+        b = self.batch_groups
+        return attrs.evolve(
+            super().lower(), admit_budget_base_groups=float(b), admit_budget_per_version_groups=float(b),
+            admit_block_while_training=1, staleness_enforcement=ENFORCEMENT_CODES["admission"],
+            batch_min_groups=b, batch_max_groups=b, fast_path_exact=1,
+        )
 
 
 @register
@@ -88,3 +97,12 @@ class BoundedAsyncPolicy(Policy):
     def staleness_bound(self) -> int | None:
         # Guaranteed by the drop at completion and the eviction at every publication.
         return self.max_staleness
+
+    def lower(self):
+        b, s = self.batch_groups, self.max_staleness
+        return attrs.evolve(
+            super().lower(), admit_concurrency_groups=float(self.max_concurrent_groups or b * (s + 1)),
+            admit_budget_base_groups=float((s + 1) * b), admit_budget_per_version_groups=float(b),
+            staleness_enforcement=ENFORCEMENT_CODES["drop_at_completion"], evict_stale_on_publish=1,
+            batch_min_groups=b, batch_max_groups=b, fast_path_exact=1,
+        )

@@ -13,7 +13,10 @@ admission (a group may start when all hold):
 in flight: ``inflight_rule`` (codes of `INFLIGHT_CODES`), ``sync_per_instance`` (0/1),
 ``clear_cache_on_sync`` (0/1), ``colocated`` (0/1).
 
-filtering: ``staleness_bound`` (-1: none), ``staleness_enforcement`` (`ENFORCEMENT_CODES`),
+filtering: ``staleness_bound`` (-1: none), ``staleness_enforcement`` (`ENFORCEMENT_CODES`;
+``drop_at_completion``: a group staler than the bound when it finishes is dropped and returns
+its admission slot), ``evict_stale_on_publish`` (1: after each publication, buffered groups
+staler than the bound are dropped; they keep counting as accepted),
 ``drop_zero_variance`` (0 keep, 1 drop, 2 drop and re-dispatch the prompt), ``max_retries``,
 ``buffer_capacity_groups`` (-1: unbounded; overflow evicts the oldest).
 
@@ -53,6 +56,7 @@ class PolicyParams:
     batch_min_groups: int = 1
     batch_max_groups: int = 1
     fast_path_exact: int = 0
+    evict_stale_on_publish: int = 0
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in attrs.asdict(self).items()}

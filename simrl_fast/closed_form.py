@@ -1,0 +1,78 @@
+"""Closed-form advance of one instance between observable iteration boundaries.
+
+From an anchor boundary (time ``clock``, ``it`` iterations done) the anchor iteration ends at
+``t1 = clock + a + b*nd + c*kd + p*pa`` (its prefilling requests do not decode yet), and the
+j-th boundary after the anchor (j >= 1) is
+
+    T(j) = t1 + (j-1)*alpha + beta*(j-1)*(j-2)/2,   alpha = a + b*B1 + c*K1,  beta = c*B1,
+
+with B1 = nd + na decoding sequences and K1 = kd + nd + pa + na their KV after the anchor
+iteration (each emits one token per iteration). T(0) = clock. Functions broadcast over any
+leading shape (one instance or all K).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from simrl_fast.state import BIG
+
+#: relative tolerance under which two times are the same instant (SimPy sums iteration times one
+#: by one; the closed form rounds differently, by far less than this, and lockstep instances
+#: whose SimPy boundaries coincide exactly must coincide here too)
+TIME_RTOL = 1e-11
+
+
+def tol(t):
+    return TIME_RTOL * jnp.maximum(jnp.abs(t), 1.0)
+
+
+def same(x, y):
+    return jnp.abs(x - y) <= tol(y)
+
+
+def key_after(t, prev, start, seq, t2, prev2, start2, seq2):
+    """Whether heap key (t, prev, start, seq) comes after (t2, prev2, start2, seq2), with time tolerance."""
+    return (t > t2 + tol(t2)) | (same(t, t2) & (
+        (prev > prev2 + tol(prev2)) | (same(prev, prev2) & (
+            (start > start2 + tol(start2)) | (same(start, start2) & (seq > seq2))))))
+
+
+def boundary_time(clock, t1, alpha, beta, j):
+    """Time of relative boundary ``j`` (int array; 0 is the anchor itself)."""
+    k = (j - 1).astype(jnp.float64)
+    t = t1 + k * alpha + beta * (k * (k - 1.0) * 0.5)
+    return jnp.where(j <= 0, clock, t)
+
+
+def first_after(clock, t1, alpha, beta, start, sseq, t, prev, start2, seq):
+    """Smallest relative boundary j >= 1 processed after an event with heap key (t, prev, start2, seq).
+
+    A boundary's key is (T(j), T(j-1), start, sseq): its time, when its timeout was scheduled,
+    and when (and in which order) the instance's run of iterations began (docs/fastpath.md,
+    "Tie rules"). Solved with the stable root of the quadratic, then fixed up against
+    `boundary_time` itself.
+    """
+    y = t - t1
+    h = alpha - 0.5 * beta
+    disc = jnp.sqrt(jnp.maximum(h * h + 2.0 * beta * y, 0.0))
+    kstar = jnp.where(y > 0, 2.0 * y / jnp.maximum(h + disc, 1e-300), 0.0)
+    k0 = jnp.clip(jnp.floor(kstar), 0, BIG // 4).astype(jnp.int32)
+    off = jnp.arange(-2, 4, dtype=jnp.int32)
+    j = jnp.maximum(k0[..., None] + off, 0) + 1
+    ex = lambda v: jnp.asarray(v)[..., None]  # noqa: E731
+    tj = boundary_time(ex(clock), ex(t1), ex(alpha), ex(beta), j)
+    tp = boundary_time(ex(clock), ex(t1), ex(alpha), ex(beta), j - 1)
+    after = key_after(tj, tp, ex(start), ex(sseq), ex(t), ex(prev), ex(start2), ex(seq))
+    best = jnp.min(jnp.where(after, j, BIG), axis=-1)
+    return jnp.where(best >= BIG, j[..., -1] + 1, best)
+
+
+def event_of(clock, it, t1, alpha, beta, fin_min, adm_it, pause_it):
+    """(ev_it, ev_t, ev_prev) of a busy instance: its next observable boundary."""
+    ev_it = jnp.minimum(jnp.minimum(fin_min, adm_it), pause_it)
+    j = ev_it - it
+    has = ev_it < BIG
+    ev_t = jnp.where(has, boundary_time(clock, t1, alpha, beta, j), jnp.inf)
+    ev_prev = jnp.where(has, boundary_time(clock, t1, alpha, beta, j - 1), jnp.inf)
+    return ev_it, ev_t, ev_prev

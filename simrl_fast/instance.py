@@ -1,0 +1,178 @@
+"""One action of one rollout instance at an iteration boundary (`Instance.run`'s loop turn).
+
+An instance's boundary is processed over one or more scan steps while ``SimState.cur`` points
+at it (nothing else runs in between, as in SimPy where the whole turn is synchronous):
+
+1. entry (first step only): rebase the closed form to the boundary (BUSY), or anchor at
+   ``now`` for a woken (START) or resumed (RESUME) instance; after an abort rule, the resumed
+   running requests are re-prefilled (prompt + kept tokens, or prompt only for a restart);
+2. one primary action: finish the lowest-rid request due at this boundary
+   (`finish_iteration`, then `on_call_finished` and the group's verdict), else take the
+   requested pause, else admit the waiting head if it fits (`admit`);
+3. close when nothing is left: start the next iteration (new closed form and next event),
+   go idle, or stay paused.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from simrl_fast.closed_form import event_of
+from simrl_fast.lowering import RULE_ABORT_RESTART, RULE_ABORT_RESUME
+from simrl_fast.state import (
+    BIG,
+    BUSY,
+    G_BUFFERED,
+    G_DROPPED,
+    IDLE,
+    PAUSED,
+    RESUME,
+    START,
+    T_PAUSING,
+    T_PUBLISH,
+)
+
+
+def call_lengths(w, r, n, G):
+    """(prompt, completion) of call ``r`` (sample r % n of dispatched group r // n)."""
+    rr = jnp.maximum(r, 0)
+    wg, s = (rr // n) % G, rr % n
+    return w.prompt[wg, s].astype(jnp.int64), w.completion[wg, s].astype(jnp.int64)
+
+
+def fits(p, wq_len, running, kv_used, prompt, length):
+    """Instance.try_admit under reserve KV: a slot is free and prompt + completion fits."""
+    return (wq_len > 0) & (running < p.max_seqs) & (kv_used + prompt + length <= p.kv_cap)
+
+
+def instance_action(st, p, w, static, on, i, new_now):
+    """Apply one boundary action of instance ``i`` when ``on`` (else return ``st`` unchanged)."""
+    n, G, S = static.group_size, static.groups, static.slots
+    I, C, Gs, tr = st.inst, st.calls, st.groups, st.trainer
+    cont = st.cur == i
+    ph = I.phase[i]
+    clock, it, nd, kd, na, pa = I.clock[i], I.it[i], I.nd[i], I.kd[i], I.na[i], I.pa[i]
+    srid, sfin, spr, slen = I.slot_rid[i], I.slot_fin[i], I.slot_prompt[i], I.slot_len[i]
+    running, kv_used, pause_it = I.running[i], I.kv_used[i], I.pause_it[i]
+    wq_head, wq_len = I.wq_head[i], I.wq_len[i]
+
+    # -- 1. entry --------------------------------------------------------------------------
+    busy_entry = ~cont & (ph == BUSY)
+    j = (I.ev_it[i] - it).astype(jnp.int64)
+    b1, k1 = (nd + na).astype(jnp.int64), kd + nd + pa + na
+    clock = jnp.where(cont, clock, new_now)
+    it = jnp.where(busy_entry, I.ev_it[i], it)
+    nd = jnp.where(busy_entry, (nd + na), nd)
+    kd = jnp.where(busy_entry, k1 + (j - 1) * b1, kd)
+    na = jnp.where(busy_entry, 0, na)
+    pa = jnp.where(busy_entry, 0, pa)
+    occ = srid >= 0
+    res_entry = ~cont & (ph == RESUME)
+    ab = res_entry & (p.rule == RULE_ABORT_RESUME)
+    rs = res_entry & (p.rule == RULE_ABORT_RESTART)
+    sum_prompt = jnp.sum(jnp.where(occ, spr, 0).astype(jnp.int64))
+    pa = jnp.where(ab, kd + pa, jnp.where(rs, sum_prompt + pa, pa))
+    na = jnp.where(ab | rs, nd + na, na)
+    kd = jnp.where(ab | rs, 0, kd)
+    nd = jnp.where(ab | rs, 0, nd)
+    sfin = jnp.where(rs & occ, it + slen, sfin)
+
+    # -- 2. primary action -----------------------------------------------------------------
+    fin_here = occ & (sfin == it)
+    nfin = jnp.sum(fin_here.astype(jnp.int32))
+    has_fin = nfin > 0
+    s_f = jnp.argmin(jnp.where(fin_here, srid, BIG))
+    r_f = srid[s_f]
+    tok_f = (spr[s_f] + slen[s_f]).astype(jnp.int64)
+    pausing = pause_it <= it
+    do_pause = ~has_fin & pausing
+    hp, hl = call_lengths(w, wq_head, n, G)
+    do_admit = ~has_fin & ~pausing & fits(p, wq_len, running, kv_used, hp, hl)
+    s_a = jnp.argmax(srid < 0)
+    sidx = jnp.arange(S)
+    srid = jnp.where(has_fin & (sidx == s_f), -1, srid)
+    srid = jnp.where(do_admit & (sidx == s_a), wq_head, srid)
+    sfin = jnp.where(do_admit & (sidx == s_a), it + hl.astype(jnp.int32), sfin)
+    spr = jnp.where(do_admit & (sidx == s_a), hp.astype(jnp.int32), spr)
+    slen = jnp.where(do_admit & (sidx == s_a), hl.astype(jnp.int32), slen)
+    running = running - has_fin + do_admit
+    nd = nd - has_fin
+    kd = kd - jnp.where(has_fin, tok_f, 0)
+    kv_used = kv_used - jnp.where(has_fin, tok_f, 0) + jnp.where(do_admit, hp + hl, 0)
+    na = na + do_admit
+    pa = pa + jnp.where(do_admit, hp, 0)
+    head2 = jnp.where(do_admit, C.nxt[jnp.maximum(wq_head, 0)], wq_head)
+    len2 = wq_len - do_admit
+    pause_it = jnp.where(do_pause, BIG, pause_it)
+
+    # -- 3. close ---------------------------------------------------------------------------
+    h2p, h2l = call_lengths(w, head2, n, G)
+    paused = do_pause | (cont & (ph == PAUSED))
+    more = (nfin > 1) | (~paused & pausing & ~do_pause) | (~paused & ~pausing & fits(p, len2, running, kv_used, h2p, h2l))
+    close = ~more
+    start = close & ~paused & (running > 0)
+    f = lambda v: v.astype(jnp.float64)  # noqa: E731
+    dt0 = p.a + p.b * f(nd) + p.c * f(kd) + p.p * f(pa)
+    t1 = clock + dt0
+    b1n = nd + na
+    k1n = kd + nd + pa + na
+    alpha = p.a + p.b * f(b1n) + p.c * f(k1n)
+    beta = p.c * f(b1n)
+    fin_min = jnp.min(jnp.where(srid >= 0, sfin, BIG))
+    ev_it, ev_t, ev_prev = event_of(clock, it, t1, alpha, beta, fin_min, BIG, BIG)
+    phase = jnp.where(paused, PAUSED, jnp.where(start, BUSY, jnp.where(close, IDLE, BUSY)))
+    # A woken or resumed instance begins a new run of iterations: its place in SimPy's heap order.
+    new_run = ~cont & ((ph == START) | (ph == RESUME))
+    st_seq = jnp.where(new_run, st.seq, I.st_seq[i])
+    seq = st.seq + (on & new_run)
+
+    def put(arr, val):
+        return jnp.where(on, arr.at[i].set(val), arr)
+
+    inst = I._replace(
+        phase=put(I.phase, phase), clock=put(I.clock, clock), it=put(I.it, it), nd=put(I.nd, nd),
+        kd=put(I.kd, kd), na=put(I.na, na), pa=put(I.pa, pa),
+        t1=put(I.t1, jnp.where(start, t1, I.t1[i])), alpha=put(I.alpha, jnp.where(start, alpha, I.alpha[i])),
+        beta=put(I.beta, jnp.where(start, beta, I.beta[i])),
+        st_t=put(I.st_t, jnp.where(new_run, new_now, I.st_t[i])), st_seq=put(I.st_seq, st_seq),
+        fin_min=put(I.fin_min, fin_min), adm_it=put(I.adm_it, BIG), pause_it=put(I.pause_it, pause_it),
+        ev_it=put(I.ev_it, jnp.where(start, ev_it, BIG)), ev_t=put(I.ev_t, jnp.where(start, ev_t, jnp.inf)),
+        ev_prev=put(I.ev_prev, jnp.where(start, ev_prev, jnp.inf)), ev_seq=put(I.ev_seq, st_seq),
+        running=put(I.running, running), kv_used=put(I.kv_used, kv_used),
+        wq_head=put(I.wq_head, jnp.where(len2 > 0, head2, -1)), wq_len=put(I.wq_len, len2),
+        wq_tail=put(I.wq_tail, jnp.where(len2 > 0, I.wq_tail[i], -1)),
+        slot_rid=put(I.slot_rid, srid), slot_fin=put(I.slot_fin, sfin), slot_prompt=put(I.slot_prompt, spr),
+        slot_len=put(I.slot_len, slen),
+    )
+
+    # -- effects on calls, groups, the buffer and the trainer -------------------------------
+    R, Gm = static.max_calls, static.max_groups
+    fin_on = on & has_fin
+    g_f = jnp.maximum(r_f, 0) // n
+    calls = C._replace(finish=C.finish.at[jnp.where(fin_on, r_f, R)].set(new_now, mode="drop"))
+    complete = fin_on & (Gs.done[g_f] + 1 == n)
+    stale = st.version - Gs.minv[g_f]
+    drop = ((p.drop_stale == 1) & (stale > p.stale_bound)) | ((p.drop_zero_var == 1) & w.zero_var[g_f % G])
+    acc = complete & ~drop
+    g_h = jnp.maximum(wq_head, 0) // n
+    adm_on = on & do_admit
+    groups = Gs._replace(
+        done=Gs.done.at[jnp.where(fin_on, g_f, Gm)].add(1, mode="drop"),
+        status=Gs.status.at[jnp.where(complete, g_f, Gm)].set(jnp.where(drop, G_DROPPED, G_BUFFERED), mode="drop"),
+        finish=Gs.finish.at[jnp.where(complete, g_f, Gm)].set(new_now, mode="drop"),
+        minv=Gs.minv.at[jnp.where(adm_on, g_h, Gm)].min(st.version, mode="drop"),
+        buf=Gs.buf.at[jnp.where(acc, st.buf_tail, Gm)].set(g_f, mode="drop"),
+    )
+    ack = on & do_pause
+    acks = tr.acks - ack
+    publish = ack & (acks == 0) & (tr.phase == T_PAUSING)
+    trainer = tr._replace(
+        acks=acks, phase=jnp.where(publish, T_PUBLISH, tr.phase),
+        timer_t=jnp.where(publish, new_now + p.sync_s, tr.timer_t),
+        timer_prev=jnp.where(publish, new_now, tr.timer_prev), timer_seq=jnp.where(publish, seq, tr.timer_seq),
+    )
+    return st._replace(
+        inst=inst, calls=calls, groups=groups, trainer=trainer, seq=seq + publish,
+        accepted=st.accepted + acc, n_running=st.n_running - complete, buf_tail=st.buf_tail + acc,
+        buf_live=st.buf_live + acc, cur=jnp.where(on, jnp.where(more, i, -1), st.cur),
+    )

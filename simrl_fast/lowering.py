@@ -1,0 +1,287 @@
+"""Lowering: (SimConfig, Workload, cost models) -> (Static, Params, WorkloadArrays), numpy only.
+
+This module owns the fast path's declared feature set (`FEATURES`): every configuration is
+checked against it and anything outside raises `FastPathUnsupported` naming the feature, so
+the JAX engine never approximates. It imports no jax, so the sweep driver can check and reject
+configurations (or route them to SimPy) without loading the engine.
+
+`Static` holds what fixes array shapes (hashable; one compile per distinct value), `Params`
+holds one configuration's numbers (stacked along a leading axis by `stack_params`), and
+`WorkloadArrays` holds the workload's per-(group, sample) lengths, shared by a whole batch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from simrl.cost.analytical import FixedTraining
+from simrl.cost.linear import ConstantTraining, LinearRollout
+from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+
+#: the declared feature set; anything else is rejected by `check_supported`
+FEATURES = {
+    "workload": "single-call trajectories, equal group sizes, no tool latency",
+    "deployment.rollout.kv_policy": "reserve",
+    "deployment.rollout.max_num_batched_tokens": "0 (unchunked prefill)",
+    "deployment.rollout.prefix_caching": "false (or a workload without shared prompts)",
+    "deployment.placement": "disaggregated",
+    "router.name": "least_requests, round_robin",
+    "router.active_cap": "0",
+    "cost.rollout": "LinearRollout (a + b*batch + c*kv + p*prefill)",
+    "cost.training": "ConstantTraining (a + per_token*tokens) or FixedTraining",
+    "cost.weight_sync": "any model; publish_time(instances) is taken once and must be > 0",
+    "policy": "any policy whose lower() is fast_path_exact=1 within these PolicyParams values",
+    "policy.inflight_rule": "continue, keep_pause, abort_resume, abort_restart, drain (global sync)",
+    "policy.staleness_enforcement": "none, counted, admission, drop_at_completion",
+    "policy.drop_zero_variance": "0 or 1 (no retry)",
+    "policy.buffer_capacity_groups": "-1 (unbounded)",
+    "policy.batch": "batch_min_groups == batch_max_groups",
+    "run.time_horizon_s": "inf",
+}
+
+RULE_CONTINUE, RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART, RULE_DRAIN = (
+    INFLIGHT_CODES[k] for k in ("continue", "keep_pause", "abort_resume", "abort_restart", "drain")
+)
+ROUTERS = {"least_requests": 0, "round_robin": 1}
+
+
+class FastPathUnsupported(ValueError):
+    """A configuration outside `FEATURES`; the message names the feature."""
+
+
+def _reject(feature: str, detail: str = "") -> None:
+    msg = f"simrl_fast does not support {feature}"
+    if detail:
+        msg += f" ({detail})"
+    raise FastPathUnsupported(msg + "; use the SimPy engine")
+
+
+class Static(NamedTuple):
+    """Shape-setting values (hashable): one compiled program per distinct Static."""
+
+    instances: int  # K: instance rows (configs with fewer instances disable the rest)
+    slots: int  # S: running-sequence slots per instance (max max_num_seqs)
+    group_size: int  # n: trajectories (= calls) per group
+    groups: int  # G: workload groups (the prompt dataset)
+    max_groups: int  # group slots: groups one run may dispatch (overflow is detected)
+    steps: int  # training steps (max over the batch)
+    max_batch: int  # B_max: groups per training batch (max over the batch)
+    chunk: int  # scan length per outer while-loop turn
+    max_chunks: int  # outer turns before giving up (a safety bound; deadlocks stop earlier)
+
+    @property
+    def max_calls(self) -> int:
+        return self.max_groups * self.group_size
+
+
+class Params(NamedTuple):
+    """One configuration's numbers (scalars; `stack_params` adds the batch axis)."""
+
+    n_inst: np.ndarray  # int32: active instances (<= Static.instances)
+    max_seqs: np.ndarray  # int32: max_num_seqs
+    kv_cap: np.ndarray  # int64: KV capacity per instance, tokens
+    a: np.ndarray  # float64: seconds per iteration
+    b: np.ndarray  # float64: seconds per decoding sequence
+    c: np.ndarray  # float64: seconds per decoding KV token
+    p: np.ndarray  # float64: seconds per prefilled token
+    train_a: np.ndarray  # float64: training step seconds (constant part)
+    train_per_token: np.ndarray  # float64: training seconds per trained token
+    sync_s: np.ndarray  # float64: weight publication seconds
+    steps: np.ndarray  # int32: training steps
+    router: np.ndarray  # int32: 0 least_requests, 1 round_robin
+    conc: np.ndarray  # float64: admit_concurrency_groups
+    budget_base: np.ndarray  # float64: admit_budget_base_groups
+    budget_per_version: np.ndarray  # float64: admit_budget_per_version_groups
+    count_dispatched: np.ndarray  # int32: admit_count_dispatched
+    block_training: np.ndarray  # int32: admit_block_while_training
+    rule: np.ndarray  # int32: inflight_rule code
+    stale_bound: np.ndarray  # int32: staleness_bound (-1 none)
+    drop_stale: np.ndarray  # int32: 1 = drop a group staler than the bound at completion
+    evict_stale: np.ndarray  # int32: 1 = evict buffered groups staler than the bound at publication
+    drop_zero_var: np.ndarray  # int32: 1 = drop groups whose rewards are all equal
+    batch: np.ndarray  # int32: groups per training batch
+
+
+class WorkloadArrays(NamedTuple):
+    """The workload's lengths by (group, sample); shared by every configuration of a batch."""
+
+    prompt: np.ndarray  # [G, n] int32: call_prompt_tokens
+    completion: np.ndarray  # [G, n] int32: call_completion_tokens (forced length L)
+    zero_var: np.ndarray  # [G] bool: GroupRecord.reward_std() == 0
+    seq_tokens: np.ndarray  # [G] int64: sum of prompt + completion (trained sequence lengths)
+    completion_sum: np.ndarray  # [G] int64: group completion tokens (trained tokens)
+
+
+def lower_workload(workload) -> WorkloadArrays:
+    w = workload
+    sizes = np.diff(w.group_traj_start)
+    if np.any(np.diff(w.traj_call_start) != 1):
+        _reject("multi-call trajectories", f"workload {w.name!r}")
+    if np.any(sizes != sizes[0]):
+        _reject("groups of different sizes", f"workload {w.name!r} has sizes {sorted(set(sizes.tolist()))}")
+    if np.any(w.call_tool_latency_s != 0):
+        _reject("tool latency after a call (call_tool_latency_s > 0)", f"workload {w.name!r}")
+    G, n = w.n_groups, int(sizes[0])
+    prompt = w.call_prompt_tokens.reshape(G, n)
+    comp = w.call_completion_tokens.reshape(G, n)
+    zero_var = np.array([_reward_std(w, g) == 0.0 for g in range(G)], dtype=bool)
+    return WorkloadArrays(
+        prompt=prompt.astype(np.int32), completion=comp.astype(np.int32), zero_var=zero_var,
+        seq_tokens=(prompt + comp).sum(axis=1).astype(np.int64), completion_sum=comp.sum(axis=1).astype(np.int64),
+    )
+
+
+def _reward_std(w, g: int) -> float:
+    # The same arithmetic as GroupRecord.reward_std, so the zero test agrees bit for bit.
+    r = [float(w.traj_reward[t]) for t in w.group_trajs(g)]
+    m = sum(r) / len(r)
+    return (sum((x - m) ** 2 for x in r) / len(r)) ** 0.5
+
+
+def lower_policy(policy) -> PolicyParams:
+    """The policy's PolicyParams, checked against the feature set."""
+    pp = policy.lower()
+    name = f"policy {policy.kind!r}"
+    if not pp.fast_path_exact:
+        _reject(f"{name}", "its lower() has fast_path_exact=0: its rules do not fit PolicyParams")
+    if pp.sync_per_instance:
+        _reject("per-instance weight sync (policy.sync_scope=per_instance)", name)
+    if pp.colocated:
+        _reject("colocated placement", name)
+    if pp.inflight_rule not in INFLIGHT_CODES.values():
+        _reject(f"inflight_rule code {pp.inflight_rule}", name)
+    pausing = pp.inflight_rule in (RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART)
+    if pausing and not policy.pause_rollout_for_sync:
+        _reject("in-place weight swap without a pause (pause_rollout_for_sync=false)", name)
+    allowed = {ENFORCEMENT_CODES[k] for k in ("none", "counted", "admission", "drop_at_completion")}
+    if pp.staleness_enforcement not in allowed:
+        inv = {v: k for k, v in ENFORCEMENT_CODES.items()}
+        _reject(f"policy.staleness_enforcement={inv.get(pp.staleness_enforcement, pp.staleness_enforcement)}", name)
+    if pp.drop_zero_variance not in (0, 1):
+        _reject("re-dispatch of zero-variance groups (drop_zero_variance=2)", name)
+    if pp.buffer_capacity_groups != -1:
+        _reject("a bounded buffer (buffer_capacity_groups)", name)
+    if pp.batch_min_groups != pp.batch_max_groups:
+        _reject("variable batch sizes (batch_min_groups != batch_max_groups)", name)
+    if math.isinf(pp.admit_concurrency_groups) and math.isinf(pp.admit_budget_base_groups):
+        _reject("unbounded admission (no concurrency cap and no budget)", name)
+    if pp.admit_block_while_training and not (
+        pp.admit_budget_base_groups == pp.admit_budget_per_version_groups == pp.batch_min_groups
+        and not pp.admit_count_dispatched
+    ):
+        # Only the sync shape (closed whenever a batch can form) is order-independent at equal times.
+        _reject("admit_block_while_training with a budget other than (version + 1) * batch", name)
+    if pp.evict_stale_on_publish and pp.staleness_bound < 0:
+        _reject("eviction at publication without a staleness bound", name)
+    return pp
+
+
+def check_supported(cfg, workload, costs) -> None:
+    """Raise `FastPathUnsupported` for the first feature outside `FEATURES`."""
+    r = cfg.deployment.rollout
+    if r.kv_policy != "reserve":
+        _reject(f"deployment.rollout.kv_policy={r.kv_policy} (preemption)")
+    if r.max_num_batched_tokens != 0:
+        _reject(f"deployment.rollout.max_num_batched_tokens={r.max_num_batched_tokens} (chunked prefill)",
+                "set it to 0")
+    if r.prefix_caching and np.any(workload.group_shared_prompt_tokens[~_salted_groups(workload)] > 0):
+        _reject("deployment.rollout.prefix_caching=true with group-shared prompts")
+    placement = cfg.policy.placement or cfg.deployment.placement
+    if placement != "disaggregated":
+        _reject(f"deployment.placement={placement}")
+    if cfg.router.name not in ROUTERS:
+        _reject(f"router.name={cfg.router.name}")
+    if cfg.router.active_cap:
+        _reject(f"router.active_cap={cfg.router.active_cap}")
+    if not math.isinf(cfg.run.time_horizon_s):
+        _reject(f"run.time_horizon_s={cfg.run.time_horizon_s}")
+    if type(costs.rollout) is not LinearRollout:
+        _reject(f"rollout cost model {type(costs.rollout).__name__}", "only LinearRollout")
+    ro = costs.rollout
+    if min(ro.a, ro.b, ro.c, ro.p) < 0 or ro.a + ro.b <= 0:
+        _reject("a LinearRollout with negative terms or a + b = 0")
+    if type(costs.training) not in (ConstantTraining, FixedTraining):
+        _reject(f"training cost model {type(costs.training).__name__}", "only ConstantTraining / FixedTraining")
+
+
+def _salted_groups(w) -> np.ndarray:
+    first = w.traj_call_start[w.group_traj_start[:-1]]
+    return w.call_cache_salted[first]
+
+
+def _training_terms(costs) -> tuple[float, float]:
+    t = costs.training
+    if type(t) is FixedTraining:
+        if not t.memory_capacity_bytes() >= 0:
+            _reject("a training memory capacity below the peak")
+        return float(t.step_s), 0.0
+    if t.peak_memory_bytes([]) > t.memory_capacity_bytes():
+        _reject("a training step that does not fit in memory")
+    if t.a < 0 or t.per_token < 0 or t.a + t.per_token <= 0:
+        _reject("a training step time that can be 0")
+    return float(t.a), float(t.per_token)
+
+
+def lower(cfg, workload, costs) -> tuple[Static, Params, WorkloadArrays]:
+    """Check and lower one configuration. Units: seconds and tokens."""
+    check_supported(cfg, workload, costs)
+    wa = lower_workload(workload)
+    pp = lower_policy(cfg.policy)
+    r = cfg.deployment.rollout
+    kv_cap = r.kv_capacity_tokens or int(costs.rollout.kv_capacity_tokens())
+    need = int((wa.prompt.astype(np.int64) + wa.completion).max())
+    if need > kv_cap:
+        _reject("a call larger than the KV capacity", f"{need} > {kv_cap} tokens; SimPy stops with an error")
+    sync_s = float(costs.weight_sync.publish_time(r.instances))
+    if not sync_s > 0:
+        _reject("a weight publication time of 0")
+    train_a, per_tok = _training_terms(costs)
+    ro = costs.rollout
+    stale_bound = int(pp.staleness_bound)
+    params = Params(
+        n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs), kv_cap=np.int64(kv_cap),
+        a=np.float64(ro.a), b=np.float64(ro.b), c=np.float64(ro.c), p=np.float64(ro.p),
+        train_a=np.float64(train_a), train_per_token=np.float64(per_tok), sync_s=np.float64(sync_s),
+        steps=np.int32(cfg.run.training_steps), router=np.int32(ROUTERS[cfg.router.name]),
+        conc=np.float64(pp.admit_concurrency_groups), budget_base=np.float64(pp.admit_budget_base_groups),
+        budget_per_version=np.float64(pp.admit_budget_per_version_groups),
+        count_dispatched=np.int32(pp.admit_count_dispatched), block_training=np.int32(pp.admit_block_while_training),
+        rule=np.int32(pp.inflight_rule), stale_bound=np.int32(stale_bound),
+        drop_stale=np.int32(pp.staleness_enforcement == ENFORCEMENT_CODES["drop_at_completion"] and stale_bound >= 0),
+        evict_stale=np.int32(pp.evict_stale_on_publish), drop_zero_var=np.int32(pp.drop_zero_variance),
+        batch=np.int32(pp.batch_min_groups),
+    )
+    static = static_for([params], wa)
+    return static, params, wa
+
+
+def group_bound(p: Params) -> int:
+    """Groups one run is expected to dispatch (dropped groups beyond it are detected as overflow)."""
+    steps, batch = int(p.steps), int(p.batch)
+    budget = float(p.budget_base) + float(p.budget_per_version) * max(steps - 1, 0)
+    if math.isinf(budget):
+        budget = float(p.conc) + 2 * steps * batch
+    return int(math.ceil(budget)) + batch
+
+
+def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None = None) -> Static:
+    """The smallest Static that holds every configuration in ``params``."""
+    G, n = wa.prompt.shape
+    mg = max_groups or max(group_bound(p) for p in params)
+    steps = max(int(p.steps) for p in params)
+    K = max(int(p.n_inst) for p in params)
+    actions = mg * (1 + 3 * n) + steps * (2 * K + 6) + 64
+    chunk = 256
+    return Static(
+        instances=K, slots=max(int(p.max_seqs) for p in params), group_size=n, groups=G, max_groups=mg,
+        steps=steps, max_batch=max(int(p.batch) for p in params), chunk=chunk,
+        max_chunks=int(2 * actions / chunk) + 4,
+    )
+
+
+def stack_params(params: list[Params]) -> Params:
+    """Stack per-configuration Params along a new leading axis (the vmapped axis)."""
+    return Params(*(np.stack([np.asarray(getattr(p, f)) for p in params]) for f in Params._fields))

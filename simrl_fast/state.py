@@ -1,0 +1,158 @@
+"""Typed JAX state of the fast engine, leaf by leaf mirroring the SimPy engine's objects.
+
+Shapes use K = Static.instances, S = Static.slots, Gm = Static.max_groups, R = Gm * n (call
+slots; call r is sample r % n of dispatched group r // n), P = Static.steps, B = Static.max_batch.
+Every array is one configuration's; `vmap` adds the leading batch axis outside the model.
+
+Times are float64 seconds, counters int32, token sums int64. "Anchor" is an instance's last
+processed iteration boundary: between anchors the instance is advanced in closed form (see
+docs/fastpath.md); boundaries where nothing observable happens are never visited.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+
+BIG = 2**30  # "never" for int32 iteration counts and sequence numbers
+
+# instance phases (Instance.run's position in its loop)
+IDLE, BUSY, PAUSED, START, RESUME = 0, 1, 2, 3, 4
+# group status (where a GroupRecord lives)
+G_FREE, G_RUNNING, G_BUFFERED, G_DROPPED, G_TRAINED, G_EVICTED = 0, 1, 2, 3, 4, 5
+# trainer phases (trainer_loop / publish)
+T_WAIT, T_TRAIN, T_PUBLISH, T_PAUSING, T_DRAIN, T_DONE = 0, 1, 2, 3, 4, 5
+
+
+class InstState(NamedTuple):
+    """The K rollout instances (`simrl.engine.instance.Instance`)."""
+
+    phase: jnp.ndarray  # [K] int32: IDLE (waits on wake_ev), BUSY (in an iteration), PAUSED (waits on
+    #                     resume_ev), START (wake_ev triggered, not yet run), RESUME (resume_ev triggered)
+    clock: jnp.ndarray  # [K] f64: env.now at the anchor boundary
+    it: jnp.ndarray  # [K] int32: Instance.it at the anchor (iterations completed)
+    nd: jnp.ndarray  # [K] int32: Instance.n_decoding at the anchor
+    kd: jnp.ndarray  # [K] int64: Instance.kv_decode_sum at the anchor
+    na: jnp.ndarray  # [K] int32: len(Instance.prefilling) admitted at the anchor
+    pa: jnp.ndarray  # [K] int64: their prefill tokens (the anchor iteration's prefill_tokens)
+    t1: jnp.ndarray  # [K] f64: end of the anchor iteration (its env.timeout)
+    alpha: jnp.ndarray  # [K] f64: duration of the iteration after it (rollout_cost.iteration_time)
+    beta: jnp.ndarray  # [K] f64: growth of the duration per iteration (c * n_decoding)
+    st_t: jnp.ndarray  # [K] f64: when this run of iterations began (woken or resumed; kept across boundaries)
+    st_seq: jnp.ndarray  # [K] int32: its insertion order then (orders instances whose boundaries coincide)
+    fin_min: jnp.ndarray  # [K] int32: Instance.finish_heap[0] + 1 (BIG when empty)
+    adm_it: jnp.ndarray  # [K] int32: boundary that admits a request routed mid-iteration (BIG: none)
+    pause_it: jnp.ndarray  # [K] int32: boundary that takes the requested pause (pause_ack set; BIG: none)
+    ev_it: jnp.ndarray  # [K] int32: next observable boundary = min(fin_min, adm_it, pause_it)
+    ev_t: jnp.ndarray  # [K] f64: its time (inf: no event)
+    ev_prev: jnp.ndarray  # [K] f64: time its timeout was scheduled (tie-break, SimPy heap order)
+    ev_seq: jnp.ndarray  # [K] int32: st_seq (BUSY) or the wake's insertion order (START, RESUME)
+    running: jnp.ndarray  # [K] int32: len(Instance.running)
+    kv_used: jnp.ndarray  # [K] int64: Instance.kv_used (reserved prompt + completion)
+    wq_head: jnp.ndarray  # [K] int32: call at the head of Instance.waiting
+    wq_tail: jnp.ndarray  # [K] int32: call at its tail
+    wq_len: jnp.ndarray  # [K] int32: len(Instance.waiting)
+    slot_rid: jnp.ndarray  # [K, S] int32: call in each running slot (-1: free); Instance.running
+    slot_fin: jnp.ndarray  # [K, S] int32: Instance.it at which it finishes (finish_heap key + 1)
+    slot_prompt: jnp.ndarray  # [K, S] int32: Request.prompt_tokens
+    slot_len: jnp.ndarray  # [K, S] int32: Request.completion_tokens
+
+
+class CallState(NamedTuple):
+    """Per dispatched call (`Request` / `CallRecord`), indexed by dispatch serial (rid)."""
+
+    nxt: jnp.ndarray  # [R] int32: next call routed to the same instance (Instance.waiting order)
+    inst: jnp.ndarray  # [R] int32: Request.instance (-1: not routed)
+    finish: jnp.ndarray  # [R] f64: CallRecord.finish (nan: unfinished)
+
+
+class GroupState(NamedTuple):
+    """Per dispatched group (`GroupRecord`), indexed by gid; plus the FIFO buffer."""
+
+    status: jnp.ndarray  # [Gm] int32: G_* (st.running / st.buffer / dropped / trained)
+    done: jnp.ndarray  # [Gm] int32: finished calls (TrajRecord.finish_time set)
+    minv: jnp.ndarray  # [Gm] int32: GroupRecord.min_version (BIG until a call is admitted)
+    finish: jnp.ndarray  # [Gm] f64: GroupRecord.finish_time
+    buf: jnp.ndarray  # [Gm] int32: gids in buffer-entry order (PipelineState.buffer, with tombstones)
+
+
+class TrainerState(NamedTuple):
+    """`trainer_loop` and `publish` (one process) with its pending timeout."""
+
+    phase: jnp.ndarray  # int32: T_* (waiting for a batch, training, publishing, pausing, draining, done)
+    step: jnp.ndarray  # int32: st.steps_done
+    timer_t: jnp.ndarray  # f64: its pending env.timeout (train end or publish end)
+    timer_prev: jnp.ndarray  # f64: when that timeout was scheduled
+    timer_seq: jnp.ndarray  # int32: its insertion order
+    acks: jnp.ndarray  # int32: pause acknowledgements still awaited (pause_all)
+
+
+class StepLog(NamedTuple):
+    """Per training step (`StepRecord`), P rows."""
+
+    wait_start: jnp.ndarray  # [P] f64
+    batch_ready: jnp.ndarray  # [P] f64 (= train_start: disaggregated)
+    train_end: jnp.ndarray  # [P] f64
+    publish_end: jnp.ndarray  # [P] f64
+    gids: jnp.ndarray  # [P, B] int32: StepRecord.gids (-1 padding)
+    stale: jnp.ndarray  # [P, B] int32: StepRecord.staleness (-1 padding)
+    completion_tokens: jnp.ndarray  # [P] int64: trained_completion_tokens
+    seq_tokens: jnp.ndarray  # [P] int64: trained prompt + completion tokens
+
+
+class SimState(NamedTuple):
+    """Everything the event loop carries (the lax.scan carry)."""
+
+    inst: InstState
+    calls: CallState
+    groups: GroupState
+    trainer: TrainerState
+    log: StepLog
+    now: jnp.ndarray  # f64: env.now
+    seq: jnp.ndarray  # int32: SimPy's insertion counter, for scheduled timeouts and triggered wakes
+    version: jnp.ndarray  # int32: PipelineState.version
+    training: jnp.ndarray  # bool: PipelineState.training
+    accepted: jnp.ndarray  # int32: PipelineState.groups_accepted
+    n_running: jnp.ndarray  # int32: len(PipelineState.running)
+    dispatched: jnp.ndarray  # int32: PipelineState.groups_dispatched
+    routed: jnp.ndarray  # int32: calls routed (router queue = calls routed..dispatched*n)
+    rr_next: jnp.ndarray  # int32: Router.rr_next
+    dispatch_paused: jnp.ndarray  # bool: Simulation.dispatch_paused (drain)
+    cur: jnp.ndarray  # int32: instance in the middle of its boundary processing (-1: none)
+    buf_head: jnp.ndarray  # int32: first buffer position not yet consumed
+    buf_tail: jnp.ndarray  # int32: next buffer position
+    buf_live: jnp.ndarray  # int32: len(PipelineState.buffer)
+    overflow: jnp.ndarray  # bool: more groups than Static.max_groups were needed
+    stuck: jnp.ndarray  # bool: nothing left to do before the last step (SimPy: diagnosis)
+    actions: jnp.ndarray  # int32: non-idle steps taken
+
+
+def init_state(static, dtype_t=jnp.float64) -> SimState:
+    K, S, Gm, P, B = static.instances, static.slots, static.max_groups, static.steps, static.max_batch
+    R = static.max_calls
+    i32 = lambda v, shape=(): jnp.full(shape, v, jnp.int32)  # noqa: E731
+    f64 = lambda v, shape=(): jnp.full(shape, v, dtype_t)  # noqa: E731
+    i64 = lambda v, shape=(): jnp.full(shape, v, jnp.int64)  # noqa: E731
+    inst = InstState(
+        phase=i32(IDLE, K), clock=f64(0.0, K), it=i32(0, K), nd=i32(0, K), kd=i64(0, K), na=i32(0, K),
+        pa=i64(0, K), t1=f64(jnp.inf, K), alpha=f64(0.0, K), beta=f64(0.0, K), st_t=f64(0.0, K), st_seq=i32(0, K),
+        fin_min=i32(BIG, K), adm_it=i32(BIG, K), pause_it=i32(BIG, K), ev_it=i32(BIG, K), ev_t=f64(jnp.inf, K),
+        ev_prev=f64(jnp.inf, K), ev_seq=i32(BIG, K), running=i32(0, K), kv_used=i64(0, K),
+        wq_head=i32(-1, K), wq_tail=i32(-1, K), wq_len=i32(0, K),
+        slot_rid=i32(-1, (K, S)), slot_fin=i32(BIG, (K, S)), slot_prompt=i32(0, (K, S)), slot_len=i32(0, (K, S)),
+    )
+    calls = CallState(nxt=i32(-1, R), inst=i32(-1, R), finish=f64(jnp.nan, R))
+    groups = GroupState(status=i32(G_FREE, Gm), done=i32(0, Gm), minv=i32(BIG, Gm), finish=f64(jnp.nan, Gm),
+                        buf=i32(-1, Gm))
+    trainer = TrainerState(phase=i32(T_WAIT), step=i32(0), timer_t=f64(jnp.inf), timer_prev=f64(jnp.inf),
+                           timer_seq=i32(BIG), acks=i32(0))
+    log = StepLog(wait_start=f64(jnp.nan, P).at[0].set(0.0), batch_ready=f64(jnp.nan, P), train_end=f64(jnp.nan, P),
+                  publish_end=f64(jnp.nan, P), gids=i32(-1, (P, B)), stale=i32(-1, (P, B)),
+                  completion_tokens=i64(0, P), seq_tokens=i64(0, P))
+    return SimState(
+        inst=inst, calls=calls, groups=groups, trainer=trainer, log=log, now=f64(0.0), seq=i32(0), version=i32(0),
+        training=jnp.array(False), accepted=i32(0), n_running=i32(0), dispatched=i32(0), routed=i32(0),
+        rr_next=i32(0), dispatch_paused=jnp.array(False), cur=i32(-1), buf_head=i32(0), buf_tail=i32(0),
+        buf_live=i32(0), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
+    )

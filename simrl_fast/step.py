@@ -1,0 +1,160 @@
+"""The event-loop step: pick one action (SimPy's event order), apply it, return the new state.
+
+Order of actions (docs/fastpath.md, "Tie rules"): an instance in the middle of its boundary
+finishes it first; then every timeout due *now* (instance boundaries, resumes, the trainer's
+timer) by heap key (time, scheduling time, insertion order); then the chain those events
+triggered in this instant -- the trainer's reaction, the dispatcher (one group per step), the
+router (one call per step); then instances woken by the router; only then does time advance
+to the earliest pending timeout. Every branch is computed and masked, so the step is one
+unified update under `vmap`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from simrl_fast.closed_form import event_of, first_after, tol
+from simrl_fast.instance import call_lengths, fits, instance_action
+from simrl_fast.state import (
+    BIG,
+    BUSY,
+    G_RUNNING,
+    IDLE,
+    RESUME,
+    START,
+    T_DONE,
+    T_DRAIN,
+    T_PUBLISH,
+    T_TRAIN,
+    T_WAIT,
+)
+from simrl_fast.trainer import timer_action, trainer_react
+
+A_NONE, A_INST, A_TIMER, A_REACT, A_DISPATCH, A_ROUTE = 0, 1, 2, 3, 4, 5
+
+
+def _lexmin(t, prev, start, seq):
+    """Index and time of the smallest (t, prev, start, seq) key (SimPy's heap order, times within
+    `TIME_RTOL` counting as equal)."""
+    m1 = jnp.min(t)
+    c1 = t <= m1 + tol(m1)
+    m2 = jnp.min(jnp.where(c1, prev, jnp.inf))
+    c2 = c1 & (prev <= m2 + tol(m2))
+    m3 = jnp.min(jnp.where(c2, start, jnp.inf))
+    c3 = c2 & (start <= m3 + tol(m3))
+    m4 = jnp.min(jnp.where(c3, seq, BIG))
+    return jnp.argmax(c3 & (seq == m4)), m1
+
+
+def can_dispatch(st, p):
+    """Simulation.dispatcher's loop condition: the policy's admission rule through PolicyParams."""
+    count = jnp.where(p.count_dispatched == 1, st.dispatched, st.accepted + st.n_running)
+    budget = p.budget_base + p.budget_per_version * st.version.astype(jnp.float64)
+    return (
+        ~st.dispatch_paused & (st.n_running.astype(jnp.float64) < p.conc) & (count.astype(jnp.float64) < budget)
+        & ~((p.block_training == 1) & st.training) & (st.trainer.phase != T_DONE) & ~st.overflow
+    )
+
+
+def select(st, p, static):
+    """(action, instance index, new now) for this step."""
+    I, tr = st.inst, st.trainer
+    K = static.instances
+    active = jnp.arange(K) < p.n_inst
+    ev_ok = active & ((I.phase == BUSY) | (I.phase == RESUME))
+    timer_on = (tr.phase == T_TRAIN) | (tr.phase == T_PUBLISH)
+    t_all = jnp.concatenate([jnp.where(ev_ok, I.ev_t, jnp.inf), jnp.where(timer_on, tr.timer_t, jnp.inf)[None]])
+    prev_all = jnp.concatenate([I.ev_prev, tr.timer_prev[None]])
+    start_all = jnp.concatenate([jnp.where(I.phase == BUSY, I.st_t, I.ev_prev), tr.timer_prev[None]])
+    seq_all = jnp.concatenate([I.ev_seq, tr.timer_seq[None]])
+    bidx, bt = _lexmin(t_all, prev_all, start_all, seq_all)
+    gidx, gt = _lexmin(jnp.where(active & (I.phase == START), I.ev_t, jnp.inf), I.ev_prev, I.ev_prev, I.ev_seq)
+    react = ((tr.phase == T_WAIT) & (st.buf_live >= p.batch)) | ((tr.phase == T_DRAIN) & (st.n_running == 0))
+    disp = can_dispatch(st, p)
+    route = st.routed < st.dispatched * static.group_size
+    chain = react | disp | route
+    cont = st.cur >= 0
+    timed = jnp.where(bidx < K, A_INST, A_TIMER)
+    chain_act = jnp.where(react, A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE))
+    later = jnp.where(gt < jnp.inf, A_INST, jnp.where(bt < jnp.inf, timed, A_NONE))
+    due = bt <= st.now + tol(st.now)
+    act = jnp.where(cont, A_INST, jnp.where(due, timed, jnp.where(chain, chain_act, later)))
+    act = jnp.where(tr.phase == T_DONE, A_NONE, act)
+    i = jnp.where(cont, st.cur, jnp.where(~due & ~chain & (gt < jnp.inf), gidx, bidx))
+    i = jnp.minimum(i, K - 1).astype(jnp.int32)
+    timed_now = jnp.where(act == A_TIMER, tr.timer_t, jnp.where(i < K, I.ev_t[i], jnp.inf))
+    new_now = jnp.where(((act == A_INST) & ~cont) | (act == A_TIMER), jnp.maximum(timed_now, st.now), st.now)
+    return act, i, new_now
+
+
+def dispatch_action(st, on, static):
+    """Simulation.start_group: the next group enters st.running; its calls join the router queue."""
+    gid = st.dispatched
+    ok = on & (gid < static.max_groups)
+    G = st.groups
+    status = G.status.at[jnp.where(ok, gid, static.max_groups)].set(G_RUNNING, mode="drop")
+    return st._replace(
+        groups=G._replace(status=status), dispatched=st.dispatched + ok, n_running=st.n_running + ok,
+        overflow=st.overflow | (on & ~ok),
+    )
+
+
+def route_action(st, p, w, static, on):
+    """Router.route for the queue head: choose an instance, append to its waiting queue, wake it."""
+    I, C = st.inst, st.calls
+    K, n, G = static.instances, static.group_size, static.groups
+    r = st.routed
+    active = jnp.arange(K) < p.n_inst
+    assigned = jnp.where(active, I.wq_len + I.running, BIG)
+    i = jnp.where(p.router == 1, st.rr_next, jnp.argmin(assigned)).astype(jnp.int32)
+    hp, hl = call_lengths(w, r, n, G)
+    was_empty = I.wq_len[i] == 0
+    wake = I.phase[i] == IDLE
+    fit = (I.phase[i] == BUSY) & was_empty & fits(p, 1, I.running[i], I.kv_used[i], hp, hl)
+    j = first_after(I.clock[i], I.t1[i], I.alpha[i], I.beta[i], I.st_t[i], I.st_seq[i], st.now, st.now, st.now, BIG)
+    adm_it = jnp.where(fit, I.it[i] + j, I.adm_it[i])
+    ev_it, ev_t, ev_prev = event_of(I.clock[i], I.it[i], I.t1[i], I.alpha[i], I.beta[i], I.fin_min[i], adm_it,
+                                    I.pause_it[i])
+
+    def put(arr, val):
+        return jnp.where(on, arr.at[i].set(val), arr)
+
+    inst = I._replace(
+        wq_head=put(I.wq_head, jnp.where(was_empty, r, I.wq_head[i])), wq_tail=put(I.wq_tail, r),
+        wq_len=put(I.wq_len, I.wq_len[i] + 1), adm_it=put(I.adm_it, adm_it),
+        phase=put(I.phase, jnp.where(wake, START, I.phase[i])),
+        ev_it=put(I.ev_it, jnp.where(fit, ev_it, I.ev_it[i])),
+        ev_t=put(I.ev_t, jnp.where(fit, ev_t, jnp.where(wake, st.now, I.ev_t[i]))),
+        ev_prev=put(I.ev_prev, jnp.where(fit, ev_prev, jnp.where(wake, st.now, I.ev_prev[i]))),
+        ev_seq=put(I.ev_seq, jnp.where(wake, st.seq, I.ev_seq[i])),
+    )
+    R = static.max_calls
+    calls = C._replace(
+        inst=C.inst.at[jnp.where(on, r, R)].set(i, mode="drop"),
+        nxt=C.nxt.at[jnp.where(on & ~was_empty, I.wq_tail[i], R)].set(r, mode="drop"),
+    )
+    return st._replace(
+        inst=inst, calls=calls, routed=st.routed + on, seq=st.seq + (on & wake),
+        rr_next=jnp.where(on & (p.router == 1), (i + 1) % p.n_inst, st.rr_next),
+    )
+
+
+def make_step(static):
+    """The pure step function ``step(state, params, workload) -> state`` for one configuration."""
+
+    def step(st0, p, w):
+        st = st0
+        act, i, new_now = select(st, p, static)
+        st = st._replace(now=new_now)
+        st = instance_action(st, p, w, static, act == A_INST, i, new_now)
+        st = timer_action(st, p, static, act == A_TIMER)
+        st = trainer_react(st, p, w, static, (act == A_TIMER) | (act == A_REACT))
+        st = dispatch_action(st, act == A_DISPATCH, static)
+        st = route_action(st, p, w, static, act == A_ROUTE)
+        done = st.trainer.phase == T_DONE
+        st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~done), actions=st.actions + (act != A_NONE))
+        # x64 promotes int32 reductions and argmax to int64: keep every leaf's declared dtype.
+        return jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), st, st0)
+
+    return step

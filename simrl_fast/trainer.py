@@ -1,0 +1,145 @@
+"""The trainer process (`trainer_loop`, `publish`, `pause_all`) as two masked state updates.
+
+`timer_action` fires the trainer's pending timeout: the end of a training step (then the
+in-flight rule: schedule the publication, request a pause at every instance's next boundary,
+or stop dispatch and drain) or the end of a publication (version + 1, resume paused
+instances, evict stale buffered groups, open the next step). `trainer_react` is what the
+trainer does when woken in the same instant: start the drained publication once no group is
+in flight, and take the first ``batch`` buffered groups (FIFO) as the next training batch.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from simrl_fast.closed_form import event_of, first_after
+from simrl_fast.lowering import (
+    RULE_ABORT_RESTART,
+    RULE_ABORT_RESUME,
+    RULE_CONTINUE,
+    RULE_DRAIN,
+    RULE_KEEP_PAUSE,
+)
+from simrl_fast.state import (
+    BUSY,
+    G_BUFFERED,
+    G_EVICTED,
+    G_TRAINED,
+    IDLE,
+    PAUSED,
+    RESUME,
+    START,
+    T_DONE,
+    T_DRAIN,
+    T_PAUSING,
+    T_PUBLISH,
+    T_TRAIN,
+    T_WAIT,
+)
+
+
+def _set(arr, idx, val, on):
+    return jnp.where(on, arr.at[idx].set(val, mode="drop"), arr)
+
+
+def timer_action(st, p, static, on):
+    tr, I, log = st.trainer, st.inst, st.log
+    now, step = st.now, tr.step
+    te = on & (tr.phase == T_TRAIN)
+    pub = on & (tr.phase == T_PUBLISH)
+    active = jnp.arange(static.instances) < p.n_inst
+
+    # -- end of a training step: the in-flight rule -------------------------------------------
+    pausing_rule = (p.rule == RULE_KEEP_PAUSE) | (p.rule == RULE_ABORT_RESUME) | (p.rule == RULE_ABORT_RESTART)
+    pause = te & pausing_rule
+    busy = active & (I.phase == BUSY) & pause
+    quiet = active & ((I.phase == IDLE) | (I.phase == START)) & pause
+    j = first_after(I.clock, I.t1, I.alpha, I.beta, I.st_t, I.st_seq, now, tr.timer_prev, tr.timer_prev,
+                    tr.timer_seq)
+    pause_it = jnp.where(busy, I.it + j, I.pause_it)
+    ev_it, ev_t, ev_prev = event_of(I.clock, I.it, I.t1, I.alpha, I.beta, I.fin_min, I.adm_it, pause_it)
+    n_busy = jnp.sum(busy.astype(jnp.int32))
+    to_publish = (te & (p.rule == RULE_CONTINUE)) | (pause & (n_busy == 0))
+    phase = jnp.where(to_publish, T_PUBLISH, tr.phase)
+    phase = jnp.where(pause & (n_busy > 0), T_PAUSING, phase)
+    phase = jnp.where(te & (p.rule == RULE_DRAIN), T_DRAIN, phase)
+
+    # -- end of a publication ----------------------------------------------------------------
+    version = st.version + pub
+    resume = pub & pausing_rule & active & (I.phase == PAUSED)
+    rank = jnp.cumsum(resume.astype(jnp.int32)) - 1
+    seq0 = st.seq + to_publish
+    new_step = step + pub
+    done = new_step >= p.steps
+    phase = jnp.where(pub, jnp.where(done, T_DONE, T_WAIT), phase)
+    G = st.groups
+    evict = pub & (p.evict_stale == 1) & (G.status == G_BUFFERED) & (version - G.minv > p.stale_bound)
+
+    inst = I._replace(
+        phase=jnp.where(resume, RESUME, jnp.where(quiet, PAUSED, I.phase)),
+        pause_it=pause_it,
+        ev_it=jnp.where(busy, ev_it, I.ev_it),
+        ev_t=jnp.where(busy, ev_t, jnp.where(resume, now, jnp.where(quiet, jnp.inf, I.ev_t))),
+        ev_prev=jnp.where(busy, ev_prev, jnp.where(resume, now, I.ev_prev)),
+        ev_seq=jnp.where(resume, seq0 + rank, I.ev_seq),
+    )
+    trainer = tr._replace(
+        phase=phase, step=new_step, acks=jnp.where(pause, n_busy, tr.acks),
+        timer_t=jnp.where(to_publish, now + p.sync_s, tr.timer_t),
+        timer_prev=jnp.where(to_publish, now, tr.timer_prev), timer_seq=jnp.where(to_publish, st.seq, tr.timer_seq),
+    )
+    log = log._replace(
+        train_end=_set(log.train_end, step, now, te),
+        publish_end=_set(log.publish_end, step, now, pub),
+        wait_start=_set(log.wait_start, new_step, now, pub & ~done),
+    )
+    return st._replace(
+        inst=inst, trainer=trainer, log=log, version=version, training=st.training & ~te,
+        dispatch_paused=jnp.where(te & (p.rule == RULE_DRAIN), True, jnp.where(pub, False, st.dispatch_paused)),
+        seq=seq0 + jnp.sum(resume.astype(jnp.int32)),
+        groups=G._replace(status=jnp.where(evict, G_EVICTED, G.status)),
+        buf_live=st.buf_live - jnp.sum(evict.astype(jnp.int32)),
+    )
+
+
+def trainer_react(st, p, w, static, on):
+    tr, G, log = st.trainer, st.groups, st.log
+    now = st.now
+    drain_go = on & (tr.phase == T_DRAIN) & (st.n_running == 0)
+    form = on & (tr.phase == T_WAIT) & (st.buf_live >= p.batch)
+    Gm, Bm, ng = static.max_groups, static.max_batch, static.groups
+
+    pos = jnp.arange(Gm)
+    gid_at = G.buf
+    live = (pos >= st.buf_head) & (pos < st.buf_tail) & (G.status[jnp.maximum(gid_at, 0)] == G_BUFFERED)
+    cum = jnp.cumsum(live.astype(jnp.int32))
+    take = live & (cum <= p.batch)
+    gids = jnp.full(Bm, -1, jnp.int32).at[jnp.where(take, cum - 1, Bm)].set(gid_at, mode="drop")
+    valid = gids >= 0
+    g0 = jnp.maximum(gids, 0)
+    stale = jnp.where(valid, st.version - G.minv[g0], -1)
+    wg = g0 % ng
+    comp = jnp.sum(jnp.where(valid, w.completion_sum[wg], 0))
+    seqtok = jnp.sum(jnp.where(valid, w.seq_tokens[wg], 0))
+    last = jnp.argmax(take & (cum == p.batch))
+    dur = p.train_a + p.train_per_token * seqtok.astype(jnp.float64)
+
+    step = tr.step
+    status = jnp.where(form, G.status.at[jnp.where(take, gid_at, Gm)].set(G_TRAINED, mode="drop"), G.status)
+    go = drain_go | form
+    trainer = tr._replace(
+        phase=jnp.where(form, T_TRAIN, jnp.where(drain_go, T_PUBLISH, tr.phase)),
+        timer_t=jnp.where(form, now + dur, jnp.where(drain_go, now + p.sync_s, tr.timer_t)),
+        timer_prev=jnp.where(go, now, tr.timer_prev), timer_seq=jnp.where(go, st.seq, tr.timer_seq),
+    )
+    log = log._replace(
+        batch_ready=_set(log.batch_ready, step, now, form),
+        gids=_set(log.gids, step, gids, form), stale=_set(log.stale, step, stale, form),
+        completion_tokens=_set(log.completion_tokens, step, comp, form),
+        seq_tokens=_set(log.seq_tokens, step, seqtok, form),
+    )
+    return st._replace(
+        trainer=trainer, log=log, groups=G._replace(status=status), seq=st.seq + go,
+        training=st.training | form, buf_head=jnp.where(form, last + 1, st.buf_head),
+        buf_live=st.buf_live - jnp.where(form, p.batch, 0),
+    )

@@ -1,0 +1,124 @@
+"""Differential-test helpers: random configurations inside the fast path's feature set, both
+engines on each, and a comparison per training step and per call.
+
+Configurations are drawn from a seeded numpy Generator (no global seeding). All cases of one
+batch share (groups, group size, steps) so the JAX side compiles once and runs them vmapped
+with one workload per configuration.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from simhelpers import linear_costs, random_workload
+
+from simrl.config import load_config
+from simrl.engine.sim import build_simulation, summarise
+
+RULES = ["continue", "keep_pause", "abort_resume", "abort_restart", "drain"]
+BASE = ["deployment.rollout.max_num_batched_tokens=0", "deployment.rollout.prefix_caching=false",
+        "deployment.rollout.kv_policy=reserve", "deployment.placement=disaggregated", "router.active_cap=0"]
+
+
+class Case:
+    """One configuration: overrides, workload and cost models, and the SimPy outcome."""
+
+    def __init__(self, overrides, workload, costs, label=""):
+        self.overrides, self.workload, self.costs, self.label = list(overrides), workload, costs, label
+        self.cfg = load_config(overrides=self.overrides)
+
+    def run_simpy(self):
+        sim = build_simulation(self.cfg, self.workload, self.costs)
+        sim.run()
+        self.report = summarise(sim)
+        return self.report
+
+
+def random_case(rng: np.random.Generator, groups: int, n: int, steps: int) -> Case:
+    """A random configuration inside the declared feature set."""
+    K = int(rng.integers(1, 5))
+    S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
+    lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
+    prompt = (int(rng.integers(10, 200)), int(rng.integers(200, 900)))
+    wl = random_workload(groups=groups, n=n, seed=int(rng.integers(1 << 30)), prompt=prompt,
+                         completion=(lo_c, hi_c + 2), zero_variance=float(rng.choice([0.0, 0.3])))
+    need = int((wl.call_prompt_tokens + wl.call_completion_tokens).max())
+    kv = int(need * rng.choice([1.0, 1.5, 3.0, 10.0, 1000.0]))
+    a = float(rng.uniform(1e-3, 1e-2))
+    b = float(rng.choice([0.0, rng.uniform(1e-6, 1e-4)]))
+    c = float(rng.choice([0.0, rng.uniform(1e-9, 1e-7)]))
+    p = float(rng.uniform(1e-6, 1e-4)) if c == 0.0 else float(rng.choice([0.0, rng.uniform(1e-6, 1e-4)]))
+    costs = linear_costs(kv_tokens=kv, step_s=float(rng.uniform(0.05, 8.0)), sync_s=float(rng.uniform(0.01, 2.0)),
+                         a=a, b=b, c=c, p=p)
+    B = int(rng.integers(1, 5))
+    kind = rng.choice(["sync", "bounded_async", "bounded_async", "skyrl", "areal"])
+    if kind == "sync":
+        pol = ["policy=sync", f"policy.batch_groups={B}"]
+    elif kind == "bounded_async":
+        s = int(rng.integers(0, 4))
+        pol = ["policy=bounded_async", f"policy.batch_groups={B}", f"policy.max_staleness={s}",
+               f"policy.inflight_rule={rng.choice(RULES)}"]
+        if rng.random() < 0.3:
+            pol.append(f"policy.max_concurrent_groups={int(rng.integers(1, B * (s + 1) + 2))}")
+    elif kind == "skyrl":
+        s = int(rng.integers(0, 3))
+        k = int(rng.integers(B, B * (s + 1) + 1))
+        pol = ["policy=skyrl", f"policy.policy_mini_batch_size={B}", f"policy.max_staleness_steps={s}",
+               f"policy.num_parallel_generation_workers={k}"]
+    else:
+        pol = ["policy=areal", f"policy.consumer_batch_size={B}", f"policy.max_head_offpolicyness={int(rng.integers(0, 3))}",
+               f"policy.should_accept_fn={rng.choice(['none', 'nonzero_std'])}"]
+    ov = [*BASE, *pol, f"deployment.rollout.instances={K}", f"deployment.rollout.max_num_seqs={S}",
+          f"deployment.rollout.kv_capacity_tokens={kv}", f"router.name={rng.choice(['least_requests', 'round_robin'])}",
+          f"run.training_steps={steps}"]
+    return Case(ov, wl, costs, label=f"K={K} S={S} kv={kv} c={c:.2g} p={p:.2g} {' '.join(pol)}")
+
+
+def run_fast(cases: list[Case], chunk: int | None = None):
+    """Run every case on the JAX engine, vmapped, one workload per case (one compile per shape)."""
+    from simrl_fast import lower
+    from simrl_fast.engine import run_params
+
+    lowered = [lower(c.cfg, c.workload, c.costs) for c in cases]
+    return run_params([p for _, p, _ in lowered], [wa for _, _, wa in lowered], chunk=chunk)
+
+
+def compare(case: Case, res, m: int, rel: float = 1e-9) -> dict:
+    """Assert the JAX run ``m`` matches the SimPy report of ``case``; return the worst errors."""
+    rep = case.report
+    wl = case.workload
+    n = int(wl.group_traj_start[1] - wl.group_traj_start[0])
+    G = wl.n_groups
+    where = f"[{case.label}]"
+    k = len(rep.steps)
+    assert int(res.steps_done[m]) == k, f"{where} steps {int(res.steps_done[m])} != {k}"
+    assert (rep.diagnosis is None) == bool(res.steps_done[m] >= res.steps[m]), where
+    worst = {"time": 0.0, "call": 0.0}
+
+    def close(x, y, what):
+        err = abs(x - y) / max(abs(y), 1e-12)
+        assert err <= rel or abs(x - y) < 1e-12, f"{where} {what}: fast {x!r} vs simpy {y!r}"
+        return err
+
+    for j, s in enumerate(rep.steps):
+        for name, ref in (("wait_start", s.wait_start), ("batch_ready", s.batch_ready),
+                          ("train_end", s.train_end), ("publish_end", s.publish_end)):
+            worst["time"] = max(worst["time"], close(float(getattr(res, name)[m, j]), ref, f"step {j + 1} {name}"))
+        gids = tuple(int(g) for g in res.gids[m, j] if g >= 0)
+        assert gids == s.gids, f"{where} step {j + 1} gids {gids} != {s.gids}"
+        stale = tuple(int(x) for x in res.stale[m, j, : len(gids)])
+        assert stale == s.staleness, f"{where} step {j + 1} staleness {stale} != {s.staleness}"
+        assert int(res.completion_tokens[m, j]) == s.trained_completion_tokens, f"{where} step {j + 1} tokens"
+    end = rep.steps[-1].publish_end if rep.steps else math.inf
+    seen = set()
+    for c in rep.calls:
+        if c.finish is None or c.finish >= end:
+            continue
+        rid = c.gid * n + (c.tid - int(wl.group_traj_start[c.gid % G]))
+        seen.add(rid)
+        worst["call"] = max(worst["call"], close(float(res.call_finish[m, rid]), c.finish, f"call {rid} finish"))
+        assert int(res.call_inst[m, rid]) == c.instance, f"{where} call {rid} instance"
+    fast_done = {int(r) for r in np.nonzero(res.call_finish[m] < end)[0]}
+    assert fast_done == seen, f"{where} finished calls differ: {sorted(fast_done ^ seen)[:10]}"
+    return worst
