@@ -219,10 +219,20 @@ def _make_converter() -> cattrs.Converter:
                 errors.append(exc)
         if errors:
             raise cattrs.ClassValidationError(f"While structuring {cls.__name__}", errors, cls)
-        try:
-            return cls(**kwargs)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(str(exc)) from None
+        # Run each knob's validator on its own first, so an error names the knob's path.
+        for a in attrs.fields(cls):
+            if a.validator is None or a.name not in kwargs:
+                continue
+            try:
+                a.validator(None, a, kwargs[a.name])
+            except (ValueError, TypeError) as exc:
+                exc.add_note(f"Structuring class {cls.__name__} @ attribute {a.name}")
+                errors.append(exc)
+            except AttributeError:
+                pass  # a validator that needs the instance: checked at construction below
+        if errors:
+            raise cattrs.ClassValidationError(f"While structuring {cls.__name__}", errors, cls)
+        return cls(**kwargs)
 
     conv.register_structure_hook_func(lambda t: t is Policy, structure_policy)
     conv.register_unstructure_hook_func(

@@ -63,3 +63,18 @@ def test_bad_files_are_reported(tmp_path):
 def test_unstructure_policy_carries_kind():
     d = unstructure(load_config(overrides=["policy=bounded_async", "policy.max_staleness=3"]))
     assert d["policy"]["kind"] == "bounded_async" and d["policy"]["max_staleness"] == 3
+
+
+def test_preset_knob_errors_name_the_knob():
+    with pytest.raises(ConfigError, match=r"policy\.staleness: .*>= 0"):
+        load_config(overrides=["policy=psrl", "policy.staleness=-1"])
+
+
+def test_bad_trace_path_is_a_clean_simulation_error(tmp_path):
+    from simrl.engine.core import SimulationError
+    from simrl.engine.sim import load_workload
+
+    bad = tmp_path / "t.jsonl"
+    bad.write_text("{not json\n")
+    with pytest.raises(SimulationError, match=r"workload\.trace: .*t\.jsonl:1"):
+        load_workload(load_config(overrides=[f"workload.trace={bad}"]))

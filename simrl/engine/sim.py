@@ -24,7 +24,10 @@ def load_workload(cfg: SimConfig) -> Workload:
     if w.trace:
         from workloads.trace import read_trace
 
-        return read_trace(w.trace)
+        try:
+            return read_trace(w.trace)
+        except (OSError, ValueError) as exc:
+            raise SimulationError(f"workload.trace: {exc}") from None
     import workloads
 
     try:
