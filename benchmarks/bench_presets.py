@@ -1,6 +1,6 @@
 """Every registered preset side by side on the default scenario and on a long-tailed workload.
 
-Run: ``.venv/bin/python benchmarks/presets.py [--steps N] [--groups G] [--seed S]``. For each
+Run: ``.venv/bin/python benchmarks/bench_presets.py [--steps N] [--groups G] [--seed S]``. For each
 policy kind (``simrl.policy.registry.policy_kinds()``) and each workload it runs the default
 configuration with ``policy=<kind>`` through ``simrl.engine.sim.simulate`` with the real
 default cost models (``simrl.cost.build.build_costs``: roofline rollout, analytical training,
@@ -9,6 +9,9 @@ wasted by abort and by filter, rollout and trainer idle fractions, simulated mak
 host seconds the run took. The workloads are ``workloads.generate("rl_math")`` (the default)
 and ``rl_math`` with a heavier completion tail (p90 4k, p99 8k, cap 12k). If the cost models or
 the generator are unavailable, it falls back to linear costs or a numpy workload and says so.
+A third table runs the default workload with every preset's own staleness knob set so that its
+bound is 2 versions (the question of the product description: with staleness bounded at 2 and the
+same batch size, which systems stay latency-bound and which fill their queues?).
 A benchmark, not a test: it asserts nothing.
 """
 
@@ -31,6 +34,21 @@ from simrl.policy.registry import policy_kinds  # noqa: E402
 HEAVY_TAIL = {
     "completion_knots": [[0, 32], [0.25, 400], [0.5, 900], [0.75, 1800], [0.9, 4000], [0.99, 8000], [1, 16384]],
     "max_completion": 12288,  # a 16k sample does not fit one training GPU of the default layout
+}
+# Each preset's own knob for "staleness bound 2" (None: the preset has no such bound).
+BOUND_2 = {
+    "psrl": ["policy.staleness=2"],
+    "areal": ["policy.max_head_offpolicyness=2"],
+    "roll": ["policy.async_generation_ratio=2"],
+    "bounded_async": ["policy.max_staleness=2"],
+    "skyrl": ["policy.max_staleness_steps=2"],
+    "verl_v1": ["policy.trainer_mode=separate_async", "policy.max_off_policy_threshold=3"],
+    "nemo_rl": ["policy.max_trajectory_age_steps=2"],
+    "trl": ["policy.mode=async", "policy.max_staleness=2"],
+    "prime_rl": ["policy.max_off_policy_steps=2"],
+    "art": ["policy.max_steps_off_policy=2"],
+    "openrlhf": ["policy.async_queue_size=2"],
+    "dressage": ["policy.dressage_staleness_keep_versions=3"],
 }
 COLUMNS = ("preset", "groups", "tok/s", "stale", "max", "waste_abort", "waste_filter", "roll_idle", "train_idle",
            "makespan_s", "host_s")
@@ -76,9 +94,9 @@ def linear_fallback(notes: list[str]):
     return Costs()
 
 
-def run_one(kind: str, workload, steps: int, costs, notes: list[str]) -> dict:
+def run_one(kind: str, workload, steps: int, costs, notes: list[str], extra: tuple[str, ...] = ()) -> dict:
     cfg = load_config(overrides=[f"policy={kind}", f"run.training_steps={steps}", "run.telemetry=false",
-                                 f"workload.groups={workload.n_groups}"])
+                                 f"workload.groups={workload.n_groups}", *extra])
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():  # validity-domain warnings are counted in the report
@@ -89,7 +107,7 @@ def run_one(kind: str, workload, steps: int, costs, notes: list[str]) -> dict:
     except ImportError as exc:
         if costs is not None:
             raise
-        return run_one(kind, workload, steps, linear_fallback(notes), notes) | {"fallback": str(exc)}
+        return run_one(kind, workload, steps, linear_fallback(notes), notes, extra) | {"fallback": str(exc)}
     t = report.totals
     row = {
         "preset": kind, "groups": sum(s.groups for s in report.steps), "tok/s": t["trained_tokens_per_s"], "stale": t["staleness_mean"],
@@ -126,12 +144,21 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError:
         costs = linear_fallback(notes)
     kinds = args.only or policy_kinds()
-    for name, wl in make_workloads(args.groups, args.seed, notes):
+    loads = make_workloads(args.groups, args.seed, notes)
+    for name, wl in loads:
         print(f"\n### {name}: {wl.n_groups} groups, {args.steps} steps, default deployment\n")
         print("| " + " | ".join(COLUMNS) + " |")
         print("|" + "---|" * len(COLUMNS))
         for kind in kinds:
             print(fmt(run_one(kind, wl, args.steps, costs, notes)), flush=True)
+    name, wl = loads[0]
+    print(f"\n### {name}, every preset's staleness bound set to 2 versions\n")
+    print("| " + " | ".join(COLUMNS) + " | knobs |")
+    print("|" + "---|" * (len(COLUMNS) + 1))
+    for kind in kinds:
+        if kind in BOUND_2:
+            row = run_one(kind, wl, args.steps, costs, notes, tuple(BOUND_2[kind]))
+            print(fmt(row) + " " + " ".join(BOUND_2[kind]) + " |", flush=True)
     for note in dict.fromkeys(notes):
         print(f"\nnote: {note}")
 
