@@ -7,33 +7,13 @@ a crash never leaves a half-written report. Same config and seed give byte-ident
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from simrl.atomic import atomic_write
 from simrl.config import SimConfig, to_yaml
 from simrl.report import Report, _round
 
 TELEMETRY_SCHEMA = "simrl.telemetry.v1"
-
-
-def atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def telemetry_lines(events: list[dict], samples: list[tuple]) -> str:

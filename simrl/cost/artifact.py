@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from typing import Any
 
+from simrl.atomic import atomic_write
 from simrl.cost.architectures import model_arch
 from simrl.cost.base import CostModelError, ValidityDomain
 
@@ -91,18 +91,7 @@ def write_artifact(path: str | os.PathLike, data: dict) -> None:
     """Validate and write atomically: a temp file in the same folder, then os.replace."""
     path = os.fspath(path)
     validate_artifact(data, path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".artifact-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True, allow_nan=False)
-            fh.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n")
 
 
 def read_artifact(path: str | os.PathLike) -> dict:

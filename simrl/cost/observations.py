@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable
 from typing import Any
 
 import attrs
+
+from simrl.atomic import atomic_write
 
 SCHEMA = "simrl.observation.v1"
 
@@ -192,21 +193,9 @@ def read_many(paths: Iterable[str | os.PathLike]) -> list[Observation]:
 
 def write_observations(path: str | os.PathLike, observations: Iterable[Observation]) -> int:
     """Write observations as JSONL atomically (temp file + os.replace); returns the count."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".obs-", suffix=".jsonl", dir=folder)
-    n = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for ob in observations:
-                fh.write(json.dumps(ob.to_dict(), sort_keys=True) + "\n")
-                n += 1
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    lines = [json.dumps(ob.to_dict(), sort_keys=True) + "\n" for ob in observations]
+    atomic_write(path, "".join(lines))
+    n = len(lines)
     return n
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from simrl.output import atomic_write
+from simrl.atomic import atomic_write
 
 FONT = "DejaVu Sans"  # fixed, so text metrics do not depend on a fallback chain
 SCALE = 1.5  # PNG pixels per CSS pixel: crisp without megabyte files

@@ -246,7 +246,7 @@ def realrun_lines(run: RealRun) -> str:
 
 
 def write_realrun(path: str | Path, run: RealRun) -> Path:
-    from simrl.output import atomic_write
+    from simrl.atomic import atomic_write
 
     atomic_write(path, realrun_lines(run))
     return Path(path)
