@@ -48,20 +48,20 @@ def fits(p, wq_len, running, kv_used, prompt, length):
 def instance_action(st, p, w, static, on, i, new_now):
     """Apply one boundary action of instance ``i`` when ``on`` (else return ``st`` unchanged)."""
     n, G, S = static.group_size, static.groups, static.slots
-    I, C, Gs, tr = st.inst, st.calls, st.groups, st.trainer
+    ins, C, Gs, tr = st.inst, st.calls, st.groups, st.trainer
     cont = st.cur == i
-    ph = I.phase[i]
-    clock, it, nd, kd, na, pa = I.clock[i], I.it[i], I.nd[i], I.kd[i], I.na[i], I.pa[i]
-    srid, sfin, spr, slen = I.slot_rid[i], I.slot_fin[i], I.slot_prompt[i], I.slot_len[i]
-    running, kv_used, pause_it = I.running[i], I.kv_used[i], I.pause_it[i]
-    wq_head, wq_len = I.wq_head[i], I.wq_len[i]
+    ph = ins.phase[i]
+    clock, it, nd, kd, na, pa = ins.clock[i], ins.it[i], ins.nd[i], ins.kd[i], ins.na[i], ins.pa[i]
+    srid, sfin, spr, slen = ins.slot_rid[i], ins.slot_fin[i], ins.slot_prompt[i], ins.slot_len[i]
+    running, kv_used, pause_it = ins.running[i], ins.kv_used[i], ins.pause_it[i]
+    wq_head, wq_len = ins.wq_head[i], ins.wq_len[i]
 
     # -- 1. entry --------------------------------------------------------------------------
     busy_entry = ~cont & (ph == BUSY)
-    j = (I.ev_it[i] - it).astype(jnp.int64)
+    j = (ins.ev_it[i] - it).astype(jnp.int64)
     b1, k1 = (nd + na).astype(jnp.int64), kd + nd + pa + na
     clock = jnp.where(cont, clock, new_now)
-    it = jnp.where(busy_entry, I.ev_it[i], it)
+    it = jnp.where(busy_entry, ins.ev_it[i], it)
     nd = jnp.where(busy_entry, (nd + na), nd)
     kd = jnp.where(busy_entry, k1 + (j - 1) * b1, kd)
     na = jnp.where(busy_entry, 0, na)
@@ -123,26 +123,26 @@ def instance_action(st, p, w, static, on, i, new_now):
     phase = jnp.where(paused, PAUSED, jnp.where(start, BUSY, jnp.where(close, IDLE, BUSY)))
     # A woken or resumed instance begins a new run of iterations: its place in SimPy's heap order.
     new_run = ~cont & ((ph == START) | (ph == RESUME))
-    st_seq = jnp.where(new_run, st.seq, I.st_seq[i])
+    st_seq = jnp.where(new_run, st.seq, ins.st_seq[i])
     seq = st.seq + (on & new_run)
 
     def put(arr, val):
-        return jnp.where(on, arr.at[i].set(val), arr)
+        return jnp.where(on, arr.at[i].set(jnp.asarray(val).astype(arr.dtype)), arr)
 
-    inst = I._replace(
-        phase=put(I.phase, phase), clock=put(I.clock, clock), it=put(I.it, it), nd=put(I.nd, nd),
-        kd=put(I.kd, kd), na=put(I.na, na), pa=put(I.pa, pa),
-        t1=put(I.t1, jnp.where(start, t1, I.t1[i])), alpha=put(I.alpha, jnp.where(start, alpha, I.alpha[i])),
-        beta=put(I.beta, jnp.where(start, beta, I.beta[i])),
-        st_t=put(I.st_t, jnp.where(new_run, new_now, I.st_t[i])), st_seq=put(I.st_seq, st_seq),
-        fin_min=put(I.fin_min, fin_min), adm_it=put(I.adm_it, BIG), pause_it=put(I.pause_it, pause_it),
-        ev_it=put(I.ev_it, jnp.where(start, ev_it, BIG)), ev_t=put(I.ev_t, jnp.where(start, ev_t, jnp.inf)),
-        ev_prev=put(I.ev_prev, jnp.where(start, ev_prev, jnp.inf)), ev_seq=put(I.ev_seq, st_seq),
-        running=put(I.running, running), kv_used=put(I.kv_used, kv_used),
-        wq_head=put(I.wq_head, jnp.where(len2 > 0, head2, -1)), wq_len=put(I.wq_len, len2),
-        wq_tail=put(I.wq_tail, jnp.where(len2 > 0, I.wq_tail[i], -1)),
-        slot_rid=put(I.slot_rid, srid), slot_fin=put(I.slot_fin, sfin), slot_prompt=put(I.slot_prompt, spr),
-        slot_len=put(I.slot_len, slen),
+    inst = ins._replace(
+        phase=put(ins.phase, phase), clock=put(ins.clock, clock), it=put(ins.it, it), nd=put(ins.nd, nd),
+        kd=put(ins.kd, kd), na=put(ins.na, na), pa=put(ins.pa, pa),
+        t1=put(ins.t1, jnp.where(start, t1, ins.t1[i])), alpha=put(ins.alpha, jnp.where(start, alpha, ins.alpha[i])),
+        beta=put(ins.beta, jnp.where(start, beta, ins.beta[i])),
+        st_t=put(ins.st_t, jnp.where(new_run, new_now, ins.st_t[i])), st_seq=put(ins.st_seq, st_seq),
+        fin_min=put(ins.fin_min, fin_min), adm_it=put(ins.adm_it, BIG), pause_it=put(ins.pause_it, pause_it),
+        ev_it=put(ins.ev_it, jnp.where(start, ev_it, BIG)), ev_t=put(ins.ev_t, jnp.where(start, ev_t, jnp.inf)),
+        ev_prev=put(ins.ev_prev, jnp.where(start, ev_prev, jnp.inf)), ev_seq=put(ins.ev_seq, st_seq),
+        running=put(ins.running, running), kv_used=put(ins.kv_used, kv_used),
+        wq_head=put(ins.wq_head, jnp.where(len2 > 0, head2, -1)), wq_len=put(ins.wq_len, len2),
+        wq_tail=put(ins.wq_tail, jnp.where(len2 > 0, ins.wq_tail[i], -1)),
+        slot_rid=put(ins.slot_rid, srid), slot_fin=put(ins.slot_fin, sfin), slot_prompt=put(ins.slot_prompt, spr),
+        slot_len=put(ins.slot_len, slen),
     )
 
     # -- effects on calls, groups, the buffer and the trainer -------------------------------

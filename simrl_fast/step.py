@@ -59,17 +59,17 @@ def can_dispatch(st, p):
 
 def select(st, p, static):
     """(action, instance index, new now) for this step."""
-    I, tr = st.inst, st.trainer
+    ins, tr = st.inst, st.trainer
     K = static.instances
     active = jnp.arange(K) < p.n_inst
-    ev_ok = active & ((I.phase == BUSY) | (I.phase == RESUME))
+    ev_ok = active & ((ins.phase == BUSY) | (ins.phase == RESUME))
     timer_on = (tr.phase == T_TRAIN) | (tr.phase == T_PUBLISH)
-    t_all = jnp.concatenate([jnp.where(ev_ok, I.ev_t, jnp.inf), jnp.where(timer_on, tr.timer_t, jnp.inf)[None]])
-    prev_all = jnp.concatenate([I.ev_prev, tr.timer_prev[None]])
-    start_all = jnp.concatenate([jnp.where(I.phase == BUSY, I.st_t, I.ev_prev), tr.timer_prev[None]])
-    seq_all = jnp.concatenate([I.ev_seq, tr.timer_seq[None]])
+    t_all = jnp.concatenate([jnp.where(ev_ok, ins.ev_t, jnp.inf), jnp.where(timer_on, tr.timer_t, jnp.inf)[None]])
+    prev_all = jnp.concatenate([ins.ev_prev, tr.timer_prev[None]])
+    start_all = jnp.concatenate([jnp.where(ins.phase == BUSY, ins.st_t, ins.ev_prev), tr.timer_prev[None]])
+    seq_all = jnp.concatenate([ins.ev_seq, tr.timer_seq[None]])
     bidx, bt = _lexmin(t_all, prev_all, start_all, seq_all)
-    gidx, gt = _lexmin(jnp.where(active & (I.phase == START), I.ev_t, jnp.inf), I.ev_prev, I.ev_prev, I.ev_seq)
+    gidx, gt = _lexmin(jnp.where(active & (ins.phase == START), ins.ev_t, jnp.inf), ins.ev_prev, ins.ev_prev, ins.ev_seq)
     react = ((tr.phase == T_WAIT) & (st.buf_live >= p.batch)) | ((tr.phase == T_DRAIN) & (st.n_running == 0))
     disp = can_dispatch(st, p)
     route = st.routed < st.dispatched * static.group_size
@@ -83,7 +83,7 @@ def select(st, p, static):
     act = jnp.where(tr.phase == T_DONE, A_NONE, act)
     i = jnp.where(cont, st.cur, jnp.where(~due & ~chain & (gt < jnp.inf), gidx, bidx))
     i = jnp.minimum(i, K - 1).astype(jnp.int32)
-    timed_now = jnp.where(act == A_TIMER, tr.timer_t, jnp.where(i < K, I.ev_t[i], jnp.inf))
+    timed_now = jnp.where(act == A_TIMER, tr.timer_t, jnp.where(i < K, ins.ev_t[i], jnp.inf))
     new_now = jnp.where(((act == A_INST) & ~cont) | (act == A_TIMER), jnp.maximum(timed_now, st.now), st.now)
     return act, i, new_now
 
@@ -102,37 +102,37 @@ def dispatch_action(st, on, static):
 
 def route_action(st, p, w, static, on):
     """Router.route for the queue head: choose an instance, append to its waiting queue, wake it."""
-    I, C = st.inst, st.calls
+    ins, C = st.inst, st.calls
     K, n, G = static.instances, static.group_size, static.groups
     r = st.routed
     active = jnp.arange(K) < p.n_inst
-    assigned = jnp.where(active, I.wq_len + I.running, BIG)
+    assigned = jnp.where(active, ins.wq_len + ins.running, BIG)
     i = jnp.where(p.router == 1, st.rr_next, jnp.argmin(assigned)).astype(jnp.int32)
     hp, hl = call_lengths(w, r, n, G)
-    was_empty = I.wq_len[i] == 0
-    wake = I.phase[i] == IDLE
-    fit = (I.phase[i] == BUSY) & was_empty & fits(p, 1, I.running[i], I.kv_used[i], hp, hl)
-    j = first_after(I.clock[i], I.t1[i], I.alpha[i], I.beta[i], I.st_t[i], I.st_seq[i], st.now, st.now, st.now, BIG)
-    adm_it = jnp.where(fit, I.it[i] + j, I.adm_it[i])
-    ev_it, ev_t, ev_prev = event_of(I.clock[i], I.it[i], I.t1[i], I.alpha[i], I.beta[i], I.fin_min[i], adm_it,
-                                    I.pause_it[i])
+    was_empty = ins.wq_len[i] == 0
+    wake = ins.phase[i] == IDLE
+    fit = (ins.phase[i] == BUSY) & was_empty & fits(p, 1, ins.running[i], ins.kv_used[i], hp, hl)
+    j = first_after(ins.clock[i], ins.t1[i], ins.alpha[i], ins.beta[i], ins.st_t[i], ins.st_seq[i], st.now, st.now, st.now, BIG)
+    adm_it = jnp.where(fit, ins.it[i] + j, ins.adm_it[i])
+    ev_it, ev_t, ev_prev = event_of(ins.clock[i], ins.it[i], ins.t1[i], ins.alpha[i], ins.beta[i], ins.fin_min[i], adm_it,
+                                    ins.pause_it[i])
 
     def put(arr, val):
-        return jnp.where(on, arr.at[i].set(val), arr)
+        return jnp.where(on, arr.at[i].set(jnp.asarray(val).astype(arr.dtype)), arr)
 
-    inst = I._replace(
-        wq_head=put(I.wq_head, jnp.where(was_empty, r, I.wq_head[i])), wq_tail=put(I.wq_tail, r),
-        wq_len=put(I.wq_len, I.wq_len[i] + 1), adm_it=put(I.adm_it, adm_it),
-        phase=put(I.phase, jnp.where(wake, START, I.phase[i])),
-        ev_it=put(I.ev_it, jnp.where(fit, ev_it, I.ev_it[i])),
-        ev_t=put(I.ev_t, jnp.where(fit, ev_t, jnp.where(wake, st.now, I.ev_t[i]))),
-        ev_prev=put(I.ev_prev, jnp.where(fit, ev_prev, jnp.where(wake, st.now, I.ev_prev[i]))),
-        ev_seq=put(I.ev_seq, jnp.where(wake, st.seq, I.ev_seq[i])),
+    inst = ins._replace(
+        wq_head=put(ins.wq_head, jnp.where(was_empty, r, ins.wq_head[i])), wq_tail=put(ins.wq_tail, r),
+        wq_len=put(ins.wq_len, ins.wq_len[i] + 1), adm_it=put(ins.adm_it, adm_it),
+        phase=put(ins.phase, jnp.where(wake, START, ins.phase[i])),
+        ev_it=put(ins.ev_it, jnp.where(fit, ev_it, ins.ev_it[i])),
+        ev_t=put(ins.ev_t, jnp.where(fit, ev_t, jnp.where(wake, st.now, ins.ev_t[i]))),
+        ev_prev=put(ins.ev_prev, jnp.where(fit, ev_prev, jnp.where(wake, st.now, ins.ev_prev[i]))),
+        ev_seq=put(ins.ev_seq, jnp.where(wake, st.seq, ins.ev_seq[i])),
     )
     R = static.max_calls
     calls = C._replace(
         inst=C.inst.at[jnp.where(on, r, R)].set(i, mode="drop"),
-        nxt=C.nxt.at[jnp.where(on & ~was_empty, I.wq_tail[i], R)].set(r, mode="drop"),
+        nxt=C.nxt.at[jnp.where(on & ~was_empty, ins.wq_tail[i], R)].set(r, mode="drop"),
     )
     return st._replace(
         inst=inst, calls=calls, routed=st.routed + on, seq=st.seq + (on & wake),

@@ -43,7 +43,7 @@ def _set(arr, idx, val, on):
 
 
 def timer_action(st, p, static, on):
-    tr, I, log = st.trainer, st.inst, st.log
+    tr, ins, log = st.trainer, st.inst, st.log
     now, step = st.now, tr.step
     te = on & (tr.phase == T_TRAIN)
     pub = on & (tr.phase == T_PUBLISH)
@@ -52,12 +52,12 @@ def timer_action(st, p, static, on):
     # -- end of a training step: the in-flight rule -------------------------------------------
     pausing_rule = (p.rule == RULE_KEEP_PAUSE) | (p.rule == RULE_ABORT_RESUME) | (p.rule == RULE_ABORT_RESTART)
     pause = te & pausing_rule
-    busy = active & (I.phase == BUSY) & pause
-    quiet = active & ((I.phase == IDLE) | (I.phase == START)) & pause
-    j = first_after(I.clock, I.t1, I.alpha, I.beta, I.st_t, I.st_seq, now, tr.timer_prev, tr.timer_prev,
+    busy = active & (ins.phase == BUSY) & pause
+    quiet = active & ((ins.phase == IDLE) | (ins.phase == START)) & pause
+    j = first_after(ins.clock, ins.t1, ins.alpha, ins.beta, ins.st_t, ins.st_seq, now, tr.timer_prev, tr.timer_prev,
                     tr.timer_seq)
-    pause_it = jnp.where(busy, I.it + j, I.pause_it)
-    ev_it, ev_t, ev_prev = event_of(I.clock, I.it, I.t1, I.alpha, I.beta, I.fin_min, I.adm_it, pause_it)
+    pause_it = jnp.where(busy, ins.it + j, ins.pause_it)
+    ev_it, ev_t, ev_prev = event_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.fin_min, ins.adm_it, pause_it)
     n_busy = jnp.sum(busy.astype(jnp.int32))
     to_publish = (te & (p.rule == RULE_CONTINUE)) | (pause & (n_busy == 0))
     phase = jnp.where(to_publish, T_PUBLISH, tr.phase)
@@ -66,7 +66,7 @@ def timer_action(st, p, static, on):
 
     # -- end of a publication ----------------------------------------------------------------
     version = st.version + pub
-    resume = pub & pausing_rule & active & (I.phase == PAUSED)
+    resume = pub & pausing_rule & active & (ins.phase == PAUSED)
     rank = jnp.cumsum(resume.astype(jnp.int32)) - 1
     seq0 = st.seq + to_publish
     new_step = step + pub
@@ -75,13 +75,13 @@ def timer_action(st, p, static, on):
     G = st.groups
     evict = pub & (p.evict_stale == 1) & (G.status == G_BUFFERED) & (version - G.minv > p.stale_bound)
 
-    inst = I._replace(
-        phase=jnp.where(resume, RESUME, jnp.where(quiet, PAUSED, I.phase)),
+    inst = ins._replace(
+        phase=jnp.where(resume, RESUME, jnp.where(quiet, PAUSED, ins.phase)),
         pause_it=pause_it,
-        ev_it=jnp.where(busy, ev_it, I.ev_it),
-        ev_t=jnp.where(busy, ev_t, jnp.where(resume, now, jnp.where(quiet, jnp.inf, I.ev_t))),
-        ev_prev=jnp.where(busy, ev_prev, jnp.where(resume, now, I.ev_prev)),
-        ev_seq=jnp.where(resume, seq0 + rank, I.ev_seq),
+        ev_it=jnp.where(busy, ev_it, ins.ev_it),
+        ev_t=jnp.where(busy, ev_t, jnp.where(resume, now, jnp.where(quiet, jnp.inf, ins.ev_t))),
+        ev_prev=jnp.where(busy, ev_prev, jnp.where(resume, now, ins.ev_prev)),
+        ev_seq=jnp.where(resume, seq0 + rank, ins.ev_seq),
     )
     trainer = tr._replace(
         phase=phase, step=new_step, acks=jnp.where(pause, n_busy, tr.acks),

@@ -1,0 +1,173 @@
+"""The sweep driver behind `srl-sweep`: expand a grid, run every configuration, one row each.
+
+`expand_grid` turns ``KEY=V1,V2`` axes into the cartesian product of override lists;
+`run_sweep` runs them on the fast engine (batched in chunks, configurations sharing a workload
+run together; optionally sharded over a Ray cluster) or on SimPy one by one, and returns one
+row per configuration in grid order. Rows hold the grid values, makespan, mean step time,
+trained tokens/s, staleness mean and max, steps done and the engine used. numpy-only until
+the fast engine is actually used; no file I/O (see `write_rows`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import os
+import tempfile
+from collections.abc import Callable
+
+from simrl.config import load_config, unstructure
+from simrl.cost.build import build_costs, families, register_rollout_family, register_training_family
+from simrl.cost.linear import ConstantTraining, LinearRollout
+
+METRICS = ("makespan_s", "step_time_mean_s", "trained_tokens_per_s", "staleness_mean", "staleness_max",
+           "training_steps", "complete", "engine")
+
+
+def _linear_rollout(cfg, knobs):
+    from simrl.cost.build import _construct
+
+    return _construct("rollout", "linear", LinearRollout, dict(knobs))
+
+
+def _constant_training(cfg, knobs):
+    from simrl.cost.build import _construct
+
+    return _construct("training", "constant", ConstantTraining, dict(knobs))
+
+
+# The fast path's cost families, selectable from a config (cost.rollout=linear, cost.training=constant).
+if "linear" not in families("rollout"):
+    register_rollout_family("linear", _linear_rollout)
+if "constant" not in families("training"):
+    register_training_family("constant", _constant_training)
+
+
+def expand_grid(base: list[str], grid: list[str]) -> list[list[str]]:
+    """Cartesian product of ``KEY=V1,V2,...`` axes, each combination appended to ``base``."""
+    axes = []
+    for g in grid:
+        key, sep, values = g.partition("=")
+        if not sep or not key.strip() or not values:
+            raise ValueError(f"--grid {g!r}: expected KEY=V1,V2,... e.g. deployment.rollout.instances=1,2,4")
+        axes.append([f"{key.strip()}={v.strip()}" for v in values.split(",")])
+    return [list(base) + list(combo) for combo in itertools.product(*axes)]
+
+
+def grid_keys(grid: list[str]) -> list[str]:
+    return [g.partition("=")[0].strip() for g in grid]
+
+
+def _workload_key(cfg) -> str:
+    return json.dumps([unstructure(cfg)["workload"], cfg.run.seed], sort_keys=True, default=str)
+
+
+def run_sweep(config_path: str | None, combos: list[list[str]], engine: str = "fast", fallback: str = "error",
+              chunk: int = 1000, ray_address: str | None = None,
+              progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Run every override list in ``combos``; rows in the same order. ``engine``: fast | simpy.
+
+    With ``fallback='simpy'`` configurations outside the fast path's feature set run on SimPy;
+    with ``'error'`` the first one raises `FastPathUnsupported` naming it.
+    """
+    from simrl.engine.sim import load_workload
+
+    cfgs = [load_config(config_path, c) for c in combos]
+    workloads: dict[str, object] = {}
+    for cfg in cfgs:
+        workloads.setdefault(_workload_key(cfg), None)
+    rows: list[dict | None] = [None] * len(cfgs)
+    tick = progress or (lambda k: None)
+    fast_groups: dict[str, list[tuple[int, object, object]]] = {}
+    for m, cfg in enumerate(cfgs):
+        key = _workload_key(cfg)
+        if workloads[key] is None:
+            workloads[key] = load_workload(cfg)
+        costs = build_costs(cfg)
+        if engine == "fast":
+            from simrl_fast.lowering import FastPathUnsupported, lower
+
+            try:
+                lowered = lower(cfg, workloads[key], costs)
+            except FastPathUnsupported as exc:
+                if fallback != "simpy":
+                    raise FastPathUnsupported(f"configuration {' '.join(combos[m])}: {exc}") from None
+            else:
+                fast_groups.setdefault(key, []).append((m, lowered[1], lowered[2]))
+                continue
+        rows[m] = _simpy_row(cfg, workloads[key], costs)
+        tick(1)
+    for items in fast_groups.values():
+        for (m, _, _), summary in zip(items, _run_fast(items, chunk, ray_address, tick), strict=True):
+            rows[m] = {**summary, "engine": "fast"}
+    return [{**_grid_values(c), **{k: r[k] for k in METRICS}} for c, r in zip(combos, rows, strict=True)]
+
+
+def _grid_values(overrides: list[str]) -> dict:
+    return dict(o.split("=", 1) for o in overrides)
+
+
+def _simpy_row(cfg, workload, costs) -> dict:
+    from simrl.engine.sim import simulate
+
+    t = simulate(cfg, workload, costs).totals
+    row = {k: t[k] for k in METRICS[:-2]}
+    return {**row, "complete": t["training_steps"] >= cfg.run.training_steps, "engine": "simpy"}
+
+
+def _run_fast(items, chunk: int, ray_address: str | None, tick) -> list[dict]:
+    params = [p for _, p, _ in items]
+    wa = items[0][2]
+    chunks = [params[i:i + chunk] for i in range(0, len(params), chunk)]
+    if ray_address:
+        try:
+            import ray
+        except ImportError:
+            raise RuntimeError("--ray needs the ray package (pip install 'simrl[ray]'); it is not installed") from None
+        ray.init(address=ray_address, ignore_reinit_error=True)
+        task = ray.remote(_fast_chunk)
+        futures = [task.remote(c, wa) for c in chunks]
+        out = []
+        for c, f in zip(chunks, futures, strict=True):
+            out.extend(ray.get(f))
+            tick(len(c))
+        return out
+    out = []
+    for c in chunks:
+        out.extend(_fast_chunk(c, wa))
+        tick(len(c))
+    return out
+
+
+def _fast_chunk(params, wa) -> list[dict]:
+    from simrl_fast.engine import run_params
+
+    res = run_params(params, wa)
+    return [res.summary(m) for m in range(len(params))]
+
+
+def render_rows(rows: list[dict], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(rows, indent=1, sort_keys=False) + "\n"
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [], lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def write_rows(path: str, rows: list[dict]) -> None:
+    """Write CSV (or JSON for *.json) atomically: a temporary file in the same folder, then rename."""
+    text = render_rows(rows, "json" if path.endswith(".json") else "csv")
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".sweep-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

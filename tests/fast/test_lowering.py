@@ -1,0 +1,83 @@
+"""Lowering and the declared feature set: what is accepted, what is rejected and how it is named.
+
+Needs no jax: the lowering is numpy-only, so a core install can still check configurations.
+"""
+
+import subprocess
+import sys
+
+import pytest
+from simhelpers import linear_costs, multi_turn_workload, random_workload
+
+from simrl.config import load_config
+from simrl.cost.linear import LinearRollout
+from simrl_fast.lowering import FastPathUnsupported, lower
+
+OK = ["deployment.rollout.max_num_batched_tokens=0", "deployment.rollout.prefix_caching=false",
+      "deployment.rollout.kv_policy=reserve", "policy=bounded_async", "policy.batch_groups=4",
+      "policy.inflight_rule=keep_pause", "router.active_cap=0"]
+
+
+def lowered(*extra, workload=None, costs=None):
+    cfg = load_config(overrides=[*OK, *extra])
+    return lower(cfg, workload or random_workload(groups=8, n=4), costs or linear_costs())
+
+
+def test_supported_configuration_lowers_to_numbers():
+    static, p, wa = lowered("deployment.rollout.instances=3", "policy.max_staleness=2")
+    assert static.instances == 3 and static.group_size == 4 and static.groups == 8
+    assert float(p.budget_base) == 12 and float(p.budget_per_version) == 4 and int(p.batch) == 4
+    assert int(p.evict_stale) == 1 and int(p.drop_stale) == 1 and int(p.stale_bound) == 2
+    assert wa.prompt.shape == (8, 4)
+
+
+@pytest.mark.parametrize("override, feature", [
+    ("deployment.rollout.kv_policy=on_demand", "kv_policy=on_demand"),
+    ("deployment.rollout.max_num_batched_tokens=8192", "max_num_batched_tokens=8192"),
+    ("deployment.rollout.prefix_caching=true", "prefix_caching=true"),
+    ("deployment.placement=colocated", "placement=colocated"),
+    ("router.name=kv_cache_aware", "router.name=kv_cache_aware"),
+    ("router.active_cap=4", "router.active_cap=4"),
+    ("run.time_horizon_s=100", "time_horizon_s"),
+    ("policy=psrl", "policy 'psrl'"),
+    ("policy=roll", "policy 'roll'"),
+])
+def test_unsupported_features_are_rejected_by_name(override, feature):
+    with pytest.raises(FastPathUnsupported, match="simrl_fast does not support") as exc:
+        lowered(override)
+    assert feature in str(exc.value) and "SimPy" in str(exc.value)
+
+
+def test_unsupported_workloads_and_costs_are_rejected_by_name():
+    with pytest.raises(FastPathUnsupported, match="multi-call trajectories"):
+        lowered(workload=multi_turn_workload())
+    from simrl.cost.analytical import AnalyticalTraining  # noqa: F401  (a non-constant training model)
+
+    class Costs:
+        rollout = type("Roof", (), {"kv_capacity_tokens": lambda self: 10**6})()
+        training = linear_costs().training
+        weight_sync = linear_costs().weight_sync
+
+    with pytest.raises(FastPathUnsupported, match="rollout cost model Roof"):
+        lowered(costs=Costs())
+    with pytest.raises(FastPathUnsupported, match="larger than the KV capacity"):
+        lowered("deployment.rollout.kv_capacity_tokens=100")
+    c = linear_costs()
+    c.rollout = LinearRollout(a=0.0, b=0.0)
+    with pytest.raises(FastPathUnsupported, match="a \\+ b = 0"):
+        lowered(costs=c)
+
+
+def test_builtin_policies_lower_exactly():
+    sync = load_config(overrides=["policy=sync", "policy.batch_groups=8"]).policy.lower()
+    assert sync.fast_path_exact == 1 and sync.admit_block_while_training == 1
+    assert sync.admit_budget_base_groups == sync.admit_budget_per_version_groups == 8
+    ba = load_config(overrides=["policy=bounded_async", "policy.batch_groups=8", "policy.max_staleness=2",
+                                "policy.max_concurrent_groups=5"]).policy.lower()
+    assert ba.admit_concurrency_groups == 5 and ba.admit_budget_base_groups == 24 and ba.evict_stale_on_publish == 1
+
+
+def test_core_and_lowering_never_import_jax():
+    code = ("import sys, simrl, simrl.engine.sim, simrl_fast, simrl_fast.lowering, simrl.cli.sweep; "
+            "assert 'jax' not in sys.modules, 'jax imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,69 @@
+"""`srl-sweep`: grid expansion, both engines, fallback, atomic CSV/JSON, clear errors."""
+
+import csv
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from simrl.cli.sweep import main
+from simrl_fast.sweep import expand_grid
+
+BASE = ["cost.rollout=linear", "cost.training=constant", "cost.weight_sync=fixed",
+        "cost.weight_sync_knobs.publish_s=1", "deployment.rollout.max_num_batched_tokens=0",
+        "deployment.rollout.kv_policy=reserve", "deployment.rollout.prefix_caching=false", "router.active_cap=0",
+        "policy=bounded_async", "policy.batch_groups=2", "policy.inflight_rule=keep_pause",
+        "workload.groups=6", "workload.group_size=2", "run.training_steps=2",
+        "workload.knobs.completion_knots=[[0,20],[1,80]]"]
+
+
+def test_expand_grid_is_cartesian_and_checks_syntax():
+    combos = expand_grid(["a=1"], ["b=1,2", "c=x,y,z"])
+    assert len(combos) == 6 and combos[0] == ["a=1", "b=1", "c=x"] and combos[-1] == ["a=1", "b=2", "c=z"]
+    with pytest.raises(ValueError, match="KEY=V1,V2"):
+        expand_grid([], ["nokey"])
+
+
+def test_simpy_engine_writes_one_row_per_configuration(tmp_path):
+    out = tmp_path / "s.json"
+    r = CliRunner().invoke(main, [*BASE, "--grid", "policy.max_staleness=0,1", "--engine", "simpy", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(out.read_text())
+    assert [row["policy.max_staleness"] for row in rows] == ["0", "1"]
+    assert all(row["engine"] == "simpy" and row["complete"] for row in rows)
+    assert "configs/s" in r.output and "max_staleness" in r.output
+
+
+def test_unsupported_configuration_errors_or_falls_back(tmp_path):
+    out = tmp_path / "s.csv"
+    args = [*BASE, "--grid", "deployment.rollout.kv_policy=on_demand", "-o", str(out)]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and "kv_policy=on_demand" in r.output and not out.exists()
+    r = CliRunner().invoke(main, [*args, "--fallback", "simpy"])
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(out.open()))
+    assert rows[0]["engine"] == "simpy"
+
+
+def test_fast_engine_rows_match_simpy_rows(tmp_path):
+    pytest.importorskip("jax")
+    rows = {}
+    for engine in ("fast", "simpy"):
+        out = tmp_path / f"{engine}.json"
+        r = CliRunner().invoke(main, [*BASE, "--grid", "deployment.rollout.instances=1,2", "--engine", engine,
+                                      "--quiet", "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        rows[engine] = json.loads(out.read_text())
+    for f, s in zip(rows["fast"], rows["simpy"], strict=True):
+        assert f["engine"] == "fast" and f["makespan_s"] == pytest.approx(s["makespan_s"], rel=1e-9)
+        assert f["staleness_max"] == s["staleness_max"]
+
+
+def test_bad_grid_and_missing_ray_are_clear(tmp_path):
+    r = CliRunner().invoke(main, ["--grid", "oops", "-o", str(tmp_path / "x.csv")])
+    assert r.exit_code == 2 and "KEY=V1,V2" in r.output
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        r = CliRunner().invoke(main, [*BASE, "--ray", "auto", "-o", str(tmp_path / "y.csv")])
+        assert r.exit_code == 2 and "ray" in r.output
