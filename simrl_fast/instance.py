@@ -90,11 +90,10 @@ def instance_action(st, p, w, static, on, i, new_now):
     do_admit = ~has_fin & ~pausing & fits(p, wq_len, running, kv_used, hp, hl)
     s_a = jnp.argmax(srid < 0)
     sidx = jnp.arange(S)
+    fin_restart = sfin  # the row after a restart (written back only then)
     srid = jnp.where(has_fin & (sidx == s_f), -1, srid)
     srid = jnp.where(do_admit & (sidx == s_a), wq_head, srid)
     sfin = jnp.where(do_admit & (sidx == s_a), it + hl.astype(jnp.int32), sfin)
-    spr = jnp.where(do_admit & (sidx == s_a), hp.astype(jnp.int32), spr)
-    slen = jnp.where(do_admit & (sidx == s_a), hl.astype(jnp.int32), slen)
     running = running - has_fin + do_admit
     nd = nd - has_fin
     kd = kd - jnp.where(has_fin, tok_f, 0)
@@ -141,8 +140,21 @@ def instance_action(st, p, w, static, on, i, new_now):
         running=put(ins.running, running), kv_used=put(ins.kv_used, kv_used),
         wq_head=put(ins.wq_head, jnp.where(len2 > 0, head2, -1)), wq_len=put(ins.wq_len, len2),
         wq_tail=put(ins.wq_tail, jnp.where(len2 > 0, ins.wq_tail[i], -1)),
-        slot_rid=put(ins.slot_rid, srid), slot_fin=put(ins.slot_fin, sfin), slot_prompt=put(ins.slot_prompt, spr),
-        slot_len=put(ins.slot_len, slen),
+    )
+    # The [K, S] slot arrays change in at most one element (one row after a restart): scatter
+    # only that, so a step costs O(S), not O(K*S).
+    K = static.instances
+    row = jnp.where(on, i, K)
+    s_w = jnp.where(has_fin, s_f, s_a)
+    adm_row = jnp.where(on & do_admit, i, K)
+    i32 = jnp.int32
+    inst = inst._replace(
+        slot_rid=ins.slot_rid.at[jnp.where(has_fin | do_admit, row, K), s_w].set(
+            jnp.where(has_fin, -1, wq_head).astype(i32), mode="drop"),
+        slot_fin=ins.slot_fin.at[jnp.where(rs, row, K)].set(fin_restart, mode="drop")
+        .at[adm_row, s_a].set((it + hl).astype(i32), mode="drop"),
+        slot_prompt=ins.slot_prompt.at[adm_row, s_a].set(hp.astype(i32), mode="drop"),
+        slot_len=ins.slot_len.at[adm_row, s_a].set(hl.astype(i32), mode="drop"),
     )
 
     # -- effects on calls, groups, the buffer and the trainer -------------------------------

@@ -86,6 +86,7 @@ class TrainerState(NamedTuple):
     timer_prev: jnp.ndarray  # f64: when that timeout was scheduled
     timer_seq: jnp.ndarray  # int32: its insertion order
     acks: jnp.ndarray  # int32: pause acknowledgements still awaited (pause_all)
+    taken: jnp.ndarray  # int32: groups of the batch being formed taken so far (form_batch, one per step)
 
 
 class StepLog(NamedTuple):
@@ -146,7 +147,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
     groups = GroupState(status=i32(G_FREE, Gm), done=i32(0, Gm), minv=i32(BIG, Gm), finish=f64(jnp.nan, Gm),
                         buf=i32(-1, Gm))
     trainer = TrainerState(phase=i32(T_WAIT), step=i32(0), timer_t=f64(jnp.inf), timer_prev=f64(jnp.inf),
-                           timer_seq=i32(BIG), acks=i32(0))
+                           timer_seq=i32(BIG), acks=i32(0), taken=i32(0))
     log = StepLog(wait_start=f64(jnp.nan, P).at[0].set(0.0), batch_ready=f64(jnp.nan, P), train_end=f64(jnp.nan, P),
                   publish_end=f64(jnp.nan, P), gids=i32(-1, (P, B)), stale=i32(-1, (P, B)),
                   completion_tokens=i64(0, P), seq_tokens=i64(0, P))

@@ -70,7 +70,8 @@ def select(st, p, static):
     seq_all = jnp.concatenate([ins.ev_seq, tr.timer_seq[None]])
     bidx, bt = _lexmin(t_all, prev_all, start_all, seq_all)
     gidx, gt = _lexmin(jnp.where(active & (ins.phase == START), ins.ev_t, jnp.inf), ins.ev_prev, ins.ev_prev, ins.ev_seq)
-    react = ((tr.phase == T_WAIT) & (st.buf_live >= p.batch)) | ((tr.phase == T_DRAIN) & (st.n_running == 0))
+    forming = (tr.phase == T_WAIT) & ((tr.taken > 0) | (st.buf_live >= p.batch))
+    react = forming | ((tr.phase == T_DRAIN) & (st.n_running == 0))
     disp = can_dispatch(st, p)
     route = st.routed < st.dispatched * static.group_size
     chain = react | disp | route
@@ -79,7 +80,9 @@ def select(st, p, static):
     chain_act = jnp.where(react, A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE))
     later = jnp.where(gt < jnp.inf, A_INST, jnp.where(bt < jnp.inf, timed, A_NONE))
     due = bt <= st.now + tol(st.now)
-    act = jnp.where(cont, A_INST, jnp.where(due, timed, jnp.where(chain, chain_act, later)))
+    # A batch being formed is one synchronous form_batch call: finish it first.
+    act = jnp.where(cont, A_INST, jnp.where(tr.taken > 0, A_REACT,
+                                            jnp.where(due, timed, jnp.where(chain, chain_act, later))))
     act = jnp.where(tr.phase == T_DONE, A_NONE, act)
     i = jnp.where(cont, st.cur, jnp.where(~due & ~chain & (gt < jnp.inf), gidx, bidx))
     i = jnp.minimum(i, K - 1).astype(jnp.int32)

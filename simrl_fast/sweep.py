@@ -65,7 +65,7 @@ def _workload_key(cfg) -> str:
 
 
 def run_sweep(config_path: str | None, combos: list[list[str]], engine: str = "fast", fallback: str = "error",
-              chunk: int = 1000, ray_address: str | None = None,
+              chunk: int = 128, ray_address: str | None = None,
               progress: Callable[[int], None] | None = None) -> list[dict]:
     """Run every override list in ``combos``; rows in the same order. ``engine``: fast | simpy.
 

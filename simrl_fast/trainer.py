@@ -103,43 +103,43 @@ def timer_action(st, p, static, on):
 
 
 def trainer_react(st, p, w, static, on):
+    """The trainer woken in this instant: start a drained publication, or take one buffered group.
+
+    Batch formation pops one buffer entry per step (a tombstone of an evicted group is skipped)
+    so a step costs O(1); the batch is complete, and training starts, at its ``batch``-th group.
+    """
     tr, G, log = st.trainer, st.groups, st.log
-    now = st.now
+    now, step = st.now, tr.step
     drain_go = on & (tr.phase == T_DRAIN) & (st.n_running == 0)
-    form = on & (tr.phase == T_WAIT) & (st.buf_live >= p.batch)
-    Gm, Bm, ng = static.max_groups, static.max_batch, static.groups
-
-    pos = jnp.arange(Gm)
-    gid_at = G.buf
-    live = (pos >= st.buf_head) & (pos < st.buf_tail) & (G.status[jnp.maximum(gid_at, 0)] == G_BUFFERED)
-    cum = jnp.cumsum(live.astype(jnp.int32))
-    take = live & (cum <= p.batch)
-    gids = jnp.full(Bm, -1, jnp.int32).at[jnp.where(take, cum - 1, Bm)].set(gid_at, mode="drop")
-    valid = gids >= 0
-    g0 = jnp.maximum(gids, 0)
-    stale = jnp.where(valid, st.version - G.minv[g0], -1)
+    forming = on & (tr.phase == T_WAIT) & ((tr.taken > 0) | (st.buf_live >= p.batch))
+    Gm, ng = static.max_groups, static.groups
+    gid = G.buf[jnp.minimum(st.buf_head, Gm - 1)]
+    g0 = jnp.maximum(gid, 0)
+    take = forming & (G.status[g0] == G_BUFFERED)
+    k = tr.taken
     wg = g0 % ng
-    comp = jnp.sum(jnp.where(valid, w.completion_sum[wg], 0))
-    seqtok = jnp.sum(jnp.where(valid, w.seq_tokens[wg], 0))
-    last = jnp.argmax(take & (cum == p.batch))
+    comp = log.completion_tokens[step] + w.completion_sum[wg]
+    seqtok = log.seq_tokens[step] + w.seq_tokens[wg]
+    full = take & (k + 1 == p.batch)
     dur = p.train_a + p.train_per_token * seqtok.astype(jnp.float64)
-
-    step = tr.step
-    status = jnp.where(form, G.status.at[jnp.where(take, gid_at, Gm)].set(G_TRAINED, mode="drop"), G.status)
-    go = drain_go | form
+    go = drain_go | full
     trainer = tr._replace(
-        phase=jnp.where(form, T_TRAIN, jnp.where(drain_go, T_PUBLISH, tr.phase)),
-        timer_t=jnp.where(form, now + dur, jnp.where(drain_go, now + p.sync_s, tr.timer_t)),
+        phase=jnp.where(full, T_TRAIN, jnp.where(drain_go, T_PUBLISH, tr.phase)),
+        timer_t=jnp.where(full, now + dur, jnp.where(drain_go, now + p.sync_s, tr.timer_t)),
         timer_prev=jnp.where(go, now, tr.timer_prev), timer_seq=jnp.where(go, st.seq, tr.timer_seq),
+        taken=jnp.where(full, 0, k + take),
     )
+    P = static.steps
+    row = jnp.where(take, step, P)
     log = log._replace(
-        batch_ready=_set(log.batch_ready, step, now, form),
-        gids=_set(log.gids, step, gids, form), stale=_set(log.stale, step, stale, form),
-        completion_tokens=_set(log.completion_tokens, step, comp, form),
-        seq_tokens=_set(log.seq_tokens, step, seqtok, form),
+        batch_ready=_set(log.batch_ready, step, now, full),
+        gids=log.gids.at[row, k].set(gid, mode="drop"),
+        stale=log.stale.at[row, k].set(st.version - G.minv[g0], mode="drop"),
+        completion_tokens=_set(log.completion_tokens, step, comp, take),
+        seq_tokens=_set(log.seq_tokens, step, seqtok, take),
     )
+    status = G.status.at[jnp.where(take, g0, Gm)].set(G_TRAINED, mode="drop")
     return st._replace(
         trainer=trainer, log=log, groups=G._replace(status=status), seq=st.seq + go,
-        training=st.training | form, buf_head=jnp.where(form, last + 1, st.buf_head),
-        buf_live=st.buf_live - jnp.where(form, p.batch, 0),
+        training=st.training | full, buf_head=st.buf_head + forming, buf_live=st.buf_live - take,
     )

@@ -29,7 +29,7 @@ Examples:
 @click.option("--engine", type=click.Choice(["fast", "simpy"]), default="fast", show_default=True)
 @click.option("--fallback", type=click.Choice(["error", "simpy"]), default="error", show_default=True,
               help="What to do with configurations outside the fast path's feature set.")
-@click.option("--chunk", type=click.IntRange(1), default=1000, show_default=True,
+@click.option("--chunk", type=click.IntRange(1), default=128, show_default=True,
               help="Configurations per fast-engine batch (cache-sized).")
 @click.option("--ray", "ray_address", default=None, help="Shard fast-engine chunks over this Ray cluster.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Output file (.csv or .json).")
