@@ -19,30 +19,10 @@ import tempfile
 from collections.abc import Callable
 
 from simrl.config import load_config, unstructure
-from simrl.cost.build import build_costs, families, register_rollout_family, register_training_family
-from simrl.cost.linear import ConstantTraining, LinearRollout
+from simrl.cost.build import build_costs
 
 METRICS = ("makespan_s", "step_time_mean_s", "trained_tokens_per_s", "staleness_mean", "staleness_max",
            "training_steps", "complete", "engine")
-
-
-def _linear_rollout(cfg, knobs):
-    from simrl.cost.build import _construct
-
-    return _construct("rollout", "linear", LinearRollout, dict(knobs))
-
-
-def _constant_training(cfg, knobs):
-    from simrl.cost.build import _construct
-
-    return _construct("training", "constant", ConstantTraining, dict(knobs))
-
-
-# The fast path's cost families, selectable from a config (cost.rollout=linear, cost.training=constant).
-if "linear" not in families("rollout"):
-    register_rollout_family("linear", _linear_rollout)
-if "constant" not in families("training"):
-    register_training_family("constant", _constant_training)
 
 
 def expand_grid(base: list[str], grid: list[str]) -> list[list[str]]:

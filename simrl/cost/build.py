@@ -2,7 +2,7 @@
 
 `build_costs(cfg)` turns ``cfg.cost`` (a family name or a ``*.json`` artifact path per model, plus
 knob dicts) and the deployment layout into a `Costs` record. Built-in families: rollout
-``roofline``; training ``analytical`` and ``fixed``; weight sync ``nccl``, ``checkpoint_engine``,
+``roofline`` and ``linear``; training ``analytical``, ``fixed`` and ``constant``; weight sync ``nccl``, ``checkpoint_engine``,
 ``filesystem``, ``lora`` and ``fixed``. Other modules add families with `register_rollout_family`
 / `register_training_family` / `register_weight_sync_family`; a factory takes
 ``(cfg: SimConfig, knobs: dict)`` and returns the model (use `check_knobs` to reject unknown knobs).
@@ -20,6 +20,7 @@ import attrs
 from simrl.cost.analytical import AnalyticalTraining, FixedTraining
 from simrl.cost.architectures import model_arch
 from simrl.cost.base import CostModelError, RolloutCost, TrainingCost, ValidityDomain, WeightSyncCost
+from simrl.cost.linear import ConstantTraining, LinearRollout
 from simrl.cost.roofline import RooflineRollout
 from simrl.cost.weight_sync import WEIGHT_SYNC_DEFAULTS, WeightSync
 
@@ -137,9 +138,19 @@ def _weight_sync_factory(mode: str) -> Factory:
     return build
 
 
+def _linear_rollout(cfg: SimConfig, knobs: dict[str, Any]) -> LinearRollout:
+    return _construct("rollout", "linear", LinearRollout, dict(knobs))
+
+
+def _constant_training(cfg: SimConfig, knobs: dict[str, Any]) -> ConstantTraining:
+    return _construct("training", "constant", ConstantTraining, dict(knobs))
+
+
 register_rollout_family("roofline", _roofline)
+register_rollout_family("linear", _linear_rollout)  # closed form; what simrl_fast supports
 register_training_family("analytical", _analytical)
 register_training_family("fixed", _fixed_training)
+register_training_family("constant", _constant_training)
 for _mode in WEIGHT_SYNC_DEFAULTS:
     register_weight_sync_family(_mode, _weight_sync_factory(_mode))
 
