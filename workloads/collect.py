@@ -17,12 +17,12 @@ order (async rollouts finish out of order) does not matter. Errors name the file
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from workloads.trace import TraceError
+from workloads.trace_parse import json_lines
 from workloads.types import CallSpec, GroupSpec, TrajectorySpec, Workload, build_workload
 
 
@@ -130,20 +130,9 @@ def collect(paths, name: str = "collected", seed: int = 0) -> Workload:
     by_group: dict[Any, dict[Any, list[dict]]] = {}
     for p in paths:
         p = Path(p)
-        try:
-            fh = open(p, encoding="utf-8")
-        except OSError as exc:
-            raise TraceError(p, 0, None, f"cannot open: {exc.strerror or exc}") from exc
-        with fh:
-            for line, text in enumerate(fh, start=1):
-                if not text.strip():
-                    continue
-                try:
-                    rec = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise TraceError(p, line, None, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
-                call = normalise_record(p, line, rec)
-                by_group.setdefault(str(call["group"]), {}).setdefault(str(call["trajectory"]), []).append(call)
+        for line, rec in json_lines(p):
+            call = normalise_record(p, line, rec)
+            by_group.setdefault(str(call["group"]), {}).setdefault(str(call["trajectory"]), []).append(call)
     if not by_group:
         raise TraceError(", ".join(map(str, paths)), 0, None, "no call records found")
     groups, t = [], 0

@@ -24,6 +24,7 @@ from workloads.trace_parse import (
     check_shared,
     check_values,
     gather_group,
+    json_lines,
     parse_header,
 )
 from workloads.types import Workload
@@ -147,24 +148,13 @@ def read_trace(path, max_model_len: int | None = None) -> Workload:
     header: dict = {}
     header_line = 0
     flat = Gathered()
-    try:
-        fh = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise TraceError(path, 0, None, f"cannot open: {exc.strerror or exc}") from exc
-    with fh:
-        for line, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            try:
-                rec = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TraceError(path, line, None, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if isinstance(rec, dict) and "schema" in rec:
-                if flat.shared or header:
-                    raise TraceError(path, line, "schema", "a header record may only be the first line")
-                header, header_line = parse_header(path, line, rec), line
-                continue
-            gather_group(path, line, rec, flat, header)
+    for line, rec in json_lines(path):
+        if isinstance(rec, dict) and "schema" in rec:
+            if flat.shared or header:
+                raise TraceError(path, line, "schema", "a header record may only be the first line")
+            header, header_line = parse_header(path, line, rec), line
+            continue
+        gather_group(path, line, rec, flat, header)
     if not flat.shared:
         raise TraceError(path, 0, None, "no group records: expected one JSON object per group")
     if header.get("groups") is not None and header["groups"] != len(flat.shared):

@@ -8,6 +8,7 @@ call, so every `TraceError` names the file, line and field and says what was exp
 
 from __future__ import annotations
 
+import json
 from itertools import accumulate, chain
 
 import numpy as np
@@ -23,6 +24,26 @@ class TraceError(ValueError):
         self.path, self.line, self.field = str(path), line, field
         where = f"{self.path}:{line}" if line else self.path
         super().__init__(f"{where}: {field + ': ' if field else ''}{message}")
+
+
+def json_lines(path):
+    """Yield ``(line_number, record)`` for every non-blank line of a JSONL file.
+
+    A file that cannot be opened or a line that is not JSON raises `TraceError` naming the file
+    and line.
+    """
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise TraceError(path, 0, None, f"cannot open: {exc.strerror or exc}") from exc
+    with fh:
+        for line, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            try:
+                yield line, json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise TraceError(path, line, None, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
 
 
 class Gathered:
