@@ -118,9 +118,8 @@ def presets_cmd(action, name):
 
     if action is None:
         for kind in policy_kinds():
-            cls = policy_class(kind)
-            doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-            click.echo(f"{kind:<16} {doc}")
+            doc = _policy_doc(policy_class(kind))
+            click.echo(f"{kind:<16} {doc.splitlines()[0] if doc else ''}")
         return
     if not name:
         abort("srl presets show NAME: name a policy (see `srl presets`)")
@@ -128,13 +127,19 @@ def presets_cmd(action, name):
         cls = policy_class(name)
     except KeyError:
         abort(f"unknown policy {name!r}; known: {', '.join(policy_kinds())}")
-    click.echo(f"{name}: {cls.__doc__.strip() if cls.__doc__ else ''}")
+    click.echo(f"{name}: {_policy_doc(cls)}")
     if getattr(cls, "upstream", ""):
         click.echo(f"\nupstream: {cls.upstream}")
     click.echo("\nknobs (default):")
     inst = cls()
     for a in attrs.fields(cls):
         click.echo(f"  policy.{a.name} = {unstructure_value(getattr(inst, a.name))}")
+
+
+def _policy_doc(cls) -> str:
+    """The policy class's docstring, else its module's (presets document themselves there)."""
+    doc = cls.__doc__ or sys.modules[cls.__module__].__doc__ or ""
+    return doc.strip()
 
 
 def unstructure_value(v):
