@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import NamedTuple
 
 import jax
 
@@ -25,53 +24,75 @@ import numpy as np  # noqa: E402
 
 from simrl_fast.lowering import Params, Static, WorkloadArrays, lower, stack_params, static_for  # noqa: E402
 from simrl_fast.results import FastResults  # noqa: E402
-from simrl_fast.state import T_DONE, SimState, init_state  # noqa: E402
+from simrl_fast.state import T_DONE, SimState, StepOut, init_state  # noqa: E402
 from simrl_fast.step import make_step  # noqa: E402
 
 TRACE_COUNT = {"run": 0}
 
 
-class LoopCarry(NamedTuple):
-    """The outer while-loop carry: the state and how many scan chunks have run."""
-
-    state: SimState
-    chunks: jnp.ndarray  # int32
-
-
-def _run_one(p: Params, w, static: Static) -> SimState:
+def _chunk_one(st: SimState, p: Params, w, static: Static) -> tuple[SimState, StepOut]:
+    """``static.chunk`` event-loop steps of one configuration; ys = what each step emitted."""
     step = make_step(static)
 
-    def scan_body(st, _):
-        return step(st, p, w), None
+    def body(s, _):
+        s = step(s, p, w)
+        return s, s.out
 
-    def body(c: LoopCarry) -> LoopCarry:
-        st, _ = jax.lax.scan(scan_body, c.state, None, length=static.chunk)
-        return LoopCarry(st, c.chunks + 1)
-
-    def cond(c: LoopCarry):
-        st = c.state
-        live = (st.trainer.phase != T_DONE) & ~st.stuck & ~st.overflow
-        return live & (c.chunks < static.max_chunks)
-
-    return jax.lax.while_loop(cond, body, LoopCarry(init_state(static), jnp.int32(0))).state
+    return jax.lax.scan(body, st, None, length=static.chunk)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3))
-def _run_batch(static: Static, params: Params, w, per_config_workload: bool) -> SimState:
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _init_batch(static: Static, m: int) -> SimState:
+    return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (m, *x.shape)), init_state(static))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4), donate_argnums=(1,))
+def _run_chunk(static: Static, st: SimState, params: Params, w, per_config_workload: bool):
+    """One scan chunk of the whole batch: (state, ys [M, chunk], whether any configuration is live)."""
     TRACE_COUNT["run"] += 1
-    return jax.vmap(_run_one, in_axes=(0, 0 if per_config_workload else None, None))(params, w, static)
+    one = functools.partial(_chunk_one, static=static)
+    st, out = jax.vmap(one, in_axes=(0, 0, 0 if per_config_workload else None))(st, params, w)
+    live = jnp.any((st.trainer.phase != T_DONE) & ~st.stuck & ~st.overflow)
+    return st, out, live
 
 
 def run(static: Static, params_batch: Params, workload, per_config_workload: bool = False) -> FastResults:
     """Run a stacked batch of configurations (leading axis M).
 
     ``workload`` is one `WorkloadArrays` shared by all, or (``per_config_workload``) stacked
-    along the same leading axis, every workload with the same (groups, group size).
+    along the same leading axis, every workload with the same (groups, group size). The host
+    runs scan chunks until no configuration is live (done, deadlocked or overflowed) or
+    ``static.max_chunks`` have run; the per-call and per-group results are assembled from the
+    steps' outputs.
     """
-    st = _run_batch(static, jax.tree_util.tree_map(jnp.asarray, params_batch),
-                    jax.tree_util.tree_map(jnp.asarray, workload), per_config_workload)
-    st = jax.device_get(st)
-    return FastResults.from_state(st, np.asarray(params_batch.steps), static)
+    params = jax.tree_util.tree_map(jnp.asarray, params_batch)
+    w = jax.tree_util.tree_map(jnp.asarray, workload)
+    m = int(np.asarray(params_batch.steps).shape[0])
+    st = _init_batch(static, m)
+    outs = []
+    for _ in range(static.max_chunks):
+        st, out, live = _run_chunk(static, st, params, w, per_config_workload)
+        outs.append(out)
+        if not bool(live):
+            break
+    st, outs = jax.device_get((st, outs))
+    ys = StepOut(*(np.concatenate([getattr(o, f) for o in outs], axis=1) for f in StepOut._fields))
+    return FastResults.from_state(st, np.asarray(params_batch.steps), static, _assemble(ys, static))
+
+
+def _assemble(ys: StepOut, static: Static) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(call finish [M, R], call instance [M, R], group finish [M, Gm]) from the steps' outputs."""
+    m = ys.fin_rid.shape[0]
+    call_finish = np.full((m, static.max_calls), np.nan)
+    call_inst = np.full((m, static.max_calls), -1, np.int32)
+    group_finish = np.full((m, static.max_groups), np.nan)
+    mi, ti = np.nonzero(ys.fin_rid >= 0)
+    call_finish[mi, ys.fin_rid[mi, ti]] = ys.fin_t[mi, ti]
+    mi, ti = np.nonzero(ys.fin_group)
+    group_finish[mi, ys.fin_rid[mi, ti] // static.group_size] = ys.fin_t[mi, ti]
+    mi, ti = np.nonzero(ys.route_rid >= 0)
+    call_inst[mi, ys.route_rid[mi, ti]] = ys.route_inst[mi, ti]
+    return call_finish, call_inst, group_finish
 
 
 def simulate_batch(configs, workload, costs, chunk: int | None = None) -> FastResults:

@@ -30,6 +30,7 @@ from simrl_fast.state import (
     START,
     T_PAUSING,
     T_PUBLISH,
+    tie,
 )
 
 
@@ -52,7 +53,8 @@ def instance_action(st, p, w, static, on, i, new_now):
     cont = st.cur == i
     ph = ins.phase[i]
     clock, it, nd, kd, na, pa = ins.clock[i], ins.it[i], ins.nd[i], ins.kd[i], ins.na[i], ins.pa[i]
-    srid, sfin, spr, slen = ins.slot_rid[i], ins.slot_fin[i], ins.slot_prompt[i], ins.slot_len[i]
+    srid, sfin = ins.slot_rid[i], ins.slot_fin[i]
+    spr, slen = call_lengths(w, srid, n, G)  # [S] lengths of the running calls (read-only workload)
     running, kv_used, pause_it = ins.running[i], ins.kv_used[i], ins.pause_it[i]
     wq_head, wq_len = ins.wq_head[i], ins.wq_len[i]
 
@@ -83,7 +85,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     has_fin = nfin > 0
     s_f = jnp.argmin(jnp.where(fin_here, srid, BIG))
     r_f = srid[s_f]
-    tok_f = (spr[s_f] + slen[s_f]).astype(jnp.int64)
+    tok_f = spr[s_f] + slen[s_f]
     pausing = pause_it <= it
     do_pause = ~has_fin & pausing
     hp, hl = call_lengths(w, wq_head, n, G)
@@ -100,7 +102,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     kv_used = kv_used - jnp.where(has_fin, tok_f, 0) + jnp.where(do_admit, hp + hl, 0)
     na = na + do_admit
     pa = pa + jnp.where(do_admit, hp, 0)
-    head2 = jnp.where(do_admit, C.nxt[jnp.maximum(wq_head, 0)], wq_head)
+    head2 = jnp.where(do_admit, C.nxt[jnp.maximum(wq_head, 0)], wq_head)  # the router's write is tied to it
     len2 = wq_len - do_admit
     pause_it = jnp.where(do_pause, BIG, pause_it)
 
@@ -151,28 +153,25 @@ def instance_action(st, p, w, static, on, i, new_now):
     inst = inst._replace(
         slot_rid=ins.slot_rid.at[jnp.where(has_fin | do_admit, row, K), s_w].set(
             jnp.where(has_fin, -1, wq_head).astype(i32), mode="drop"),
-        slot_fin=ins.slot_fin.at[jnp.where(rs, row, K)].set(fin_restart, mode="drop")
+        slot_fin=ins.slot_fin.at[jnp.where(rs, row, K)].set(fin_restart.astype(i32), mode="drop")
         .at[adm_row, s_a].set((it + hl).astype(i32), mode="drop"),
-        slot_prompt=ins.slot_prompt.at[adm_row, s_a].set(hp.astype(i32), mode="drop"),
-        slot_len=ins.slot_len.at[adm_row, s_a].set(hl.astype(i32), mode="drop"),
     )
 
     # -- effects on calls, groups, the buffer and the trainer -------------------------------
-    R, Gm = static.max_calls, static.max_groups
+    Gm = static.max_groups
     fin_on = on & has_fin
     g_f = jnp.maximum(r_f, 0) // n
-    calls = C._replace(finish=C.finish.at[jnp.where(fin_on, r_f, R)].set(new_now, mode="drop"))
-    complete = fin_on & (Gs.done[g_f] + 1 == n)
-    stale = st.version - Gs.minv[g_f]
+    done_f, minv_f = Gs.done[g_f], Gs.minv[g_f]
+    complete = fin_on & (done_f + 1 == n)
+    stale = st.version - minv_f
     drop = ((p.drop_stale == 1) & (stale > p.stale_bound)) | ((p.drop_zero_var == 1) & w.zero_var[g_f % G])
     acc = complete & ~drop
     g_h = jnp.maximum(wq_head, 0) // n
     adm_on = on & do_admit
     groups = Gs._replace(
-        done=Gs.done.at[jnp.where(fin_on, g_f, Gm)].add(1, mode="drop"),
+        done=Gs.done.at[tie(jnp.where(fin_on, g_f, Gm), Gm, done_f)].add(1, mode="drop"),
         status=Gs.status.at[jnp.where(complete, g_f, Gm)].set(jnp.where(drop, G_DROPPED, G_BUFFERED), mode="drop"),
-        finish=Gs.finish.at[jnp.where(complete, g_f, Gm)].set(new_now, mode="drop"),
-        minv=Gs.minv.at[jnp.where(adm_on, g_h, Gm)].min(st.version, mode="drop"),
+        minv=Gs.minv.at[tie(jnp.where(adm_on, g_h, Gm), Gm, minv_f)].min(st.version, mode="drop"),
         buf=Gs.buf.at[jnp.where(acc, st.buf_tail, Gm)].set(g_f, mode="drop"),
     )
     ack = on & do_pause
@@ -184,7 +183,9 @@ def instance_action(st, p, w, static, on, i, new_now):
         timer_prev=jnp.where(publish, new_now, tr.timer_prev), timer_seq=jnp.where(publish, seq, tr.timer_seq),
     )
     return st._replace(
-        inst=inst, calls=calls, groups=groups, trainer=trainer, seq=seq + publish,
+        inst=inst, groups=groups, trainer=trainer,
+        out=st.out._replace(fin_rid=jnp.where(fin_on, r_f, st.out.fin_rid), fin_group=st.out.fin_group | complete,
+                            fin_t=jnp.where(fin_on, new_now, st.out.fin_t)), seq=seq + publish,
         accepted=st.accepted + acc, n_running=st.n_running - complete, buf_tail=st.buf_tail + acc,
         buf_live=st.buf_live + acc, cur=jnp.where(on, jnp.where(more, i, -1), st.cur),
     )

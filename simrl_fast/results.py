@@ -33,13 +33,15 @@ class FastResults(NamedTuple):
     actions: np.ndarray  # [M] int32: scan steps that did something
 
     @classmethod
-    def from_state(cls, st, steps, static) -> FastResults:
+    def from_state(cls, st, steps, static, per_call) -> FastResults:
+        """``per_call``: (call finish, call instance, group finish), assembled from the steps' outputs."""
         lg = st.log
+        call_finish, call_inst, group_finish = per_call
         return cls(
             steps=np.asarray(steps), steps_done=np.asarray(st.trainer.step), wait_start=lg.wait_start,
             batch_ready=lg.batch_ready, train_end=lg.train_end, publish_end=lg.publish_end, gids=lg.gids,
             stale=lg.stale, completion_tokens=lg.completion_tokens, seq_tokens=lg.seq_tokens,
-            call_finish=st.calls.finish, call_inst=st.calls.inst, group_finish=st.groups.finish,
+            call_finish=call_finish, call_inst=call_inst, group_finish=group_finish,
             groups_dispatched=st.dispatched, stuck=st.stuck, overflow=st.overflow, actions=st.actions,
         )
 

@@ -55,16 +55,25 @@ class InstState(NamedTuple):
     wq_len: jnp.ndarray  # [K] int32: len(Instance.waiting)
     slot_rid: jnp.ndarray  # [K, S] int32: call in each running slot (-1: free); Instance.running
     slot_fin: jnp.ndarray  # [K, S] int32: Instance.it at which it finishes (finish_heap key + 1)
-    slot_prompt: jnp.ndarray  # [K, S] int32: Request.prompt_tokens
-    slot_len: jnp.ndarray  # [K, S] int32: Request.completion_tokens
+    #                          (a running call's prompt and completion lengths are read from the
+    #                          workload by its rid: read-only, not carried)
 
 
 class CallState(NamedTuple):
-    """Per dispatched call (`Request` / `CallRecord`), indexed by dispatch serial (rid)."""
+    """Per dispatched call (`Request`), indexed by dispatch serial (rid)."""
 
     nxt: jnp.ndarray  # [R] int32: next call routed to the same instance (Instance.waiting order)
-    inst: jnp.ndarray  # [R] int32: Request.instance (-1: not routed)
-    finish: jnp.ndarray  # [R] f64: CallRecord.finish (nan: unfinished)
+
+
+class StepOut(NamedTuple):
+    """What one step emits (the scan's ys; the per-call and per-group results are assembled from
+    them outside the loop, so no call-sized result array is written inside it)."""
+
+    fin_rid: jnp.ndarray  # int32: call that finished (CallRecord.finish set; -1: none)
+    fin_t: jnp.ndarray  # f64: its finish time (env.now)
+    fin_group: jnp.ndarray  # bool: it completed its group (GroupRecord.finish_time = fin_t)
+    route_rid: jnp.ndarray  # int32: call routed (Request.instance set; -1: none)
+    route_inst: jnp.ndarray  # int32: the instance it was routed to
 
 
 class GroupState(NamedTuple):
@@ -73,7 +82,6 @@ class GroupState(NamedTuple):
     status: jnp.ndarray  # [Gm] int32: G_* (st.running / st.buffer / dropped / trained)
     done: jnp.ndarray  # [Gm] int32: finished calls (TrajRecord.finish_time set)
     minv: jnp.ndarray  # [Gm] int32: GroupRecord.min_version (BIG until a call is admitted)
-    finish: jnp.ndarray  # [Gm] f64: GroupRecord.finish_time
     buf: jnp.ndarray  # [Gm] int32: gids in buffer-entry order (PipelineState.buffer, with tombstones)
 
 
@@ -107,6 +115,7 @@ class SimState(NamedTuple):
 
     inst: InstState
     calls: CallState
+    out: StepOut
     groups: GroupState
     trainer: TrainerState
     log: StepLog
@@ -141,19 +150,33 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         fin_min=i32(BIG, K), adm_it=i32(BIG, K), pause_it=i32(BIG, K), ev_it=i32(BIG, K), ev_t=f64(jnp.inf, K),
         ev_prev=f64(jnp.inf, K), ev_seq=i32(BIG, K), running=i32(0, K), kv_used=i64(0, K),
         wq_head=i32(-1, K), wq_tail=i32(-1, K), wq_len=i32(0, K),
-        slot_rid=i32(-1, (K, S)), slot_fin=i32(BIG, (K, S)), slot_prompt=i32(0, (K, S)), slot_len=i32(0, (K, S)),
+        slot_rid=i32(-1, (K, S)), slot_fin=i32(BIG, (K, S)),
     )
-    calls = CallState(nxt=i32(-1, R), inst=i32(-1, R), finish=f64(jnp.nan, R))
-    groups = GroupState(status=i32(G_FREE, Gm), done=i32(0, Gm), minv=i32(BIG, Gm), finish=f64(jnp.nan, Gm),
-                        buf=i32(-1, Gm))
+    calls = CallState(nxt=i32(-1, R))
+    groups = GroupState(status=i32(G_FREE, Gm), done=i32(0, Gm), minv=i32(BIG, Gm), buf=i32(-1, Gm))
     trainer = TrainerState(phase=i32(T_WAIT), step=i32(0), timer_t=f64(jnp.inf), timer_prev=f64(jnp.inf),
                            timer_seq=i32(BIG), acks=i32(0), taken=i32(0))
     log = StepLog(wait_start=f64(jnp.nan, P).at[0].set(0.0), batch_ready=f64(jnp.nan, P), train_end=f64(jnp.nan, P),
                   publish_end=f64(jnp.nan, P), gids=i32(-1, (P, B)), stale=i32(-1, (P, B)),
                   completion_tokens=i64(0, P), seq_tokens=i64(0, P))
     return SimState(
-        inst=inst, calls=calls, groups=groups, trainer=trainer, log=log, now=f64(0.0), seq=i32(0), version=i32(0),
+        inst=inst, calls=calls, out=empty_out(), groups=groups, trainer=trainer, log=log, now=f64(0.0), seq=i32(0), version=i32(0),
         training=jnp.array(False), accepted=i32(0), n_running=i32(0), dispatched=i32(0), routed=i32(0),
         rr_next=i32(0), dispatch_paused=jnp.array(False), cur=i32(-1), buf_head=i32(0), buf_tail=i32(0),
         buf_live=i32(0), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
     )
+
+
+def empty_out() -> StepOut:
+    return StepOut(fin_rid=jnp.int32(-1), fin_t=jnp.float64(jnp.nan), fin_group=jnp.array(False),
+                   route_rid=jnp.int32(-1), route_inst=jnp.int32(-1))
+
+
+
+def tie(idx, oob, *reads):
+    """``idx``, made data-dependent on ``reads`` (int values gathered from the array ``idx`` will
+    write into, never INT32_MIN): XLA then orders those gathers before the in-place scatter. Without
+    a data dependency it may schedule the scatter first and so copies the whole carried array every
+    step (docs/fastpath.md, "In-place updates")."""
+    dep = jnp.min(jnp.stack([jnp.min(r).astype(jnp.int32) for r in reads]))
+    return jnp.where(dep == jnp.iinfo(jnp.int32).min, oob, idx)

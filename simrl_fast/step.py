@@ -28,8 +28,10 @@ from simrl_fast.state import (
     T_PUBLISH,
     T_TRAIN,
     T_WAIT,
+    empty_out,
+    tie,
 )
-from simrl_fast.trainer import timer_action, trainer_react
+from simrl_fast.trainer import mark_evicted, timer_action, trainer_react
 
 A_NONE, A_INST, A_TIMER, A_REACT, A_DISPATCH, A_ROUTE = 0, 1, 2, 3, 4, 5
 
@@ -133,12 +135,12 @@ def route_action(st, p, w, static, on):
         ev_seq=put(ins.ev_seq, jnp.where(wake, st.seq, ins.ev_seq[i])),
     )
     R = static.max_calls
-    calls = C._replace(
-        inst=C.inst.at[jnp.where(on, r, R)].set(i, mode="drop"),
-        nxt=C.nxt.at[jnp.where(on & ~was_empty, ins.wq_tail[i], R)].set(r, mode="drop"),
-    )
+    # tied to the queue heads, which depend on this step's read of C.nxt (instance_action)
+    calls = C._replace(nxt=C.nxt.at[tie(jnp.where(on & ~was_empty, ins.wq_tail[i], R), R, ins.wq_head)].set(
+        r, mode="drop"))
+    out = st.out._replace(route_rid=jnp.where(on, r, st.out.route_rid), route_inst=jnp.where(on, i, st.out.route_inst))
     return st._replace(
-        inst=inst, calls=calls, routed=st.routed + on, seq=st.seq + (on & wake),
+        inst=inst, calls=calls, out=out, routed=st.routed + on, seq=st.seq + (on & wake),
         rr_next=jnp.where(on & (p.router == 1), (i + 1) % p.n_inst, st.rr_next),
     )
 
@@ -147,14 +149,16 @@ def make_step(static):
     """The pure step function ``step(state, params, workload) -> state`` for one configuration."""
 
     def step(st0, p, w):
-        st = st0
+        st = st0._replace(out=empty_out())
         act, i, new_now = select(st, p, static)
         st = st._replace(now=new_now)
         st = instance_action(st, p, w, static, act == A_INST, i, new_now)
+        pub = (act == A_TIMER) & (st.trainer.phase == T_PUBLISH)
         st = timer_action(st, p, static, act == A_TIMER)
-        st = trainer_react(st, p, w, static, (act == A_TIMER) | (act == A_REACT))
+        st = trainer_react(st, p, w, static, (act == A_TIMER) | (act == A_REACT), pub)
         st = dispatch_action(st, act == A_DISPATCH, static)
         st = route_action(st, p, w, static, act == A_ROUTE)
+        st = mark_evicted(st, p, pub)
         done = st.trainer.phase == T_DONE
         st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~done), actions=st.actions + (act != A_NONE))
         # x64 promotes int32 reductions and argmax to int64: keep every leaf's declared dtype.

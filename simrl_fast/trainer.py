@@ -42,6 +42,21 @@ def _set(arr, idx, val, on):
     return jnp.where(on, arr.at[idx].set(val, mode="drop"), arr)
 
 
+def evicted(status, minv, p, version, pub):
+    """Buffered groups a publication (``pub``, new ``version``) evicts (bounded_async's eviction)."""
+    return pub & (p.evict_stale == 1) & (status == G_BUFFERED) & (version - minv > p.stale_bound)
+
+
+def mark_evicted(st, p, pub):
+    """Set the status of the groups the publication of this step evicted (counted in `timer_action`).
+
+    Done last in the step, as one elementwise select after the step's scatters into ``status``, so
+    XLA updates the carried array in place (a select first would make every later scatter copy it)."""
+    G = st.groups
+    return st._replace(groups=G._replace(status=jnp.where(evicted(G.status, G.minv, p, st.version, pub), G_EVICTED,
+                                                          G.status)))
+
+
 def timer_action(st, p, static, on):
     tr, ins, log = st.trainer, st.inst, st.log
     now, step = st.now, tr.step
@@ -72,8 +87,7 @@ def timer_action(st, p, static, on):
     new_step = step + pub
     done = new_step >= p.steps
     phase = jnp.where(pub, jnp.where(done, T_DONE, T_WAIT), phase)
-    G = st.groups
-    evict = pub & (p.evict_stale == 1) & (G.status == G_BUFFERED) & (version - G.minv > p.stale_bound)
+    n_evict = jnp.sum(evicted(st.groups.status, st.groups.minv, p, version, pub).astype(jnp.int32))
 
     inst = ins._replace(
         phase=jnp.where(resume, RESUME, jnp.where(quiet, PAUSED, ins.phase)),
@@ -97,13 +111,14 @@ def timer_action(st, p, static, on):
         inst=inst, trainer=trainer, log=log, version=version, training=st.training & ~te,
         dispatch_paused=jnp.where(te & (p.rule == RULE_DRAIN), True, jnp.where(pub, False, st.dispatch_paused)),
         seq=seq0 + jnp.sum(resume.astype(jnp.int32)),
-        groups=G._replace(status=jnp.where(evict, G_EVICTED, G.status)),
-        buf_live=st.buf_live - jnp.sum(evict.astype(jnp.int32)),
+        buf_live=st.buf_live - n_evict,  # their status is set by `mark_evicted` at the end of the step
     )
 
 
-def trainer_react(st, p, w, static, on):
+def trainer_react(st, p, w, static, on, pub):
     """The trainer woken in this instant: start a drained publication, or take one buffered group.
+
+    ``pub``: this step ended a publication (a group it evicts is skipped, see `mark_evicted`).
 
     Batch formation pops one buffer entry per step (a tombstone of an evicted group is skipped)
     so a step costs O(1); the batch is complete, and training starts, at its ``batch``-th group.
@@ -115,7 +130,7 @@ def trainer_react(st, p, w, static, on):
     Gm, ng = static.max_groups, static.groups
     gid = G.buf[jnp.minimum(st.buf_head, Gm - 1)]
     g0 = jnp.maximum(gid, 0)
-    take = forming & (G.status[g0] == G_BUFFERED)
+    take = forming & (G.status[g0] == G_BUFFERED) & ~evicted(G.status[g0], G.minv[g0], p, st.version, pub)
     k = tr.taken
     wg = g0 % ng
     comp = log.completion_tokens[step] + w.completion_sum[wg]
