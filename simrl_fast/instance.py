@@ -54,7 +54,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     ph = ins.phase[i]
     clock, it, nd, kd, na, pa = ins.clock[i], ins.it[i], ins.nd[i], ins.kd[i], ins.na[i], ins.pa[i]
     srid, sfin = ins.slot_rid[i], ins.slot_fin[i]
-    spr, slen = call_lengths(w, srid, n, G)  # [S] lengths of the running calls (read-only workload)
+    slen = ins.slot_len[i]
     running, kv_used, pause_it = ins.running[i], ins.kv_used[i], ins.pause_it[i]
     wq_head, wq_len = ins.wq_head[i], ins.wq_len[i]
 
@@ -72,7 +72,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     res_entry = ~cont & (ph == RESUME)
     ab = res_entry & (p.rule == RULE_ABORT_RESUME)
     rs = res_entry & (p.rule == RULE_ABORT_RESTART)
-    sum_prompt = jnp.sum(jnp.where(occ, spr, 0).astype(jnp.int64))
+    sum_prompt = ins.psum[i]
     pa = jnp.where(ab, kd + pa, jnp.where(rs, sum_prompt + pa, pa))
     na = jnp.where(ab | rs, nd + na, na)
     kd = jnp.where(ab | rs, 0, kd)
@@ -85,7 +85,8 @@ def instance_action(st, p, w, static, on, i, new_now):
     has_fin = nfin > 0
     s_f = jnp.argmin(jnp.where(fin_here, srid, BIG))
     r_f = srid[s_f]
-    tok_f = spr[s_f] + slen[s_f]
+    pr_f, len_f = call_lengths(w, r_f, n, G)
+    tok_f = pr_f + len_f
     pausing = pause_it <= it
     do_pause = ~has_fin & pausing
     hp, hl = call_lengths(w, wq_head, n, G)
@@ -140,6 +141,7 @@ def instance_action(st, p, w, static, on, i, new_now):
         ev_it=put(ins.ev_it, jnp.where(start, ev_it, BIG)), ev_t=put(ins.ev_t, jnp.where(start, ev_t, jnp.inf)),
         ev_prev=put(ins.ev_prev, jnp.where(start, ev_prev, jnp.inf)), ev_seq=put(ins.ev_seq, st_seq),
         running=put(ins.running, running), kv_used=put(ins.kv_used, kv_used),
+        psum=put(ins.psum, ins.psum[i] - jnp.where(has_fin, pr_f, 0) + jnp.where(do_admit, hp, 0)),
         wq_head=put(ins.wq_head, jnp.where(len2 > 0, head2, -1)), wq_len=put(ins.wq_len, len2),
         wq_tail=put(ins.wq_tail, jnp.where(len2 > 0, ins.wq_tail[i], -1)),
     )
@@ -155,6 +157,8 @@ def instance_action(st, p, w, static, on, i, new_now):
             jnp.where(has_fin, -1, wq_head).astype(i32), mode="drop"),
         slot_fin=ins.slot_fin.at[jnp.where(rs, row, K)].set(fin_restart.astype(i32), mode="drop")
         .at[adm_row, s_a].set((it + hl).astype(i32), mode="drop"),
+        # tied to fin_min, which depends on this step's read of the slot_len row (restart)
+        slot_len=ins.slot_len.at[tie(adm_row, K, fin_min), s_a].set(hl.astype(i32), mode="drop"),
     )
 
     # -- effects on calls, groups, the buffer and the trainer -------------------------------

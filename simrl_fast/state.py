@@ -55,8 +55,8 @@ class InstState(NamedTuple):
     wq_len: jnp.ndarray  # [K] int32: len(Instance.waiting)
     slot_rid: jnp.ndarray  # [K, S] int32: call in each running slot (-1: free); Instance.running
     slot_fin: jnp.ndarray  # [K, S] int32: Instance.it at which it finishes (finish_heap key + 1)
-    #                          (a running call's prompt and completion lengths are read from the
-    #                          workload by its rid: read-only, not carried)
+    slot_len: jnp.ndarray  # [K, S] int32: Request.completion_tokens (for abort_restart)
+    psum: jnp.ndarray  # [K] int64: prompt tokens of the running requests (re-prefilled by abort_restart)
 
 
 class CallState(NamedTuple):
@@ -150,7 +150,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         fin_min=i32(BIG, K), adm_it=i32(BIG, K), pause_it=i32(BIG, K), ev_it=i32(BIG, K), ev_t=f64(jnp.inf, K),
         ev_prev=f64(jnp.inf, K), ev_seq=i32(BIG, K), running=i32(0, K), kv_used=i64(0, K),
         wq_head=i32(-1, K), wq_tail=i32(-1, K), wq_len=i32(0, K),
-        slot_rid=i32(-1, (K, S)), slot_fin=i32(BIG, (K, S)),
+        slot_rid=i32(-1, (K, S)), slot_fin=i32(BIG, (K, S)), slot_len=i32(0, (K, S)), psum=i64(0, K),
     )
     calls = CallState(nxt=i32(-1, R))
     groups = GroupState(status=i32(G_FREE, Gm), done=i32(0, Gm), minv=i32(BIG, Gm), buf=i32(-1, Gm))
