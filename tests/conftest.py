@@ -13,3 +13,16 @@ from simhelpers import (  # noqa: F401  (re-exported for tests that import from 
 @pytest.fixture
 def sim_runner():
     return run_sim
+
+
+@pytest.fixture(scope="session")
+def default_run_dir(tmp_path_factory):
+    """The default scenario (no plots), simulated once per test session: its run directory."""
+    from click.testing import CliRunner
+
+    from simrl.cli.main import cli
+
+    out = tmp_path_factory.mktemp("default-run")
+    res = CliRunner().invoke(cli, [f"run.output_dir={out}", "run.name=sim", "run.plots=false", "--quiet"])
+    assert res.exit_code == 0, res.output
+    return out / "sim"

@@ -82,3 +82,26 @@ def _shared_data() -> Path:
 
 
 SHARED_DATA = _shared_data()
+
+
+def check_invariants(report, sim) -> None:
+    """The engine's invariants on a finished run (docs/model.md), for any policy."""
+    t = report.totals
+    assert t["trajectories_dispatched"] == (
+        t["trajectories_trained"] + t["trajectories_buffered"] + t["trajectories_dropped"]
+        + t["trajectories_in_flight"]
+    )
+    bound = sim.policy.staleness_bound()
+    stale = [s for step in report.steps for s in step.staleness]
+    assert all(s >= 0 for s in stale)
+    if bound is not None:
+        if sim.policy.bound_enforced:
+            assert max(stale, default=0) <= bound
+        assert t["staleness_violations"] == sum(1 for s in stale if s > bound)
+    # One publication per step: step k trains from version k-1 (never decreasing, no gaps).
+    assert [s.train_version for s in report.steps] == list(range(len(report.steps)))
+    assert all(c.version_end >= c.version_start for c in report.calls)
+    assert all(c.first_token is None or c.arrival <= c.first_token <= c.finish for c in report.calls)
+    assert all(s[4] <= sim.kv_capacity for s in sim.samples)
+    for inst in sim.instances:
+        assert 0 <= inst.kv_used and inst.kv_used + inst.cache_tokens <= inst.capacity

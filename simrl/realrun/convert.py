@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from simrl.realrun.format import RealRun, RealRunError, _fail, _step, read_realrun
+from simrl.realrun.format import RealRun, RealRunError, _fail, _step, read_json_objects, read_realrun
 from simrl.report import _round
 
 
@@ -69,24 +69,6 @@ def _read_json(path: Path) -> Any:
         raise RealRunError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
 
 
-def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RealRunError(f"{path}: cannot read ({exc.strerror})") from None
-    out = []
-    for n, raw in enumerate(text.splitlines(), 1):
-        if raw.strip():
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise _fail(path, n, None, f"not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise _fail(path, n, None, "expected a JSON object")
-            out.append((n, obj))
-    return out
-
-
 def from_sim_run(run_dir: str | Path) -> RealRun:
     """Convert a simulated run directory (report.json, optional telemetry.jsonl and config.yaml)."""
     run_dir = Path(run_dir)
@@ -96,7 +78,7 @@ def from_sim_run(run_dir: str | Path) -> RealRun:
     samples = None
     tele = run_dir / "telemetry.jsonl"
     if tele.exists():
-        samples = [o for _, o in _read_jsonl(tele) if o.get("kind") == "sample"]
+        samples = [o for _, o in read_json_objects(tele) if o.get("kind") == "sample"]
     model = ""
     cfg = run_dir / "config.yaml"
     if cfg.exists():
@@ -124,7 +106,7 @@ def from_harness(results_dir: str | Path) -> RealRun:
     upath = d / "updates.jsonl"
     if not upath.exists():
         raise RealRunError(f"{upath}: missing (not a harness results directory)")
-    rows = _read_jsonl(upath)
+    rows = read_json_objects(upath)
     if not rows:
         raise RealRunError(f"{upath}: no updates")
     for n, u in rows:
@@ -132,7 +114,7 @@ def from_harness(results_dir: str | Path) -> RealRun:
             if f not in u:
                 raise _fail(upath, n, f, "missing")
     rows.sort(key=lambda r: int(r[1]["k"]))
-    turns = [o for _, o in _read_jsonl(d / "turns.jsonl")] if (d / "turns.jsonl").exists() else []
+    turns = [o for _, o in read_json_objects(d / "turns.jsonl")] if (d / "turns.jsonl").exists() else []
     finishes = [(float(t["finish"]), int(t["completion_tokens"])) for t in turns if t.get("finish") is not None]
     arrivals = [float(t["arrival"]) for t in turns if t.get("arrival") is not None]
     first = min([*arrivals, float(rows[0][1]["d_k"])])

@@ -190,14 +190,18 @@ def _step(obj: dict, path, line: int, prev: RealStep | None) -> RealStep:
     return RealStep(**v)
 
 
-def read_realrun(path: str | Path) -> RealRun:
-    """Read and validate a real-run JSONL file; raise `RealRunError` naming file, line and field."""
+def read_json_objects(path: str | Path) -> list[tuple[int, dict]]:
+    """``(line number, object)`` for every non-blank line of a JSONL file of objects.
+
+    An unreadable file, a line that is not JSON or not an object raises `RealRunError` naming
+    the file and line.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RealRunError(f"{path}: cannot read ({exc.strerror})") from None
-    header, steps = None, []
+    out = []
     for n, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
@@ -207,6 +211,15 @@ def read_realrun(path: str | Path) -> RealRun:
             raise _fail(path, n, None, f"not valid JSON ({exc.msg})") from None
         if not isinstance(obj, dict):
             raise _fail(path, n, None, "expected a JSON object")
+        out.append((n, obj))
+    return out
+
+
+def read_realrun(path: str | Path) -> RealRun:
+    """Read and validate a real-run JSONL file; raise `RealRunError` naming file, line and field."""
+    path = Path(path)
+    header, steps = None, []
+    for n, obj in read_json_objects(path):
         if header is None:
             if n != 1:
                 raise _fail(path, n, "schema", "the header must be the first line")

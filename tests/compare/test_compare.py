@@ -10,20 +10,15 @@ import pytest
 from click.testing import CliRunner
 
 from simrl.cli.compare import cli
-from simrl.cli.main import cli as srl_cli
 from simrl.compare import CompareError, compare
 from simrl.realrun import RealRun, RealStep, from_sim_run, write_realrun
 
 DATA = Path(__file__).parents[1] / "data"
 
 
-@pytest.fixture(scope="module")
-def sim_run(tmp_path_factory):
-    """The default scenario without plots, made once per module (no conftest: names would clash)."""
-    out = tmp_path_factory.mktemp("runs")
-    res = CliRunner().invoke(srl_cli, [f"run.output_dir={out}", "run.name=sim", "run.plots=false", "--quiet"])
-    assert res.exit_code == 0, res.output
-    return out / "sim"
+@pytest.fixture
+def sim_run(default_run_dir):
+    return default_run_dir
 
 
 def run_of(*steps) -> RealRun:

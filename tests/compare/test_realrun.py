@@ -6,9 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from simrl.cli.main import cli as srl_cli
 from simrl.realrun import (
     RealRunError,
     from_harness,
@@ -20,13 +18,9 @@ from simrl.realrun import (
 )
 
 DATA = Path(__file__).parents[1] / "data"
-@pytest.fixture(scope="module")
-def sim_run(tmp_path_factory):
-    """The default scenario without plots, made once per module (no conftest: names would clash)."""
-    out = tmp_path_factory.mktemp("runs")
-    res = CliRunner().invoke(srl_cli, [f"run.output_dir={out}", "run.name=sim", "run.plots=false", "--quiet"])
-    assert res.exit_code == 0, res.output
-    return out / "sim"
+@pytest.fixture
+def sim_run(default_run_dir):
+    return default_run_dir
 
 
 HEADER = {"schema": "simrl.realrun.v1", "system": "x", "model": "m"}

@@ -2,26 +2,7 @@
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from simhelpers import linear_costs, random_workload, run_sim
-
-
-def check_invariants(report, sim):
-    t = report.totals
-    assert t["trajectories_dispatched"] == (
-        t["trajectories_trained"] + t["trajectories_buffered"] + t["trajectories_dropped"]
-        + t["trajectories_in_flight"]
-    )
-    bound = sim.policy.staleness_bound()
-    for step in report.steps:
-        assert all(s >= 0 for s in step.staleness)
-        if bound is not None and sim.policy.bound_enforced:
-            assert max(step.staleness, default=0) <= bound
-    assert [s.train_version for s in report.steps] == list(range(len(report.steps)))
-    assert all(c.version_end >= c.version_start for c in report.calls)
-    assert all(c.first_token is None or c.arrival <= c.first_token <= c.finish for c in report.calls)
-    assert all(s[4] <= sim.kv_capacity for s in sim.samples)
-    for inst in sim.instances:
-        assert 0 <= inst.kv_used and inst.kv_used + inst.cache_tokens <= inst.capacity
+from simhelpers import check_invariants, linear_costs, random_workload, run_sim
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from simhelpers import linear_costs, random_workload, run_sim
+from simhelpers import check_invariants, linear_costs, random_workload, run_sim
 
 from simrl.config import load_config, structure, to_yaml
 from simrl.policy.registry import policy_kinds
@@ -46,24 +46,6 @@ VARIANTS = [
     ["policy=skyrl", "policy.max_staleness_steps=1", "policy.num_parallel_generation_workers=64"],
     ["policy=skyrl", "policy.sample_full_batch=true", "policy.zero_variance_filter=true"],
 ]
-
-
-def check_invariants(report, sim):
-    t = report.totals
-    assert t["trajectories_dispatched"] == (
-        t["trajectories_trained"] + t["trajectories_buffered"] + t["trajectories_dropped"]
-        + t["trajectories_in_flight"]
-    )
-    bound = sim.policy.staleness_bound()
-    stale = [s for step in report.steps for s in step.staleness]
-    assert all(s >= 0 for s in stale)
-    if bound is not None:
-        if sim.policy.bound_enforced:
-            assert max(stale, default=0) <= bound
-        assert t["staleness_violations"] == sum(1 for s in stale if s > bound)
-    versions = [s.train_version for s in report.steps]
-    assert all(a < b for a, b in zip(versions, versions[1:], strict=False))
-    assert all(c.version_end >= c.version_start for c in report.calls)
 
 
 def check_round_trip(cfg):
