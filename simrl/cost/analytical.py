@@ -8,15 +8,27 @@
   gradients but no weight gradients), +1 with activation recompute (the 4/3 rule), +1 per extra
   log-prob forward (``logprob_forwards``: old-policy / reference passes an RL step may make);
   divided over the GPUs at ``mfu`` of dense BF16 peak; each DP rank gets at least its longest sample;
-- pipeline bubble: the compute is stretched by ``1 + (pp - 1) / m`` (1F1B, ``m`` micro-batches per
-  DP rank);
+- pipeline bubble: the compute is stretched by ``1 + (pp - 1) / (m * vpp)`` (1F1B, ``m``
+  micro-batches per DP rank, ``vpp`` virtual stages per rank with Megatron's interleaved schedule);
 - TP traffic (sequence parallel: two all-gathers + two reduce-scatters of the activations per layer
-  and pass) and EP all-to-alls, over NVLink (or the NIC once a group leaves the node);
+  and pass), EP all-to-alls, CP ring attention (each rank passes its K/V chunk ``cp - 1`` times per
+  layer and pass; backward sends K/V and their gradients) and PP sends, over NVLink (or the NIC once
+  a group leaves the node);
 - gradient sync over the DP x CP group: all-reduce (ZeRO 0), reduce-scatter + parameter all-gather
   (ZeRO 1/2), or parameter all-gathers in forward and backward + reduce-scatter (ZeRO 3), of the
   trainable parameters (LoRA: the adapters only; ZeRO 3 still gathers the frozen base);
   ``comm_overlap`` of it hides behind backward;
 - optimizer: Adam streams ~30 bytes per trainable parameter of the local shard through HBM.
+
+The step is a sequence of the phases RL trainers run (`phases` names them, `step_time` is their
+sum): ``old_log_prob`` (verl's recompute of the behaviour policy's log-probs, one forward:
+``recompute_old_logprob``), ``ref_forward`` (the KL reference model's forward: ``reference_model``),
+``log_prob_forwards`` (the older catch-all count of extra forwards), ``critic_update`` (PPO: the
+value forward, then the critic's forward/backward, gradient sync and optimizer step: ``critic``),
+``actor_update`` (forward + backward, + recompute), ``pipeline_bubble`` (the 1F1B idle share of all
+of those), ``grad_sync``, ``optimizer`` and ``overhead``. The reference and critic models are taken
+to be the actor's size and layout, on the same GPUs (verl's colocated worker groups); their
+memory is not added (verl offloads them between phases).
 
 Peak memory per GPU = BF16 weights + gradients (``grad_dtype_bytes``, fp32 by default as in
 Megatron's main_grad buffer) + fp32 master weights and Adam moments (12 bytes per trainable
@@ -62,6 +74,10 @@ class AnalyticalTraining:
     lora_rank: int = attrs.field(default=0, validator=v.ge(0))
     lora_experts: bool = False  # also put adapters on routed experts
     logprob_forwards: int = attrs.field(default=0, validator=v.ge(0))
+    recompute_old_logprob: bool = False  # verl: actor.compute_log_prob before the update
+    reference_model: bool = False  # a frozen reference forward for the KL term
+    critic: bool = False  # PPO value model (same size and layout as the actor)
+    virtual_pipeline_stages: int = attrs.field(default=1, validator=_pos_int)  # Megatron VPP
     comm_efficiency: float = attrs.field(default=0.7, validator=_eff)
     comm_overlap: float = attrs.field(default=0.0, validator=v.and_(v.ge(0.0), v.le(1.0)))
     optimizer_bandwidth_efficiency: float = attrs.field(default=0.7, validator=_eff)
@@ -157,22 +173,83 @@ class AnalyticalTraining:
         if not seq_lens:
             return self.overhead_s
         self.domain.check("seq_len", max(seq_lens))
-        m = self.model
-        fwd = [s * m.flops_per_token(s / 2) for s in seq_lens]  # causal: mean context s/2
-        per_rank = max(sum(fwd) / self.dp, max(fwd))
-        passes = (3 if self.lora_rank == 0 else 2) + int(self.activation_checkpointing) + self.logprob_forwards
-        compute = passes * per_rank / (self.tp * self.pp * self.cp * self.gpu.bf16_flops_per_s * self.mfu)
+        passes = self._update_passes() + self._forward_passes()
+        compute = passes * self._rank_flops(seq_lens) / self._flops_per_s()
         if self.pp > 1:
-            compute *= 1 + (self.pp - 1) / self._micro_batches(len(seq_lens))
-        tokens_per_rank = sum(seq_lens) / self.dp
-        t = compute + self._activation_comm_time(tokens_per_rank, passes)
+            compute *= self._bubble(len(seq_lens))
+        t = compute + self._activation_comm_time(sum(seq_lens) / self.dp, passes)
         t += (1 - self.comm_overlap) * self.grad_sync_time() + self.optimizer_time() + self.overhead_s
+        if self.critic:
+            t += self._critic_time(seq_lens)
         return finite_nonneg("analytical step_time", t)
+
+    def phases(self, seq_lens: list[int]) -> dict[str, float]:
+        """Seconds of each phase of one step, in the order a trainer runs them; they sum to
+        `step_time` (up to rounding). Phases a configuration does not run are 0."""
+        names = ("old_log_prob", "ref_forward", "log_prob_forwards", "critic_update", "actor_update",
+                 "pipeline_bubble", "grad_sync", "optimizer", "overhead")
+        out = dict.fromkeys(names, 0.0)
+        out["overhead"] = self.overhead_s
+        if not seq_lens:
+            return out
+        self.domain.check("seq_len", max(seq_lens))
+        unit = self._pass_compute(seq_lens)
+        stretch = self._bubble(len(seq_lens)) - 1.0
+        comm = self._activation_comm_time(sum(seq_lens) / self.dp, 1)
+        forwards = {"old_log_prob": int(self.recompute_old_logprob), "ref_forward": int(self.reference_model),
+                    "log_prob_forwards": self.logprob_forwards}
+        for name, n in forwards.items():
+            out[name] = n * (unit + comm)
+        upd = self._update_passes()
+        out["actor_update"] = upd * (unit + comm)
+        bubble_passes = upd + sum(forwards.values())
+        if self.critic:
+            critic_passes = 1 + upd  # value forward, then forward/backward of the critic
+            out["critic_update"] = (critic_passes * (unit + comm) + (1 - self.comm_overlap) * self.grad_sync_time()
+                                    + self.optimizer_time())
+            bubble_passes += critic_passes
+        out["pipeline_bubble"] = bubble_passes * unit * stretch
+        out["grad_sync"] = (1 - self.comm_overlap) * self.grad_sync_time()
+        out["optimizer"] = self.optimizer_time()
+        return out
 
     # -- pieces --------------------------------------------------------------------------------
 
     def _micro_batches(self, n_samples: int) -> int:
         return max(1, math.ceil(n_samples / (self.dp * self.micro_batch_size)))
+
+    def _update_passes(self) -> int:
+        """Forward-equivalent passes of one training update: forward + backward (activation and
+        weight gradients; LoRA's frozen base needs no weight gradients) + recompute."""
+        return (3 if self.lora_rank == 0 else 2) + int(self.activation_checkpointing)
+
+    def _forward_passes(self) -> int:
+        return self.logprob_forwards + int(self.recompute_old_logprob) + int(self.reference_model)
+
+    def _rank_flops(self, seq_lens: list[int]) -> float:
+        """Forward FLOPs of the busiest DP rank (at least its longest sample)."""
+        m = self.model
+        fwd = [s * m.flops_per_token(s / 2) for s in seq_lens]  # causal: mean context s/2
+        return max(sum(fwd) / self.dp, max(fwd))
+
+    def _flops_per_s(self) -> float:
+        return self.tp * self.pp * self.cp * self.gpu.bf16_flops_per_s * self.mfu
+
+    def _pass_compute(self, seq_lens: list[int]) -> float:
+        """Seconds of one forward pass over the batch on the busiest DP rank (no bubble)."""
+        return self._rank_flops(seq_lens) / self._flops_per_s()
+
+    def _bubble(self, n_samples: int) -> float:
+        """1F1B stretch ``1 + (pp - 1) / (m * vpp)`` (1 without pipeline parallelism)."""
+        if self.pp <= 1:
+            return 1.0
+        return 1 + (self.pp - 1) / (self._micro_batches(n_samples) * self.virtual_pipeline_stages)
+
+    def _critic_time(self, seq_lens: list[int]) -> float:
+        passes = 1 + self._update_passes()
+        t = passes * self._pass_compute(seq_lens) * self._bubble(len(seq_lens))
+        t += self._activation_comm_time(sum(seq_lens) / self.dp, passes)
+        return t + (1 - self.comm_overlap) * self.grad_sync_time() + self.optimizer_time()
 
     def _layer_activation_bytes_per_token(self) -> float:
         """Bytes one token leaves for backward in one layer (flash attention, sequence parallel):
@@ -200,6 +277,11 @@ class AnalyticalTraining:
             t += passes * 2 * moe_layers * (self.ep - 1) / self.ep * act * m.experts_per_token / self._bw(self.ep)
         if self.pp > 1:
             t += passes * (self.pp - 1) * act / self._bw(self.tp * self.pp)
+        if self.cp > 1:
+            # Ring attention: per layer and forward pass, cp - 1 hops of this rank's K/V chunk.
+            kv = tokens_per_rank / self.cp * m.n_full_attention / self.pp * m.kv_elements_per_token_per_layer()
+            kv *= self.param_dtype_bytes / (1 if m.is_mla else self.tp)
+            t += passes * (self.cp - 1) * kv / self._bw(self.tp * self.cp)
         return t
 
     def grad_sync_time(self) -> float:
