@@ -79,6 +79,7 @@ class RooflineRollout:
     nontorch_reserve_bytes: float = attrs.field(default=1.5 * GiB, validator=_nonneg)  # NCCL, cuBLAS, graphs
     activation_reserve_bytes: float | None = None  # None: derived from max_num_batched_tokens
     moe_imbalance: float | None = attrs.field(default=None, validator=v.optional(v.ge(1.0)))
+    compute_dtype: str = attrs.field(default="bf16", validator=v.in_(("bf16", "fp8")))  # GEMM peak used
     strict: bool = False
     domain: ValidityDomain = attrs.field(init=False)
     weight_bytes_per_gpu: float = attrs.field(init=False)
@@ -186,7 +187,7 @@ class RooflineRollout:
 
     def _roof(self, flops: float, bytes_: float) -> float:
         return max(
-            flops / (self.gpu.bf16_flops_per_s * self.compute_efficiency),
+            flops / (self.gpu.flops_per_s(self.compute_dtype) * self.compute_efficiency),
             bytes_ / (self.gpu.hbm_bytes_per_s * self.bandwidth_efficiency),
         )
 

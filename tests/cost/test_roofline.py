@@ -197,3 +197,13 @@ def test_dense_equivalent_moe_decode_would_be_far_off():
     dense_read_ms = r.model.total_params * 2 / (3.35e12 * 0.8) * 1e3
     assert dense_read_ms > 1.7 * ML_ENERGY_H100_ITL_MS["qwen3-30b-a3b"][8]
     assert r.iteration_time(8, 8 * 600, 0) * 1e3 == pytest.approx(12.85, rel=0.1)
+
+
+def test_fp8_compute_uses_the_fp8_peak():
+    bf16 = RooflineRollout("qwen3-8b", "H100")
+    fp8 = RooflineRollout("qwen3-8b", "H100", compute_dtype="fp8", weight_dtype_bytes=1)
+    # An 8192-token prefill chunk is compute-bound: FP8's 1979 TFLOPS halves the GEMM time.
+    assert fp8.gemm_time(8192, 36) == pytest.approx(bf16.gemm_time(8192, 36) * 989 / 1979)
+    # No FP8 on A100: the BF16 peak is used.
+    a100 = RooflineRollout("qwen3-8b", "A100", compute_dtype="fp8")
+    assert a100.gemm_time(8192, 36) == RooflineRollout("qwen3-8b", "A100").gemm_time(8192, 36)
