@@ -521,3 +521,16 @@ def model_arch(name: str | ModelArch | Mapping[str, Any]) -> ModelArch:
     return models[canon]
 
 
+
+
+def model_slug(name: str | ModelArch) -> str:
+    """A file-name-safe label for a model reference: ``Qwen/Qwen3-8B`` -> ``Qwen--Qwen3-8B``; a
+    config.json path -> its folder's name (or the file's stem); for run directory names."""
+    text = name.name if isinstance(name, ModelArch) else str(name)
+    p = Path(text)
+    if text.endswith(".json"):
+        text = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
+    elif p.is_dir() and (p / "config.json").is_file():
+        text = p.resolve().name
+    text = text.replace("/", "--")
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in text).strip("-.") or "model"

@@ -242,3 +242,16 @@ def test_unreadable_config_json(tmp_path):
         model_arch(str(f))
     with pytest.raises(CostModelError, match="cannot read"):
         model_arch(str(tmp_path / "missing.json"))
+
+
+def test_model_slug_is_file_name_safe(tmp_path):
+    from simrl.cost.architectures import model_slug
+
+    assert model_slug("qwen3-8b") == "qwen3-8b"
+    assert model_slug("Qwen/Qwen3-8B") == "Qwen--Qwen3-8B"
+    assert model_slug("/data/models/my-model/config.json") == "my-model"
+    assert model_slug("/data/x/custom 7b.json") == "custom-7b"
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    assert model_slug(str(d)) == "ckpt"
