@@ -14,7 +14,8 @@
   and pass), EP all-to-alls, CP ring attention (each rank passes its K/V chunk ``cp - 1`` times per
   layer and pass; backward sends K/V and their gradients) and PP sends, over NVLink (or the NIC once
   a group leaves the node);
-- gradient sync over the DP x CP group: all-reduce (ZeRO 0), reduce-scatter + parameter all-gather
+- gradient sync over the DP x CP group (NVLink inside a node; across nodes NCCL's rings use every
+  NIC the group has in a node, `GPUSpec.collective_bytes_per_s`): all-reduce (ZeRO 0), reduce-scatter + parameter all-gather
   (ZeRO 1/2), or parameter all-gathers in forward and backward + reduce-scatter (ZeRO 3), of the
   trainable parameters (LoRA: the adapters only; ZeRO 3 still gathers the frozen base);
   ``comm_overlap`` of it hides behind backward;
@@ -271,7 +272,8 @@ class AnalyticalTraining:
         t = 0.0
         act = tokens_per_rank / self.cp * m.hidden * self.param_dtype_bytes
         if self.tp > 1:  # 2 all-gathers + 2 reduce-scatters per layer and pass ~ 2 all-reduces
-            t += passes * 2 * (m.layers / self.pp) * 2 * (self.tp - 1) / self.tp * act / self._bw(self.tp)
+            tp_bw = self.gpu.collective_bytes_per_s(self.tp) * self.comm_efficiency
+            t += passes * 2 * (m.layers / self.pp) * 2 * (self.tp - 1) / self.tp * act / tp_bw
         if self.ep > 1:
             moe_layers = m.n_moe_layers / self.pp
             t += passes * 2 * moe_layers * (self.ep - 1) / self.ep * act * m.experts_per_token / self._bw(self.ep)
@@ -300,7 +302,9 @@ class AnalyticalTraining:
             gathered = self.params_per_gpu() * self.param_dtype_bytes
             gathers = 2 + int(self.activation_checkpointing)
             volume = frac * (grads + gathers * gathered)
-        return volume / self._bw(self.gpus)
+        # The DP x CP group: ranks tp apart (Megatron order tp, cp, dp, pp), NCCL rings over every
+        # NIC its members have in a node.
+        return volume / (self.gpu.collective_bytes_per_s(n, stride=self.tp) * self.comm_efficiency)
 
     def optimizer_time(self) -> float:
         shard = self.trainable_params_per_gpu() / (self._shard_group if self.zero_stage >= 1 else 1)

@@ -52,6 +52,19 @@ class GPUSpec:
         """Bandwidth a ring over ``group_size`` GPUs sees: NVLink inside a node, the NIC across."""
         return self.nvlink_bytes_per_s if group_size <= self.gpus_per_node else self.ib_bytes_per_s
 
+    def collective_bytes_per_s(self, group_size: int, stride: int = 1) -> float:
+        """Per-GPU bus bandwidth of a ring collective (all-reduce, reduce-scatter, all-gather) over
+        ``group_size`` ranks placed ``stride`` ranks apart.
+
+        Inside one scale-up domain: the scale-up link. Across nodes, NCCL runs one ring per NIC, so
+        the ranks a node holds each cross through their own NIC: ``min(scale-up, NIC x members per
+        node)``; a group with one member per node gets one NIC (e.g. a DP group at stride TP = 8).
+        """
+        if group_size * stride <= self.gpus_per_node:
+            return self.nvlink_bytes_per_s
+        per_node = max(1, min(group_size, self.gpus_per_node // max(stride, 1)))
+        return min(self.nvlink_bytes_per_s, self.ib_bytes_per_s * per_node)
+
     def flops_per_s(self, dtype: str = "bf16") -> float:
         """Dense peak for ``dtype`` ('bf16' or 'fp8'); FP8 falls back to BF16 where the chip has none."""
         if dtype == "bf16":

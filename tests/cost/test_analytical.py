@@ -3,6 +3,7 @@
 import pytest
 
 from simrl.cost.analytical import AnalyticalTraining, FixedTraining
+from simrl.cost.architectures import model_arch
 from simrl.cost.base import CostModelError, OutOfDomainError, TrainingCost
 
 BATCH = [1536] * 256  # 32 groups x 8 samples x 1.5k tokens
@@ -180,9 +181,13 @@ def test_data_parallel_scaling_is_sublinear_across_nodes():
     seqs = [2048] * 64
     t8 = AnalyticalTraining("qwen3-8b", "H100", gpus=8).step_time(seqs)
     t16 = AnalyticalTraining("qwen3-8b", "H100", gpus=16).step_time(seqs)
-    # Twice the GPUs halve the compute, but the gradient sync leaves NVLink (450 GB/s) for the
-    # NIC (50 GB/s), so the step is well short of twice as fast.
+    # Twice the GPUs halve the compute, but the gradient sync grows ((n-1)/n) and leaves NVLink
+    # (450 GB/s) for 8 NICs per node (8 x 50 = 400 GB/s), so the step is short of twice as fast.
     assert t8 / 2 < t16 < t8
     g8 = AnalyticalTraining("qwen3-8b", "H100", gpus=8).grad_sync_time()
     g16 = AnalyticalTraining("qwen3-8b", "H100", gpus=16).grad_sync_time()
-    assert g16 / g8 == pytest.approx((15 / 16) / (7 / 8) * 450 / 50)
+    assert g16 / g8 == pytest.approx((15 / 16) / (7 / 8) * 450 / 400)
+    # A DP group at stride TP = 8 has one member per node: one NIC (50 GB/s).
+    g_tp8 = AnalyticalTraining("qwen3-32b", "H100", gpus=16, tp=8).grad_sync_time()
+    per_gpu = model_arch("qwen3-32b").total_params / 8
+    assert g_tp8 == pytest.approx(1 / 2 * per_gpu * 6 / (50e9 * 0.7))

@@ -127,3 +127,14 @@ def test_catalog_entries_need_every_figure_and_a_source(tmp_path):
     f.write_text("X:\n  bf16_flops: 1 PFLOPS\n  hbm_bytes: 1 TB\n  hbm_bw: 10 TB/s\n  source: a datasheet\n")
     with pytest.raises(CostModelError, match=r"gpus.yaml:X.intra_node_bw: required in the catalog"):
         load_gpu_table(f)
+
+
+def test_collective_bandwidth_uses_every_nic_of_a_node():
+    h = gpu_spec("H100")
+    assert h.collective_bytes_per_s(8) == 450e9  # NVLink
+    assert h.collective_bytes_per_s(16) == 400e9  # 8 rings, one per NIC: min(450, 8 x 50)
+    assert h.collective_bytes_per_s(4, stride=2) == 450e9  # 4 ranks 2 apart: still one node
+    assert h.collective_bytes_per_s(2, stride=8) == 50e9  # one member per node: one NIC
+    assert h.collective_bytes_per_s(4, stride=4) == 100e9  # two members per node
+    gb = gpu_spec("GB200")
+    assert gb.collective_bytes_per_s(64) == gb.nvlink_bytes_per_s  # inside the NVL72 domain
