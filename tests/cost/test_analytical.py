@@ -191,3 +191,50 @@ def test_data_parallel_scaling_is_sublinear_across_nodes():
     g_tp8 = AnalyticalTraining("qwen3-32b", "H100", gpus=16, tp=8).grad_sync_time()
     per_gpu = model_arch("qwen3-32b").total_params / 8
     assert g_tp8 == pytest.approx(1 / 2 * per_gpu * 6 / (50e9 * 0.7))
+
+
+def test_ulysses_sequence_parallel_by_hand():
+    t = AnalyticalTraining("qwen3-8b", "H100", gpus=8, ulysses_sp=2)
+    assert (t.dp, t._shard_group) == (4, 8)
+    # Compute: 4 DP ranks x 2 SP ranks split the 8 sequences like 8 DP ranks.
+    assert t._pass_compute(SEQS) == pytest.approx(AnalyticalTraining("qwen3-8b", "H100", gpus=8)._pass_compute(SEQS))
+    # Per layer and pass, all-to-alls of q (32x128), k and v (8x(128+128)) and o (32x128) = 10,240
+    # elements for 4096 / 2 = 2048 tokens in BF16 = 41,943,040 B; half leaves the GPU; 36 layers
+    # over NVLink x 0.7: 36 x 0.5 x 41,943,040 / 315e9 = 2.3967 ms.
+    assert t._activation_comm_time(4096, 1) == pytest.approx(36 * 0.5 * 41_943_040 / 315e9)
+    with pytest.raises(CostModelError, match="ulysses_sp"):
+        AnalyticalTraining("qwen3-8b", "H100", gpus=24, ulysses_sp=3)  # 32 heads over 3 ranks
+    with pytest.raises(CostModelError, match="not divisible"):
+        AnalyticalTraining("qwen3-8b", "H100", gpus=8, ulysses_sp=3)
+
+
+def test_hsdp_shards_inside_a_group_and_all_reduces_across_by_hand():
+    p = 8_190_735_360
+    hsdp = AnalyticalTraining("qwen3-8b", "H100", gpus=16, zero_stage=3, fsdp_shard_size=8)
+    full = AnalyticalTraining("qwen3-8b", "H100", gpus=16, zero_stage=3)
+    # Inside the 8-GPU shard group (NVLink x 0.7): reduce-scatter fp32 grads + 3 bf16 gathers
+    # (forward, backward, recompute): 7/8 x 10 B x P / 315e9 = 0.227521 s. Across the 2 replicas,
+    # ranks 8 apart (one NIC, 50 GB/s x 0.7): all-reduce of the 1/8 gradient shard, 2 x 1/2 x 4P/8.
+    inner = 7 / 8 * 10 * p / 315e9
+    outer = 4 * p / 8 / 35e9
+    assert hsdp.grad_sync_time() == pytest.approx(inner + outer)
+    # Full sharding over 16 GPUs uses 8 NICs per node: 15/16 x 10 P / (400e9 x 0.7).
+    assert full.grad_sync_time() == pytest.approx(15 / 16 * 10 * p / 280e9)
+    # HSDP holds twice the sharded state of full sharding over 16.
+    assert hsdp.state_bytes_per_gpu() == pytest.approx(2 * full.state_bytes_per_gpu())
+    with pytest.raises(CostModelError, match="zero_stage=3"):
+        AnalyticalTraining("qwen3-8b", "H100", gpus=16, zero_stage=1, fsdp_shard_size=8)
+    with pytest.raises(CostModelError, match="must divide"):
+        AnalyticalTraining("qwen3-8b", "H100", gpus=16, zero_stage=3, fsdp_shard_size=3)
+
+
+def test_dynamic_batch_size_sets_micro_batches_by_tokens():
+    # pp=2 on 8 GPUs: 4 DP ranks, 4096 tokens each. A 1024-token budget makes 4 micro-batches
+    # (bubble 1/4) where micro_batch_size=1 makes 2 (bubble 1/2).
+    dyn = AnalyticalTraining("qwen3-8b", "H100", gpus=8, pp=2, max_tokens_per_gpu=1024)
+    fixed = AnalyticalTraining("qwen3-8b", "H100", gpus=8, pp=2)
+    assert dyn._bubble(SEQS) == 1.25 and fixed._bubble(SEQS) == 1.5
+    # A sample longer than the budget is its own micro-batch: memory as for one 2048-token sample.
+    assert dyn.peak_memory_bytes(SEQS) == pytest.approx(fixed.peak_memory_bytes(SEQS), rel=0.02)
+    big = AnalyticalTraining("qwen3-8b", "H100", gpus=8, pp=2, max_tokens_per_gpu=8192)
+    assert big.peak_memory_bytes(SEQS) > dyn.peak_memory_bytes(SEQS)
