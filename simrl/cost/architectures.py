@@ -293,6 +293,7 @@ class ModelArch:
 # -- Hugging Face config.json -> ModelArch ---------------------------------------------------------
 
 MODELS_DIR = "models"
+ALIASES_FILE = "aliases.yaml"
 
 # model_type values whose config.json layout this reader knows (others are read as a plain
 # Llama-style decoder when they carry the standard keys).
@@ -494,7 +495,29 @@ def _catalog() -> tuple[dict[str, ModelArch], dict[str, str]]:
         if key in aliases:
             raise CostModelError(f"{f.name}: alias {key!r} already names {aliases[key]}")
         aliases[key] = repo
+    _load_aliases(folder / ALIASES_FILE, models, aliases)
     return models, aliases
+
+
+def _load_aliases(path: Path, models: dict[str, ModelArch], aliases: dict[str, str]) -> None:
+    """Same-shape published models (``alias: bundled repo id``), validated against the bundle."""
+    import yaml
+
+    try:
+        table = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError:
+        return
+    except yaml.YAMLError as exc:
+        raise CostModelError(f"{path.name}: not valid YAML: {exc}") from None
+    if not isinstance(table, dict):
+        raise CostModelError(f"{path.name}: expected a mapping alias -> bundled repo id")
+    for alias, target in table.items():
+        if target not in models:
+            raise CostModelError(f"{path.name}:{alias}: {target!r} is not a bundled model")
+        key = _normalize(str(alias))
+        if key in aliases and aliases[key] != target:
+            raise CostModelError(f"{path.name}:{alias}: alias {key!r} already names {aliases[key]}")
+        aliases[key] = target
 
 
 def model_names() -> list[str]:

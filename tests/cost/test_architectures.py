@@ -255,3 +255,27 @@ def test_model_slug_is_file_name_safe(tmp_path):
     d.mkdir()
     (d / "config.json").write_text("{}")
     assert model_slug(str(d)) == "ckpt"
+
+
+@pytest.mark.parametrize(
+    ("alias", "target"),
+    [("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3"), ("DeepSeek-V3.1", "deepseek-ai/DeepSeek-V3"),
+     ("deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "meta-llama/Llama-3.1-8B"),
+     ("meta-llama/Llama-3.3-70B-Instruct", "meta-llama/Llama-3.1-70B"),
+     ("Qwen/Qwen2.5-Math-7B-Instruct", "Qwen/Qwen2.5-Math-7B")],
+)
+def test_same_shape_aliases(alias, target):
+    assert model_arch(alias).name == target
+
+
+def test_bad_alias_table_names_the_entry(tmp_path):
+    from simrl.cost.architectures import _catalog, _load_aliases
+
+    models, aliases = _catalog()
+    f = tmp_path / "aliases.yaml"
+    f.write_text("acme/Foo-7B: acme/Bar-7B\n")
+    with pytest.raises(CostModelError, match=r"aliases.yaml:acme/Foo-7B: 'acme/Bar-7B' is not a bundled model"):
+        _load_aliases(f, models, dict(aliases))
+    f.write_text("Qwen/Qwen3-8B: Qwen/Qwen3-32B\n")
+    with pytest.raises(CostModelError, match="already names Qwen/Qwen3-8B"):
+        _load_aliases(f, models, dict(aliases))
