@@ -107,7 +107,7 @@ class WeightSync:
         if "link" in self.knobs and self.knobs["link"] not in LINKS:
             raise CostModelError(f"weight-sync knob 'link' must be one of {', '.join(LINKS)}, got {self.knobs['link']!r}")
         for name, val in self.knobs.items():
-            if val is REQUIRED and name != "bandwidth_bytes_per_s":
+            if val is REQUIRED and not (name == "bandwidth_bytes_per_s" and mode == "nccl"):  # nccl: derived
                 raise CostModelError(f"weight-sync mode {mode!r} needs the knob {name!r}")
             if isinstance(val, bool) or val is None or name == "link":
                 continue

@@ -106,3 +106,8 @@ def test_build_passes_the_deployment_to_weight_sync():
     assert build_costs(load_config()).weight_sync.link() == "ib"
     small = build_costs(load_config(None, ["deployment.training.gpus=4"])).weight_sync
     assert small.link() == "nvlink" and small.publish_time(2) < 0.5
+
+
+def test_only_nccl_derives_its_bandwidth():
+    with pytest.raises(CostModelError, match="bandwidth_bytes_per_s"):
+        WeightSync("lora", "qwen3-8b", bandwidth_bytes_per_s=None)
