@@ -300,7 +300,7 @@ ALIASES_FILE = "aliases.yaml"
 KNOWN_MODEL_TYPES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5",
     "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "deepseek_v2", "deepseek_v3", "phi", "phi3",
-    "gemma", "gemma2", "gemma3_text", "olmo2", "granite",
+    "gemma", "gemma2", "gemma3_text", "olmo2", "granite", "gpt_oss",
 )
 _UNSUPPORTED = ("mamba", "mamba2", "rwkv", "jamba", "falcon_h1", "whisper", "t5", "bert")
 

@@ -10,7 +10,9 @@ An iteration is the sum of per-operator-class rooflines on the busiest GPU, each
   prefills go compute-bound). Under EP the busiest rank carries ``expert_load_imbalance`` times the
   mean routed load (the expected maximum under uniform routing, or a measured ``moe_imbalance``);
 - decode attention: reads the resident KV of the batch (2 FLOPs per q/k and per v head dim per
-  cached token; MLA in the absorbed form, over the compressed latent, which every TP rank holds);
+  cached token; MLA in the absorbed form, over the compressed latent, which every TP rank holds;
+  sliding-window layers read at most the window per sequence and, as in vLLM's hybrid KV manager,
+  reserve a window per sequence instead of growing with the context);
 - prefill attention: causal over the new chunk (compute-bound);
 - linear-attention layers (Gated DeltaNet): read and write each sequence's fixed recurrent state;
 - elementwise work (norms, activations, residuals): activation bytes, memory-bound.
@@ -130,6 +132,13 @@ class RooflineRollout:
         kv_heads_here = math.ceil(m.kv_heads / self.tp)  # replicated when tp > kv_heads
         return layers * kv_heads_here * (m.head_dim + m.value_head_dim) * self.kv_dtype_bytes
 
+    def _swa_fraction(self) -> float:
+        """Share of the attention layers that slide (keep only the last ``sliding_window`` tokens)."""
+        m = self.model
+        if not m.sliding_window or not m.sliding_window_layers or not m.n_full_attention:
+            return 0.0
+        return m.sliding_window_layers / m.n_full_attention
+
     def _state_bytes_per_seq_per_gpu(self) -> float:
         return self.model.linear_state_bytes_per_seq(self.kv_dtype_bytes) / (self.tp * self.pp)
 
@@ -150,6 +159,10 @@ class RooflineRollout:
         reserve = self.nontorch_reserve_bytes + self._activation_reserve_per_gpu()
         free = budget - self.weight_bytes_per_gpu - reserve
         states = math.ceil(self.max_num_seqs / self.dp) * self._state_bytes_per_seq_per_gpu()
+        swa = self._swa_fraction()
+        if swa:  # vLLM's hybrid KV manager: sliding layers hold at most a window per sequence
+            states += (math.ceil(self.max_num_seqs / self.dp) * self.model.sliding_window
+                       * swa * self._kv_bytes_per_token_per_gpu())
         free -= states
         if free <= 0:
             raise CostModelError(
@@ -159,7 +172,7 @@ class RooflineRollout:
                 f"{reserve / GiB:.1f} GiB activation/runtime reserve, {states / GiB:.1f} GiB recurrent states "
                 f"for max_num_seqs={self.max_num_seqs}; raise tp/pp or the utilization"
             )
-        per_tok = self._kv_bytes_per_token_per_gpu()
+        per_tok = self._kv_bytes_per_token_per_gpu() * (1 - swa)
         if per_tok == 0:  # no full-attention layer: capacity is bounded by states, not tokens
             return 2**40
         return int(self.dp * free // per_tok)
@@ -255,12 +268,22 @@ class RooflineRollout:
         head = m.vocab * m.hidden / self.tp / self.pp
         t += self._roof(2 * head * sampled, head * dt)
         # Decode attention over resident KV; prefill attention causal within the chunk.
+        swa = self._swa_fraction()
+        if swa:
+            # Sliding layers attend to (and read) at most the window: per sequence of the decode
+            # batch min(mean context, window); a prefill chunk's tokens min(chunk, window) each.
+            window = m.sliding_window
+            ctx = kv_tokens / decode_seqs if decode_seqs > 0 else 0.0
+            kv_eff = kv_tokens * (1 - swa) + swa * decode_seqs * min(ctx, window)
+            pf_sq = prefill_tokens**2 * (1 - swa) + swa * prefill_tokens * min(prefill_tokens, window)
+        else:
+            kv_eff, pf_sq = kv_tokens, prefill_tokens**2
         if kv_tokens > 0 and full > 0:
             qk, vd = m.decode_attention_dims()  # MLA: absorbed, over the latent
-            t += self._roof(2 * full * heads * (qk + vd) * kv_tokens,
-                            kv_tokens * self._kv_bytes_per_token_per_gpu())
+            t += self._roof(2 * full * heads * (qk + vd) * kv_eff,
+                            kv_eff * self._kv_bytes_per_token_per_gpu())
         if prefill_tokens > 0 and full > 0:
-            t += self._roof(full * heads * (m.head_dim + m.value_head_dim) * prefill_tokens**2,
+            t += self._roof(full * heads * (m.head_dim + m.value_head_dim) * pf_sq,
                             prefill_tokens * self._kv_bytes_per_token_per_gpu())
         if lin > 0 and tokens > 0:
             v_heads = math.ceil(m.linear_value_heads / self.tp)

@@ -22,6 +22,8 @@ PUBLISHED = {
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B": 32.8e9,
     "Qwen/Qwen3-235B-A22B": 235e9,
     "deepseek-ai/DeepSeek-V3": 671e9,  # main model; the 14B MTP module is not counted (README_WEIGHTS.md)
+    "openai/gpt-oss-20b": 20.9e9,  # OpenAI gpt-oss model card: 21B total, 3.6B active
+    "openai/gpt-oss-120b": 116.8e9,  # 117B total, 5.1B active
     "Qwen/Qwen3-8B": 8.2e9,
     "Qwen/Qwen3-32B": 32.8e9,
     "Qwen/Qwen3-30B-A3B": 30.5e9,
@@ -279,3 +281,16 @@ def test_bad_alias_table_names_the_entry(tmp_path):
     f.write_text("Qwen/Qwen3-8B: Qwen/Qwen3-32B\n")
     with pytest.raises(CostModelError, match="already names Qwen/Qwen3-8B"):
         _load_aliases(f, models, dict(aliases))
+
+
+def test_gpt_oss_alternating_sliding_window_by_hand():
+    m = model_arch("openai/gpt-oss-20b")
+    assert (m.sliding_window, m.sliding_window_layers, m.n_moe_layers, m.num_experts) == (128, 12, 24, 32)
+    # 24 layers x 8 KV heads x (64 + 64) x 2 B = 49,152 B/token without window eviction; with it a
+    # 10,000-token sequence holds (12 x 10,000 + 12 x 128) x 2,048 B = 248,905,728 B.
+    assert m.kv_bytes_per_token(2) == 49152
+    assert m.kv_bytes_per_seq(10_000) == 248_905_728
+    # The model card's active count leaves out the 201,088 x 2,880 embedding table.
+    assert m.active_params - m.embedding_params == pytest.approx(3.6e9, rel=0.02)
+    big = model_arch("gpt-oss-120b")
+    assert big.active_params - big.embedding_params == pytest.approx(5.1e9, rel=0.02)

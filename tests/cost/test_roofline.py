@@ -207,3 +207,19 @@ def test_fp8_compute_uses_the_fp8_peak():
     # No FP8 on A100: the BF16 peak is used.
     a100 = RooflineRollout("qwen3-8b", "A100", compute_dtype="fp8")
     assert a100.gemm_time(8192, 36) == RooflineRollout("qwen3-8b", "A100").gemm_time(8192, 36)
+
+
+def test_sliding_window_layers_reserve_a_window_and_read_at_most_it():
+    import attrs
+
+    r = RooflineRollout("gpt-oss-20b", "H100", max_num_seqs=256)
+    flat = RooflineRollout(attrs.evolve(r.model, sliding_window=None, sliding_window_layers=0), "H100",
+                           max_num_seqs=256)
+    # Half the 24 layers slide: 24,576 B/token grow with the context; the other half reserve
+    # 256 sequences x 128 tokens x 24,576 B = 805,306,368 B.
+    free = r.gpu.hbm_bytes * 0.9 - r.weight_bytes_per_gpu - r.nontorch_reserve_bytes - r._activation_reserve_per_gpu()
+    assert r.kv_capacity_tokens() == int((free - 805_306_368) // 24_576)
+    assert flat.kv_capacity_tokens() == int(free // 49_152)
+    # Contexts inside the window: no difference; long ones: the sliding layers read only the window.
+    assert r.iteration_time(64, 64 * 100, 0) == pytest.approx(flat.iteration_time(64, 64 * 100, 0))
+    assert r.iteration_time(64, 64 * 8000, 0) < flat.iteration_time(64, 64 * 8000, 0)
