@@ -133,7 +133,9 @@ def _weight_sync_factory(mode: str) -> Factory:
         lora_rank = cfg.cost.training_knobs.get("lora_rank", 0)
         if mode == "lora" and "rank" not in knobs and lora_rank:
             knobs["rank"] = lora_rank  # publish the adapter the trainer trains
-        return WeightSync(mode, cfg.deployment.model, strict=cfg.cost.strict, **knobs)
+        d = cfg.deployment  # the broadcast's link: receivers' GPU, same node or not
+        return WeightSync(mode, d.model, strict=cfg.cost.strict, gpu=d.rollout.gpu, placement=d.placement,
+                          trainer_gpus=d.training.gpus, rollout_gpus=d.rollout.gpus, **knobs)
 
     return build
 
