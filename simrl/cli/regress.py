@@ -9,10 +9,11 @@ import json
 
 import click
 
-from simrl.cost.artifact import read_artifact, write_artifact
+from simrl.cost.artifact import write_artifact
 from simrl.cost.base import CostModelError
-from simrl.cost.fit import ALL_FAMILIES, evaluate, fit_artifact
+from simrl.cost.fit import evaluate, fit_artifact, fittable_families
 from simrl.cost.observations import ObservationError, read_many
+from simrl.cost.registry import read as read_artifact
 
 EXAMPLES = """\b
 Examples:
@@ -42,7 +43,7 @@ def _errors_table(result: dict) -> str:
 
 
 @cli.command("fit")
-@click.option("--family", required=True, type=click.Choice(sorted([*ALL_FAMILIES, "weight_sync"])))
+@click.option("--family", required=True, type=click.Choice(sorted([*fittable_families(), "weight_sync"])))
 @click.option("--obs", "obs_files", multiple=True, required=True, type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @click.option("--kfold", type=int, default=0, help="k-fold cross-validation (0: off)")
@@ -78,7 +79,7 @@ def fit_cmd(family, obs_files, output, kfold, seed, model, gpu, tp, pp, no_table
 def eval_cmd(artifact, obs_files, physics_only, as_json):
     """Median, mean and max absolute percentage error of ARTIFACT on observations."""
     try:
-        art = read_artifact(artifact)
+        art, _ = read_artifact(artifact)
         result = evaluate(art, read_many(obs_files), physics_only=physics_only, **art.get("fitted_for", {}))
     except (ObservationError, CostModelError, ValueError) as exc:
         abort(str(exc))
@@ -90,7 +91,7 @@ def eval_cmd(artifact, obs_files, physics_only, as_json):
 def show_cmd(artifact):
     """Summarise an artifact: family, provenance, validity domain, fit quality."""
     try:
-        art = read_artifact(artifact)
+        art, _ = read_artifact(artifact)
     except CostModelError as exc:
         abort(str(exc))
     click.echo(f"{artifact}: {art['target']} / {art['family']} ({art['schema']})")

@@ -6,10 +6,23 @@ import pytest
 from simrl.config import load_config
 from simrl.cost.architectures import model_arch
 from simrl.cost.base import OutOfDomainError
-from simrl.cost.fit import build_rollout, build_training, build_weight_sync, fit_artifact
+from simrl.cost.fit import fit_artifact
 from simrl.cost.fit_training import TrainingLayout, memory_features, time_features
 from simrl.cost.hardware import gpu_spec
 from simrl.cost.observations import make
+from simrl.cost.registry import family
+
+
+def build_rollout(art, cfg):
+    return family("rollout", art["family"]).build(art, cfg)
+
+
+def build_training(art, cfg):
+    return family("training", art["family"]).build(art, cfg)
+
+
+def build_weight_sync(art, cfg):
+    return family("weight_sync", art["family"]).build(art, cfg)
 
 PROV = {"hardware": "H100", "source": "synthetic", "date": "2026-01-01"}
 RNG = np.random.default_rng(0)
