@@ -128,4 +128,5 @@ def check_coefficients(coefs: dict, spec: dict[str, str], where: str) -> None:
         if val is None and nullable:
             continue
         if isinstance(val, bool) or not isinstance(val, _KINDS[kind]):
-            raise ArtifactError(f"{where}: coefficients.{key}: expected a {kind}, got {type(val).__name__} ({val!r:.40})")
+            raise ArtifactError(f"{where}: coefficients.{key}: expected a {kind}, "
+                                f"got {type(val).__name__} ({val!r:.40})")

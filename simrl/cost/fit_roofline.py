@@ -185,7 +185,8 @@ class RooflineFamily(FamilyBase):
 
     target, name, fittable, from_knobs = "rollout", "roofline", True, True
     layout_keys = ("model", "tp", "pp")
-    basis = "analytical roofline per operator class on the busiest GPU + TP all-reduces + overheads (efficiencies assumed)"
+    basis = ("analytical roofline per operator class on the busiest GPU + TP all-reduces + overheads "
+             "(efficiencies assumed)")
     fitted_basis = "the analytical roofline with its efficiencies (and overheads) fitted"
     coefficients = {k: "number" for k in DEFAULTS}
 

@@ -39,7 +39,8 @@ def names(target: str, *, fittable: bool | None = None, from_knobs: bool | None 
     """Registered family names of ``target``, optionally only fittable / knob-built ones."""
     check_target(target)
     return sorted(n for n, f in _FAMILIES[target].items()
-                  if (fittable is None or f.fittable == fittable) and (from_knobs is None or f.from_knobs == from_knobs))
+                  if (fittable is None or f.fittable == fittable)
+                  and (from_knobs is None or f.from_knobs == from_knobs))
 
 
 def family(target: str, name: str) -> Family:

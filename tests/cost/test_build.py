@@ -110,7 +110,8 @@ def test_artifact_path_is_loaded_checked_and_strict_applies(tmp_path):
     from simrl.cost.linear import LinearRollout
     from simrl.cost.observations import make
 
-    obs = [make("iteration", 1e-3 + 1e-5 * b + 2e-5 * p, "s", {"batch_size": b, "kv_tokens": 10 * b, "prefill_tokens": p},
+    obs = [make("iteration", 1e-3 + 1e-5 * b + 2e-5 * p, "s",
+                {"batch_size": b, "kv_tokens": 10 * b, "prefill_tokens": p},
                 {"hardware": "H100", "source": "synthetic", "date": "2026-01-01"})
            for b, p in [(1, 0), (8, 0), (64, 512), (0, 1024), (32, 64)]]
     path = tmp_path / "rollout.json"

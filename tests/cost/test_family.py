@@ -30,8 +30,8 @@ TRUE = (1e-3, 1e-5, 1e-9, 2e-5)
 def psrl_obs(coefs=TRUE):
     a, b, c, d = coefs
     pts = [(1, 100, 0), (8, 5000, 0), (64, 90000, 0), (0, 0, 512), (16, 20000, 1024), (128, 100000, 0), (256, 4000, 8)]
-    return [make("iteration", a + b * bs + c * kv + d * p, "s", {"batch_size": bs, "kv_tokens": kv, "prefill_tokens": p},
-                 PROV) for bs, kv, p in pts]
+    return [make("iteration", a + b * bs + c * kv + d * p, "s",
+                 {"batch_size": bs, "kv_tokens": kv, "prefill_tokens": p}, PROV) for bs, kv, p in pts]
 
 
 @pytest.fixture
@@ -205,3 +205,20 @@ def test_the_run_report_states_its_cost_provenance(default_run_dir):
                      ("weight_sync", "nccl", "nccl")]
     md = (default_run_dir / "report.md").read_text()
     assert "## Cost provenance" in md and "| training | `analytical`" in md
+
+
+def test_srl_prints_a_gpu_mismatch_as_one_warning_line_and_strict_exits_2(tmp_path):
+    from click.testing import CliRunner
+
+    from simrl.cli.main import cli
+
+    args = [f"run.output_dir={tmp_path}", "run.plots=false", "run.telemetry=false", "workload.groups=8",
+            "run.training_steps=1", "policy=sync", "policy.batch_groups=4", "deployment.rollout.gpu=H200",
+            f"cost.rollout={DATA / 'rollout-roofline-h100.json'}", "--quiet"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.output.splitlines() if "fitted on H100" in ln]
+    assert len(lines) == 1 and lines[0].startswith("warning: ") and "deployment.rollout.gpu=H200" in lines[0]
+    assert "Warning:" not in res.output and "warnings.warn" not in res.output
+    res = CliRunner().invoke(cli, [*args, "cost.strict=true"])
+    assert res.exit_code == 2 and "error: " in res.output and "fitted on H100" in res.output
