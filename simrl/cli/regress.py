@@ -13,6 +13,7 @@ from simrl.cost.artifact import write_artifact
 from simrl.cost.base import CostModelError
 from simrl.cost.fit import evaluate, fit_artifact, fittable_families
 from simrl.cost.observations import ObservationError, read_many
+from simrl.cost.registry import fitted_family
 from simrl.cost.registry import read as read_artifact
 
 EXAMPLES = """\b
@@ -56,9 +57,14 @@ def _errors_table(result: dict) -> str:
 @click.option("--label", default="fitted on measured observations", help="provenance label")
 def fit_cmd(family, obs_files, output, kfold, seed, model, gpu, tp, pp, no_tables, label):
     """Fit FAMILY on observation files and write an artifact."""
+    given = {"model": model, "gpu": gpu, "tp": tp, "pp": pp}
     try:
         obs = read_many(obs_files)
-        opts = {k: v for k, v in dict(model=model, gpu=gpu, tp=tp, pp=pp).items() if v is not None}
+        missing = [k for k in fitted_family(family).fit_requires if given[k] is None]
+        if missing:
+            abort(f"--family {family} is fitted for one deployment: give {' and '.join('--' + k for k in missing)} "
+                  "(recorded as fitted_for; the run and the fast path refuse another layout)")
+        opts = {k: v for k, v in given.items() if v is not None}
         art = fit_artifact(family, obs, files=list(obs_files), kfold=kfold, seed=seed, label=label,
                            with_tables=not no_tables, **opts)
         write_artifact(output, art)

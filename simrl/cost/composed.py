@@ -22,7 +22,7 @@ import attrs
 import numpy as np
 
 from simrl.cost.architectures import ModelArch, model_arch
-from simrl.cost.artifact import domain_of
+from simrl.cost.artifact import ArtifactError, domain_of
 from simrl.cost.base import CostModelError, ValidityDomain, finite_nonneg
 from simrl.cost.family import FamilyBase, rollout_kv_tokens, rollout_name, value_range
 from simrl.cost.hardware import GPUSpec, gpu_spec
@@ -129,6 +129,13 @@ class ComposedFamily(FamilyBase):
     basis = "kernel-DB operator times summed per layer + analytical attention + TP/PP communication"
     coefficients = {"kernel_db": "object", "collectives": "object", "cpu_overhead_s": "number",
                     "attention_flops_fraction": "number", "attention_bytes_fraction": "number"}
+
+    def check(self, coefficients, where):
+        super().check(coefficients, where)
+        ops = coefficients["kernel_db"].get("operators")
+        if not isinstance(ops, dict) or "mlp_down_proj" not in ops:
+            raise ArtifactError(f"{where}: coefficients.kernel_db.operators.mlp_down_proj: missing (the LM head "
+                                "is priced with it; fit on data that has the MLP GEMMs)")
 
     def fit(self, obs, opts):
         tables = opts.get("with_tables", True)

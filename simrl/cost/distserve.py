@@ -95,6 +95,7 @@ class DistServeRollout:
 class DistServeFamily(FamilyBase):
     target, name, fittable = "rollout", "distserve", True
     layout_keys = ("model", "tp", "pp")
+    fit_requires = ("model", "tp")
     basis = "DistServe form: quadratic prefill, piecewise-linear decode, fitted on iteration telemetry of one layout"
     coefficients = {**{k: "number" for k in COEFS}, "batch_threshold": "number", "kv_capacity_tokens": "number?"}
 

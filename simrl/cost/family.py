@@ -67,6 +67,7 @@ class FamilyBase:
     fittable: ClassVar[bool] = False
     from_knobs: ClassVar[bool] = False
     layout_keys: ClassVar[tuple[str, ...]] = ()
+    fit_requires: ClassVar[tuple[str, ...]] = ()  # fit options srl-regress demands (the layout fitted)
     coefficients: ClassVar[dict[str, str]] = {}
 
     def fit(self, obs: Sequence, opts: dict) -> tuple[dict, dict]:

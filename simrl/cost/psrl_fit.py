@@ -47,6 +47,7 @@ def linear_rollout(coefs: dict, kv_tokens: int, **kw) -> LinearRollout:
 class PsrlFamily(FamilyBase):
     target, name, fittable = "rollout", "psrl", True
     layout_keys = ("model", "tp", "pp")
+    fit_requires = ("model", "tp")
     basis = "linear a + b*batch + c*kv + d*prefill fitted (NNLS) on iteration telemetry of one layout"
     coefficients = {**{k: "number" for k in COEFS}, "kv_capacity_tokens": "number?"}
 

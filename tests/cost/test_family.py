@@ -137,9 +137,14 @@ def test_malformed_coefficients_name_the_file_and_key(tmp_path):
     del art["coefficients"]["kernel_db"]["operators"]
     p = tmp_path / "broken.json"
     p.write_text(json.dumps(art))
-    with pytest.raises(ArtifactError) as exc:
+    with pytest.raises(ArtifactError, match=r"broken.json: coefficients.kernel_db.operators.mlp_down_proj: missing"):
         build_costs(cfg(f"cost.rollout={p}"))
-    assert str(p) in str(exc.value) and "malformed" in str(exc.value) and "'operators'" in str(exc.value)
+    art = json.loads((DATA / "rollout-composed-h100.json").read_text())
+    del art["coefficients"]["collectives"]["all_reduce/2"]["latency_s"]
+    p.write_text(json.dumps(art))
+    with pytest.raises(ArtifactError) as exc:  # deeper than the family's check: still the file, not a KeyError
+        build_costs(cfg(f"cost.rollout={p}"))
+    assert str(p) in str(exc.value) and "malformed" in str(exc.value) and "'latency_s'" in str(exc.value)
     art = fit_artifact("linear", [make("training_step", 2.0 + 3e-5 * 100 * n, "s",
                                        {"seq_lens": [100] * n, "tp": 1, "pp": 1, "dp": 8, "model": "qwen3-8b"}, PROV)
                                   for n in (1, 4, 16, 64)])
@@ -222,3 +227,20 @@ def test_srl_prints_a_gpu_mismatch_as_one_warning_line_and_strict_exits_2(tmp_pa
     assert "Warning:" not in res.output and "warnings.warn" not in res.output
     res = CliRunner().invoke(cli, [*args, "cost.strict=true"])
     assert res.exit_code == 2 and "error: " in res.output and "fitted on H100" in res.output
+
+
+def test_srl_regress_fit_of_a_layout_specific_family_needs_the_layout(tmp_path):
+    from click.testing import CliRunner
+
+    from simrl.cli.regress import cli
+    from simrl.cost.observations import write_observations
+
+    obs = tmp_path / "it.jsonl"
+    write_observations(obs, psrl_obs())
+    out = tmp_path / "a.json"
+    res = CliRunner().invoke(cli, ["fit", "--family", "psrl", "--obs", str(obs), "-o", str(out)])
+    assert res.exit_code == 2 and "give --model and --tp" in res.output and not out.exists()
+    res = CliRunner().invoke(cli, ["fit", "--family", "psrl", "--obs", str(obs), "-o", str(out), "--model", "qwen3-8b",
+                                   "--tp", "1"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["fitted_for"] == {"model": "qwen3-8b", "tp": 1}
