@@ -34,20 +34,32 @@ def psrl_artifact(tmp_path, tp: int) -> str:
     return str(path)
 
 
+def linear_training_artifact(tmp_path) -> str:
+    """A fitted training ``linear`` artifact: 1.5 s + 2e-4 s per trained token (no memory fit)."""
+    obs = [make("training_step", 1.5 + 2e-4 * n * s, "s",
+                {"seq_lens": [s] * n, "tp": 1, "pp": 1, "dp": 8, "model": "qwen3-8b"}, PROV)
+           for n in (1, 8, 32) for s in (20, 500, 2000)]
+    path = tmp_path / "training-linear.json"
+    write_artifact(path, fit_artifact("linear", obs, model="qwen3-8b"))
+    return str(path)
+
+
 @pytest.fixture
 def artifacts(tmp_path):
-    return {tp: psrl_artifact(tmp_path, tp) for tp in (1, 2)}
+    return {**{tp: psrl_artifact(tmp_path, tp) for tp in (1, 2)}, "training": linear_training_artifact(tmp_path)}
 
 
-def case(artifact: str, tp: int, wl) -> Case:
-    overrides = [*COMMON, f"deployment.rollout.tp={tp}", f"cost.rollout={artifact}"]
-    return Case(overrides, wl, build_costs(load_config(overrides=overrides)), f"psrl artifact, tp={tp}")
+def case(artifact: str, tp: int, wl, *extra: str) -> Case:
+    overrides = [*COMMON, f"deployment.rollout.tp={tp}", f"cost.rollout={artifact}", *extra]
+    return Case(overrides, wl, build_costs(load_config(overrides=overrides)), f"psrl artifact, tp={tp} {extra}")
 
 
 def test_fitted_artifact_and_tp_change_fast_results_as_they_change_simpy(artifacts):
     pytest.importorskip("jax")
     wl = random_workload(groups=10, n=4, seed=5, prompt=(50, 300), completion=(5, 200))
     cases = [case(artifacts[tp], tp, wl) for tp in (1, 2)]
+    # the fitted training artifact (a + per_token * tokens) lowers too: same rollout as case 0
+    cases.append(case(artifacts[1], 1, wl, f"cost.training={artifacts['training']}", "cost.training_knobs={}"))
     for c in cases:
         c.run_simpy()
     res = run_fast(cases)
@@ -57,6 +69,9 @@ def test_fitted_artifact_and_tp_change_fast_results_as_they_change_simpy(artifac
     simpy_end = [c.report.steps[-1].publish_end for c in cases]
     fast_end = [float(res.publish_end[m, len(c.report.steps) - 1]) for m, c in enumerate(cases)]
     assert simpy_end[1] < simpy_end[0] and fast_end[1] < fast_end[0]  # tp=2 iterates faster in both
+    s1 = cases[2].report.steps[0]  # step 1 trains 2 groups x 4 samples: 1.5 s + 2e-4 s per token
+    tokens = s1.trained_prompt_tokens + s1.trained_completion_tokens
+    assert s1.train_end - s1.train_start == pytest.approx(1.5 + 2e-4 * tokens, rel=1e-9)
 
 
 def test_another_tp_gpu_or_model_is_rejected_by_both_engines(artifacts):
