@@ -192,7 +192,8 @@ def run_layout(cfg, target: str) -> dict[str, Any]:
             "tp": (part.tp, f"deployment.{side}.tp"), "pp": (part.pp, f"deployment.{side}.pp")}
 
 
-def check_fitted_for(fitted_for: dict, keys: Sequence[str], cfg, target: str, where: str) -> None:
+def check_fitted_for(fitted_for: dict, keys: Sequence[str], cfg, target: str, where: str,
+                     hint: str | None = None) -> None:
     """A layout-specific fit (``keys`` of its ``fitted_for``) must match the run: else an error.
 
     The GPU is not a layout key here: a fit from another GPU is `check_gpu`'s warning."""
@@ -209,10 +210,10 @@ def check_fitted_for(fitted_for: dict, keys: Sequence[str], cfg, target: str, wh
                     f"{where}: fitted_for.model is {want!r} but the run deploys {have!r} ({cfg_key}); "
                     "refit for this model or use a family that predicts from shape (composed)")
         elif int(want) != int(have):
+            fix = (hint or "refit for {key}={have}").format(key=key, have=have)
             raise ArtifactError(
                 f"{where}: fitted_for.{key}={want} but the run uses {cfg_key}={have}; the coefficients "
-                f"describe a {key}={want} deployment: refit for {key}={have} (the fast path and SimPy both "
-                "refuse another layout)")
+                f"describe a {key}={want} deployment: {fix} (the fast path and SimPy both refuse another layout)")
 
 
 def fitted_gpu(art: dict) -> str | None:
