@@ -119,7 +119,8 @@ class LinearRolloutFamily(FamilyBase):
         model.fitted_for = fitted_for
         where = "cost.rollout=linear (cost.rollout_knobs.fitted_for)"
         check_fitted_for(fitted_for, LAYOUT_KEYS, cfg, "rollout", where,
-                         hint="give coefficients for {key}={have} and declare them: cost.rollout_knobs.fitted_for.{key}={have}")
+                         hint="give coefficients for {key}={have} and declare them: "
+                              "cost.rollout_knobs.fitted_for.{key}={have}")
         if fitted_for.get("gpu"):
             from simrl.cost.hardware import gpu_spec
 
