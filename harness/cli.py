@@ -131,9 +131,15 @@ def run_cmd(suite, backend, workload, gpus, runtime, python_, skyrl_source, hf_c
         click.echo(f"suite {suite}: {sum(m['status'] == 'valid' for _, m in done)}/{len(plan_mod.plan(suite))} valid")
         if ok:
             click.echo("compare with: bench report " + " ".join(str(d) for d, _ in done))
-        sys.exit(0 if ok else 1)
+        sys.exit(0 if ok else _exit_code([m for _, m in done]))
     _, man = run_one(req, echo)
-    sys.exit(0 if man["status"] == "valid" else 1)
+    sys.exit(0 if man["status"] == "valid" else _exit_code([man]))
+
+
+def _exit_code(manifests: list[dict]) -> int:
+    """130 when a signal interrupted the last run (as a shell reports Ctrl-C), else 1."""
+    last = manifests[-1] if manifests else {}
+    return 130 if any(r.startswith("interrupted by") for r in last.get("reasons", [])) else 1
 
 
 @main.command("validate")

@@ -97,9 +97,18 @@ def pipeline_settings(backend: str, skyrl_batch_size: int = 4) -> dict[str, Any]
 
 
 def groups_needed(settings: dict[str, Any]) -> int:
-    """Prompt groups the schedule must cover: all updates plus what can be in flight or buffered."""
+    """Prompt groups the schedule must cover, so no group is ever sampled twice.
+
+    The trained groups (B per update) plus everything that can be in flight or buffered when the
+    last update trains: up to B x (S + 1) generated groups waiting (SkyRL's buffer bound; ART's
+    queue holds S x B) and one group per rollout worker; then twice that tail again for groups
+    discarded as stale or zero-variance and replaced (ART discards and refills; the simulated
+    ART tool_history run samples 80 groups beyond the 80 it trains). A run that still exhausts
+    the schedule stops with an error rather than sample a group twice.
+    """
     b = settings["groups_per_update"]
-    return b * (TOTAL_UPDATES + settings["staleness_bound"] + 1) + settings["workers"]
+    tail = b * (settings["staleness_bound"] + 1) + settings["workers"]
+    return b * TOTAL_UPDATES + 3 * tail
 
 
 def pins() -> dict[str, str]:

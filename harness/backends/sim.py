@@ -51,6 +51,10 @@ def run(ctx: RunContext, sink: EvidenceSink, log) -> BackendOutcome:
     report = simrl.simulate(cfg, workload=w)
     if report.diagnosis:
         log(f"simulator stopped early: {report.diagnosis}")
+    wrapped = sorted({c.gid for c in report.calls if c.gid >= w.n_groups})
+    if wrapped:  # the simulator re-samples the schedule from the start once it runs out
+        raise BenchError(f"sim runtime: the run sampled {len(wrapped)} group(s) beyond the {w.n_groups}-group "
+                         "schedule (pins.groups_needed is too small for this pipeline)")
     for c in report.calls:
         call = w.traj_calls(c.tid)[c.turn]
         finished = c.finish is not None
