@@ -33,7 +33,7 @@ def execute(ctx: RunContext, log, image: str | None = None, on_start=None) -> Ba
     write_json(run_dir / "context.json", ctx.to_dict())
     if ctx.runtime == "sim":
         driver = backends.load(ctx.backend, "sim")
-        sink = EvidenceSink(run_dir, log, run_id=ctx.run_id, lease_id=ctx.lease_id)
+        sink = EvidenceSink(run_dir, log, run_id=ctx.run_id, lease_id=ctx.lease_id, durable=False)  # bulk write
         try:
             return driver.run(ctx, sink, log)
         finally:

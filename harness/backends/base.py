@@ -74,9 +74,9 @@ class EvidenceSink:
     own per-rank stamps; only then do trainer rates enter the headline.
     """
 
-    def __init__(self, run_dir: Path, log=None, *, run_id: str, lease_id: str | None) -> None:
-        self.updates = JsonlWriter(Path(run_dir) / "updates.jsonl")
-        self.turns = JsonlWriter(Path(run_dir) / "turns.jsonl")
+    def __init__(self, run_dir: Path, log=None, *, run_id: str, lease_id: str | None, durable: bool = True) -> None:
+        self.updates = JsonlWriter(Path(run_dir) / "updates.jsonl", fsync_each=durable)
+        self.turns = JsonlWriter(Path(run_dir) / "turns.jsonl", fsync_each=durable)
         self.log = log or (lambda msg: None)
         self.run_id, self.lease_id = run_id, lease_id
         self._seq = {"updates": 0, "turns": 0}
