@@ -146,9 +146,9 @@ def _exit_code(manifests: list[dict]) -> int:
 @click.argument("results_dir", type=click.Path(exists=True, file_okay=False))
 def validate_cmd(results_dir: str) -> None:
     """Re-run every validation check on a results directory; exit 0 only when VALID."""
-    from harness.validate import validate
+    from harness.validate import validate_or_error
 
-    verdict = validate(Path(results_dir))
+    verdict = validate_or_error(Path(results_dir))
     for c in verdict["checks"]:
         click.echo(f"{'PASS' if c['passed'] else 'FAIL'}  {c['check']:20s} {c['detail']}")
     click.echo(verdict["verdict"])
@@ -195,4 +195,4 @@ def k8s_cmd(ctx) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="bench")

@@ -58,7 +58,7 @@ def skeleton(*, run_id: str, suite: str | None, backend: str, workload: str, run
             "run_id": run_id, "lease_id": None, "suite": suite, "backend": backend, "workload": workload,
             "runtime": runtime, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "created_at_unix": time.time(), "argv": list(argv), "harness_commit": commit, "dirty": dirty,
-            "backend_commit": P.ART_COMMIT if backend == "art" else P.SKYRL_COMMIT,
+            "backend_commit": P.source_id(backend),
             "backend_version": None, "container_image_digest": None,
             "requested_recipe_sha256": requested_recipe_sha256, "recipe_sha256_baked": None,
             "python_sha256": python_sha256, "host": socket.gethostname(), "platform": platform.platform(),

@@ -10,12 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 ART_REPO = "https://github.com/OpenPipe/ART.git"
-ART_COMMIT = "2ebfc1c2a38dbeeaeefac998323b476989602942"
 SKYRL_REPO = "https://github.com/NovaSky-AI/SkyRL.git"
-SKYRL_COMMIT = "52063b6567a350e02d326699cd7d0f380bbad466"
+# The commits the specification names. Neither could be reached here, so the drivers, the
+# recipes (scripts/setup_*.sh) and the manifests use the sources in UPSTREAM below instead.
+SPEC_ART_COMMIT = "2ebfc1c2a38dbeeaeefac998323b476989602942"
+SPEC_SKYRL_COMMIT = "52063b6567a350e02d326699cd7d0f380bbad466"
 # The sources each driver was checked against (scripts/check_upstream_api.py; its output is
-# harness/pins_api_check.json). The commits above could not be reached here: ART's snapshot
-# stops before them and no release contains 2ebfc1c2; SkyRL's 52063b65 is not in the snapshot.
+# harness/pins_api_check.json) and that scripts/setup_*.sh install. ART: the newest release,
+# openpipe-art 0.5.18 (sdist from PyPI; the GitHub snapshot reachable here stops in June 2025).
+# SkyRL: the newest snapshot reachable here, a9564572e (the commit bench-contract.md cites).
 UPSTREAM = {
     "art": {"repo": ART_REPO, "package": "openpipe-art", "version": "0.5.18",
             "archive": "openpipe_art-0.5.18.tar.gz",
@@ -126,10 +129,19 @@ def groups_needed(settings: dict[str, Any]) -> int:
     return b * TOTAL_UPDATES + 3 * tail
 
 
+def source_id(backend: str) -> str:
+    """The upstream source a backend runs from, as the manifest records it."""
+    up = UPSTREAM[backend]
+    return f"{up['package']}=={up['version']}" if "version" in up else up["commit"]
+
+
 def pins() -> dict[str, str]:
     return {
-        "art_commit": ART_COMMIT,
-        "skyrl_commit": SKYRL_COMMIT,
+        "art_source": source_id("art"),
+        "art_sdist_sha256": UPSTREAM["art"]["sha256"],
+        "skyrl_commit": source_id("skyrl"),
+        "spec_art_commit": SPEC_ART_COMMIT,
+        "spec_skyrl_commit": SPEC_SKYRL_COMMIT,
         "model": MODEL,
         "model_revision": MODEL_REVISION,
     }
