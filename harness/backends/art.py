@@ -39,7 +39,7 @@ API = {
         "art.model:Model.get_step(self)",
         "art.model:Model.register",
         "art.trajectories:Trajectory",
-        "art.trajectories:TrajectoryGroup.__init__",
+        "art.trajectories:TrajectoryGroup.__init__(self, trajectories, *, exceptions, metadata, metrics, logs)",
         "art.megatron.runtime.backend:MegatronBackend.__init__(self, *, in_process, path)",
         "art.local.backend:LocalBackend.train",
         "art.pipeline_trainer.trainer:PipelineTrainer.__init__(self, model, backend, rollout_fn, scenarios, config, "
@@ -51,6 +51,7 @@ API = {
         "art.pipeline_trainer.trainer:PipelineTrainer.train(self, *, handle_signals)",
     ],
     "typed_dict_keys": {
+        "art.trajectories:Trajectory": ["messages_and_choices", "reward", "initial_policy_version"],
         "art.dev.model:InternalModelConfig": ["init_args", "engine_args", "trainer_gpu_ids", "inference_gpu_ids",
                                               "rollout_weights_mode", "chat_template_kwargs",
                                               "chat_template_tool_schema_format"],
@@ -122,10 +123,12 @@ async def _run(ctx: RunContext, sink: EvidenceSink, log) -> BackendOutcome:
     async def rollout(model_, scenario: int, _config):
         trajs = []
         for t in w.group_trajs(scenario):
-            messages: list = []
+            messages: list[dict] = []  # the conversation as sent (and as the tokenizer templates it)
+            trained: list = []  # ART's messages_and_choices: the same, with the returned Choice objects
             for turn, c in enumerate(w.traj_calls(t)):
                 L, prompt = int(w.call_completion_tokens[c]), int(w.call_prompt_tokens[c])
                 messages.append({"role": "user", "content": sized_text(tok, messages, prompt)})
+                trained.append(messages[-1])
                 salt = f"{ctx.run_id}/{t}/{turn}" if w.call_cache_salted[c] else None
                 v0, arrival = await model_.get_step(), now()
                 resp = await client.chat.completions.create(model=model_.get_inference_name(), messages=messages,
@@ -140,8 +143,9 @@ async def _run(ctx: RunContext, sink: EvidenceSink, log) -> BackendOutcome:
                 problem = check_completion(L, resp.usage.completion_tokens, choice.finish_reason)
                 if problem:
                     log(f"forced length violated: trajectory {t} turn {turn}: {problem}")
-                messages.append(choice)
-            trajs.append(art.Trajectory(messages_and_choices=messages, reward=float(w.traj_reward[t])))
+                messages.append({"role": "assistant", "content": choice.message.content or ""})
+                trained.append(choice)
+            trajs.append(art.Trajectory(messages_and_choices=trained, reward=float(w.traj_reward[t])))
         return art.TrajectoryGroup(trajs, metadata={"bench_group": scenario})
 
     b = int(s["groups_per_update"])
@@ -163,8 +167,8 @@ async def _run(ctx: RunContext, sink: EvidenceSink, log) -> BackendOutcome:
                                for c in w.traj_calls(t)),
                     group_ids=gids, rank_intervals={str(r): iv for r in range(int(s["trainer_ranks"]))},
                     rank_intervals_native=False,
-                    staleness=[k - 1 - int(min(t.metadata.get("initial_policy_version", k - 1)
-                                               for t in g.trajectories)) for g in groups],
+                    staleness=[k - 1 - min(int(t.initial_policy_version if t.initial_policy_version is not None
+                                                   else k - 1) for t in g.trajectories) for g in groups],
                     discards={"stale": 0, "zero_variance": 0}, native=m)
     return BackendOutcome(exit_code=0, backend_version=f"openpipe-art {P.UPSTREAM['art']['version']}",
                           native_config={"internal_config": internal, "megatron_env": {

@@ -54,6 +54,12 @@ API = {
         "skyrl.train.utils.utils:initialize_ray(cfg)",
     ],
     "config_root": "skyrl.train.config.config:SkyRLTrainConfig",
+    "typed_dict_keys": {
+        "skyrl.train.generators.base:GeneratorOutput": ["prompt_token_ids", "response_ids", "rewards", "loss_masks",
+                                                        "stop_reasons", "rollout_metrics", "rollout_logprobs"],
+        "skyrl.train.generators.base:GeneratorInput": ["prompts", "env_extras"],
+        "skyrl.train.fully_async_trainer:GeneratedOutputGroup": ["uid", "global_step_when_scheduled"],
+    },
     "strings": {
         # phase names the loop times, and the metric keys read back
         "skyrl.train.fully_async_trainer": ["run_training", "sync_weights", "_phase_gauge",
@@ -118,12 +124,13 @@ def run(ctx: RunContext, sink: EvidenceSink, log) -> BackendOutcome:
                                  "bench_group": g}) + "\n")
     stamps: dict[int, dict] = {}
     pending: dict = {}
+    published = [0]  # the policy version being served: k once update k's weight sync has ended
 
     class BenchGenerator(GeneratorInterface):
         """Each call issued with its scheduled prompt length and forced completion length."""
 
-        def __init__(self, client, version) -> None:
-            self.client, self.version = client, version
+        def __init__(self, client) -> None:
+            self.client = client
 
         async def generate(self, input_batch):
             extras = input_batch.get("env_extras") or [{}] * len(input_batch["prompts"])
@@ -137,21 +144,23 @@ def run(ctx: RunContext, sink: EvidenceSink, log) -> BackendOutcome:
             prompt_ids: list[int] = []
             response: list[int] = []
             mask: list[int] = []
+            logprobs: list[float] = []  # rollout logprobs: the fully async loss optimises against them
             for turn, c in enumerate(w.traj_calls(t)):
                 L, prompt = int(w.call_completion_tokens[c]), int(w.call_prompt_tokens[c])
                 messages.append({"role": "user", "content": sized_text(tok, messages, prompt)})
                 salt = f"{ctx.run_id}/{t}/{turn}" if w.call_cache_salted[c] else None
                 opts = request_options(L, salt)
-                v0, arrival = self.version(), now()
+                v0, arrival = published[0], now()
                 out = await self.client.chat_completion({"json": {
                     "messages": messages, "max_tokens": L, "temperature": opts["temperature"],
-                    "top_p": opts["top_p"], "return_token_ids": True, **opts["extra_body"]}, "headers": {}})
+                    "top_p": opts["top_p"], "logprobs": True, "return_token_ids": True, **opts["extra_body"]},
+                    "headers": {}})
                 finish = now()
                 choice, usage = out["choices"][0], out["usage"]
                 sink.turn(group=g, trajectory=t, turn=turn, forced_tokens=L,
                           completion_tokens=usage["completion_tokens"], finish_reason=choice["finish_reason"],
                           prompt_tokens=usage["prompt_tokens"], scheduled_prompt_tokens=prompt, arrival=arrival,
-                          first_token=None, finish=finish, policy_version_start=v0, policy_version_end=self.version())
+                          first_token=None, finish=finish, policy_version_start=v0, policy_version_end=published[0])
                 ids = list(out.get("prompt_token_ids") or [])
                 if turn == 0:
                     prompt_ids = ids
@@ -159,12 +168,14 @@ def run(ctx: RunContext, sink: EvidenceSink, log) -> BackendOutcome:
                     seen = len(prompt_ids) + len(response)
                     response += ids[seen:]
                     mask += [0] * len(ids[seen:])
+                    logprobs += [0.0] * len(ids[seen:])
                 gen = list(choice.get("token_ids") or [])
                 response += gen
                 mask += [1] * len(gen)
+                logprobs += [float(x["logprob"]) for x in ((choice.get("logprobs") or {}).get("content") or [])]
                 messages.append({"role": "assistant", "content": choice["message"]["content"] or ""})
             return {"prompt_token_ids": prompt_ids, "response_ids": response, "loss_masks": mask,
-                    "rewards": float(w.traj_reward[t]), "stop_reasons": "length"}
+                    "rewards": float(w.traj_reward[t]), "stop_reasons": "length", "rollout_logprobs": logprobs}
 
     class TimedGauge:
         """Wraps the trainer's phase gauge: stamps c_k when the ``sync_weights`` phase ends."""
@@ -181,6 +192,7 @@ def run(ctx: RunContext, sink: EvidenceSink, log) -> BackendOutcome:
                 yield
             if name == "sync_weights" and stamps:
                 stamps[max(stamps)]["publish_end"] = now()
+                published[0] = max(stamps)
 
     class TimedTrainer(FullyAsyncRayPPOTrainer):
         def __init__(self, *args, **kwargs):
@@ -205,8 +217,7 @@ def run(ctx: RunContext, sink: EvidenceSink, log) -> BackendOutcome:
 
     class Exp(BasePPOExp):
         def get_generator(self, cfg, tokenizer, inference_engine_client):
-            return BenchGenerator(inference_engine_client, lambda: max(stamps, default=0) if stamps and
-                                  "publish_end" in stamps[max(stamps)] else max(len(stamps) - 1, 0))
+            return BenchGenerator(inference_engine_client)
 
         def get_trainer(self, cfg, tracker, tokenizer, train_dataset, eval_dataset, inference_engine_client,
                         generator, colocate_pg):
