@@ -95,6 +95,9 @@ def check_request(req: RunRequest) -> None:
         raise BenchError("--skyrl-batch-size must be 4 or 1")
     if req.backend != "skyrl" and (req.skyrl_batch_size != 4 or req.skyrl_source or req.skyrl_cuda_compat):
         raise BenchError("--skyrl-batch-size, --skyrl-source and --skyrl-cuda-compat apply to --backend skyrl only")
+    if req.backend == "art" and req.runtime != "sim" and req.rank != 1:
+        raise BenchError(f"ART {P.UPSTREAM['art']['version']}'s Megatron backend trains LoRA rank 1 only "
+                         "(art/megatron/lora.py LORA_RANK): run real ART with --rank 1 (the sim models either rank)")
     if req.runtime == "native":
         if not req.python:
             raise BenchError("--runtime native needs --python (the backend environment's interpreter)")

@@ -91,7 +91,7 @@ def test_sigterm_on_a_native_run_kills_the_worker_group(fake_smi, tmp_path):
     fake_python = tmp_path / "python"  # a backend interpreter that starts a grandchild and hangs
     fake_python.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {child_pid}\nwait\n")
     fake_python.chmod(0o755)
-    proc = _bench(["run", "--backend", "art", "--workload", "multi_turn", "--runtime", "native", "--python",
+    proc = _bench(["run", "--backend", "art", "--rank", "1", "--workload", "multi_turn", "--runtime", "native", "--python",
                    str(fake_python), "--hf-cache", str(tmp_path / "hf"), "--gpus", "0,1,2,3",
                    "--results-dir", str(results), "--state-dir", str(state)])
     run_dir = _wait_for(lambda: next((d for d in results.iterdir() if (_manifest(d) or {}).get("worker")), None)
@@ -121,3 +121,37 @@ def test_the_real_simulator_gives_the_suite_eight_valid(fake_smi, tmp_path):
     man = read_json(dirs[0] / "manifest.json")
     assert man["results"]["headline"]["trainer_rates"] == "not native"  # the simulator has one trainer unit
     assert man["results"]["headline"]["trainer_tokens_per_s"] is None
+
+
+def test_rank_8_on_real_art_is_refused_before_any_lease(fake_smi, tmp_path):
+    res = CliRunner().invoke(bench, ["run", "--backend", "art", "--workload", "multi_turn", "--runtime", "native",
+                                     "--python", sys.executable, "--gpus", "0,1,2,3",
+                                     "--results-dir", str(tmp_path / "r")])
+    assert res.exit_code == 1 and "LoRA rank 1 only" in res.output
+    assert not (tmp_path / "r").exists()
+
+
+WATCHED = """
+import os, subprocess, sys, threading, time
+from harness.worker import _watch_parent
+threading.Thread(target=_watch_parent, args=(os.getppid(), 0.1), daemon=True).start()
+child = subprocess.Popen(["sleep", "300"])
+print(os.getpid(), child.pid, flush=True)
+time.sleep(300)
+"""
+
+PARENT = """
+import subprocess, sys, time
+w = subprocess.Popen([sys.executable, "-c", sys.argv[1]], start_new_session=True, stdout=sys.stdout)
+time.sleep(300)
+"""
+
+
+def test_worker_kills_its_group_when_the_controller_is_sigkilled():
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, WATCHED], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    worker, grandchild = map(int, parent.stdout.readline().split())
+    assert _alive(worker) and _alive(grandchild) and os.getpgid(grandchild) == worker
+    parent.kill()  # SIGKILL: the controller gets no chance to clean up
+    parent.wait()
+    _wait_for(lambda: not _alive(worker) and not _alive(grandchild), timeout_s=20)
