@@ -56,9 +56,9 @@ def execute(ctx: RunContext, log, image: str | None = None, on_start=None) -> Ba
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         info = {"pid": proc.pid, "pgid": proc.pid, "started_unix": time.time(), "cmd": cmd,
                 "container": container_name(ctx.run_id) if ctx.runtime == "container" else None}
-        if on_start:
-            on_start(info)
-        try:
+        try:  # from here on, any way out but the worker's own exit stops its whole group
+            if on_start:
+                on_start(info)
             rc = proc.wait()
         except BaseException:
             stop_worker(proc, info, log)
