@@ -14,8 +14,9 @@ pinned layout is TP1 CP1 EP2 DP2). ``init_args.load_in_4bit`` is set False and
 (``art.megatron.lora.LORA_RANK``), so ``--rank 8`` is refused rather than silently run at 1.
 The base model is the run-local snapshot link (the revision enforced by path; the engine also
 gets ``revision``). Stamps: d_k when ``backend.train`` is called, train_end and c_k when it
-returns (the new step is served after ``train`` returns). Metrics are the names 0.5.18's trainer
-logs (``time/step_trainer_s``, ``discarded_stale_groups``, ``steps_off_policy``). Per-rank
+returns (the new step is served after ``train`` returns). Stale discards per update are the
+difference of the trainer's cumulative ``state.discarded_stale_groups`` at successive ``train``
+calls; staleness is ``step - min(initial_policy_version)`` of each trained group. Per-rank
 intervals: none per rank in 0.5.18, so the trainer rates are marked not native.
 """
 
@@ -51,6 +52,7 @@ API = {
         "art.pipeline_trainer.trainer:PipelineTrainer.train(self, *, handle_signals)",
     ],
     "typed_dict_keys": {
+        "art.pipeline_trainer.state:PipelineState": ["discarded_stale_groups"],
         "art.trajectories:Trajectory": ["messages_and_choices", "reward", "initial_policy_version"],
         "art.dev.model:InternalModelConfig": ["init_args", "engine_args", "trainer_gpu_ids", "inference_gpu_ids",
                                               "rollout_weights_mode", "chat_template_kwargs",
@@ -60,7 +62,7 @@ API = {
                                       "revision"],
     },
     "strings": {
-        "art.pipeline_trainer.trainer": ["time/step_trainer_s", "discarded_stale_groups", "steps_off_policy"],
+        "art.pipeline_trainer.trainer": ["state"],
         "art.megatron.provider": ["ART_MEGATRON_TENSOR_MODEL_PARALLEL_SIZE",
                                   "ART_MEGATRON_EXPERT_MODEL_PARALLEL_SIZE"],
         "art.megatron.lora": ["LORA_RANK"],
@@ -110,10 +112,11 @@ async def _run(ctx: RunContext, sink: EvidenceSink, log) -> BackendOutcome:
         async def train(self, model, trajectory_groups, **kwargs):
             groups = list(trajectory_groups)
             d_k = now()
+            discarded = int(trainer.state.discarded_stale_groups)  # cumulative, counted for this batch too
             result = await super().train(model, groups, **kwargs)
             end = now()
             stamps[int(result.step)] = {"d_k": d_k, "train_end": end, "publish_end": end, "groups": groups,
-                                        "metrics": dict(result.metrics or {})}
+                                        "metrics": dict(result.metrics or {}), "discarded_cum": discarded}
             return result
 
     backend = TimedBackend()
@@ -155,9 +158,11 @@ async def _run(ctx: RunContext, sink: EvidenceSink, log) -> BackendOutcome:
                               packed_sequence_length=int(s["packed_sequence_target"]),
                               eval_every_n_steps=0, eval_at_start=False, save_checkpoint=False, resume=False)
     await trainer.train(handle_signals=False)
+    prev_discarded = 0
     for k in sorted(stamps):
         st = stamps[k]
         m, groups = st["metrics"], st["groups"]
+        stale, prev_discarded = st["discarded_cum"] - prev_discarded, st["discarded_cum"]
         gids = [int(g.metadata["bench_group"]) for g in groups]
         iv = [[st["d_k"], st["train_end"]]]
         sink.update(k=k, d_k=st["d_k"], c_k=st["publish_end"], train_end=st["train_end"],
@@ -169,7 +174,7 @@ async def _run(ctx: RunContext, sink: EvidenceSink, log) -> BackendOutcome:
                     rank_intervals_native=False,
                     staleness=[k - 1 - min(int(t.initial_policy_version if t.initial_policy_version is not None
                                                    else k - 1) for t in g.trajectories) for g in groups],
-                    discards={"stale": 0, "zero_variance": 0}, native=m)
+                    discards={"stale": stale, "zero_variance": 0}, native=m)
     return BackendOutcome(exit_code=0, backend_version=f"openpipe-art {P.UPSTREAM['art']['version']}",
                           native_config={"internal_config": internal, "megatron_env": {
                               "ART_MEGATRON_TENSOR_MODEL_PARALLEL_SIZE": par["tp"],
