@@ -28,6 +28,8 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except BenchError as exc:
             abort(str(exc), exc.exit_code)
+        except KeyboardInterrupt:  # between runs of a suite; a run itself turns signals into `aborted`
+            abort("interrupted", 130)
 
 
 @click.group(cls=_Group)

@@ -292,7 +292,10 @@ def run_one(req: RunRequest, echo=print) -> tuple[Path, dict]:
     check_request(req)
     previous = _install(_raise_interrupted)
     try:
-        run = _Run(req, echo)
+        try:
+            run = _Run(req, echo)
+        except Interrupted as exc:
+            raise BenchError(f"interrupted by {exc} before the run started (no lease was taken)") from None
         aborted: list[str] = []
         try:
             run.preflight()
