@@ -8,10 +8,11 @@ call, so every `TraceError` names the file, line and field and says what was exp
 
 from __future__ import annotations
 
-import json
 from itertools import accumulate, chain
 
 import numpy as np
+
+from workloads import strictio
 
 TRACE_SCHEMA = "simrl.trace.v1"
 CALL_LISTS = ("prompt_tokens", "new_tokens", "completion_tokens", "tool_latency_s", "cache_salted")
@@ -29,21 +30,23 @@ class TraceError(ValueError):
 def json_lines(path):
     """Yield ``(line_number, record)`` for every non-blank line of a JSONL file.
 
-    A file that cannot be opened or a line that is not JSON raises `TraceError` naming the file
-    and line.
+    Decoding is strict (`workloads.strictio`): a file that cannot be opened, bytes that are not
+    UTF-8, a line that is not JSON, a duplicate key, NaN/Infinity or an integer outside 64 bits
+    raise `TraceError` naming the file and line.
     """
+    return strictio.json_lines(path, lambda line, field, msg: TraceError(path, line, field, msg))
+
+
+HEADER_FIELDS = ("schema", "name", "seed", "groups", "group_size", "max_model_len", "knobs", "schedule_sha256")
+GROUP_FIELDS = ("group", "shared_prompt_tokens", "trajectories")
+TRAJECTORY_FIELDS = ("reward", *CALL_LISTS)
+
+
+def _check_fields(path, line: int, rec: dict, known, prefix: str = "") -> None:
     try:
-        fh = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise TraceError(path, 0, None, f"cannot open: {exc.strerror or exc}") from exc
-    with fh:
-        for line, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            try:
-                yield line, json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TraceError(path, line, None, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        strictio.check_fields(rec, known, prefix)
+    except strictio.StrictInputError as exc:
+        raise TraceError(path, line, exc.field, exc.message) from None
 
 
 class Gathered:
@@ -62,6 +65,7 @@ class Gathered:
 def parse_header(path, line: int, rec: dict) -> dict:
     if rec.get("schema") != TRACE_SCHEMA:
         raise TraceError(path, line, "schema", f"expected {TRACE_SCHEMA!r}, got {rec.get('schema')!r}")
+    _check_fields(path, line, rec, HEADER_FIELDS)
     for key, kind in (("name", str), ("seed", int), ("groups", int), ("group_size", int),
                       ("max_model_len", int), ("knobs", dict), ("schedule_sha256", str)):
         v = rec.get(key)
@@ -70,11 +74,16 @@ def parse_header(path, line: int, rec: dict) -> dict:
     return rec
 
 
+_GROUP_SET, _TRAJECTORY_SET = frozenset(GROUP_FIELDS), frozenset(TRAJECTORY_FIELDS)
+
+
 def gather_group(path, line: int, rec, flat: Gathered, header: dict) -> None:
     if not isinstance(rec, dict):
         raise TraceError(path, line, None, f"expected a JSON object (one group), got {type(rec).__name__}")
+    if not rec.keys() <= _GROUP_SET:
+        _check_fields(path, line, rec, GROUP_FIELDS)
     g = len(flat.shared)
-    if "group" in rec and rec["group"] != g:
+    if "group" in rec and (type(rec["group"]) is not int or rec["group"] != g):
         raise TraceError(path, line, "group", f"expected group index {g} (groups are numbered in order), "
                                               f"got {rec['group']!r}")
     trajs = rec.get("trajectories")
@@ -87,6 +96,11 @@ def gather_group(path, line: int, rec, flat: Gathered, header: dict) -> None:
     if size is not None and len(trajs) != size:
         raise TraceError(path, line, "trajectories",
                          f"header declares group_size={size}, this group has {len(trajs)} trajectories")
+    keys = set().union(*(t.keys() for t in trajs if type(t) is dict))
+    if not keys <= _TRAJECTORY_SET:
+        for k, t in enumerate(trajs):
+            if type(t) is dict:
+                _check_fields(path, line, t, TRAJECTORY_FIELDS, f"trajectories[{k}].")
     flat.shared.append(rec.get("shared_prompt_tokens", 0))
     flat.group_line.append(line)
     if not _gather_fast(trajs, flat):

@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from simrl.atomic import atomic_write
+from simrl.strictio import INT_MAX, INT_MIN, json_lines, unknown_field_message
 
 SCHEMA = "simrl.observation.v1"
 
@@ -93,6 +94,29 @@ class Observation:
         return rec
 
 
+RECORD_FIELDS = ("schema", "kind", "name", "inputs", "value", "spread", "unit", "provenance")
+
+
+def _non_finite(value: Any, path: str = "") -> tuple[str, str] | None:
+    """(field path, message) of the first NaN/infinite float or out-of-range integer in a record
+    built in code (`make`); records read from files were already checked by the strict decoder."""
+    if isinstance(value, dict):
+        for k, val in value.items():
+            bad = _non_finite(val, f"{path}.{k}" if path else str(k))
+            if bad:
+                return bad
+    elif isinstance(value, list | tuple):
+        for i, val in enumerate(value):
+            bad = _non_finite(val, f"{path}[{i}]")
+            if bad:
+                return bad
+    elif isinstance(value, float) and not math.isfinite(value):
+        return path or "<record>", f"expected a finite number, got {value}"
+    elif isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
+        return path or "<record>", f"expected an integer in the 64-bit range, got {value}"
+    return None
+
+
 def _is_num(x: Any) -> bool:
     return isinstance(x, _NUM) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -105,6 +129,9 @@ def parse_record(rec: Any, where: str = "<record>") -> Observation:
 
     if not isinstance(rec, dict):
         raise fail("<record>", f"expected a JSON object, got {type(rec).__name__}")
+    bad = _non_finite(rec)
+    if bad is not None:
+        raise fail(bad[0], bad[1])
     schema = rec.get("schema")
     if schema != SCHEMA:
         raise fail("schema", f"expected {SCHEMA!r}, got {schema!r}")
@@ -155,9 +182,9 @@ def parse_record(rec: Any, where: str = "<record>") -> Observation:
     for key in REQUIRED_PROVENANCE:
         if not isinstance(prov.get(key), str) or not prov[key]:
             raise fail(f"provenance.{key}", "missing or not a non-empty string")
-    extra = sorted(set(rec) - {"schema", "kind", "name", "inputs", "value", "spread", "unit", "provenance"})
+    extra = sorted(set(rec) - set(RECORD_FIELDS))
     if extra:
-        raise fail(extra[0], "unknown field")
+        raise fail(extra[0], unknown_field_message(extra[0], RECORD_FIELDS))
     return Observation(
         kind=kind, name=name, inputs=dict(inputs), provenance=dict(prov),
         value=float(rec["value"]) * factor, spread=float(rec.get("spread", 0.0)) * factor,
@@ -167,21 +194,11 @@ def parse_record(rec: Any, where: str = "<record>") -> Observation:
 
 def read_observations(path: str | os.PathLike) -> list[Observation]:
     """Read and validate a JSONL file; blank lines are skipped. Raises `ObservationError`."""
-    out = []
-    try:
-        fh = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise ObservationError(f"{path}: cannot read ({exc.strerror})") from None
-    with fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ObservationError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            out.append(parse_record(rec, f"{path}:{lineno}"))
-    return out
+    def fail(line: int, field: str | None, msg: str) -> ObservationError:
+        where = f"{path}:{line}" if line else str(path)
+        return ObservationError(f"{where}: {'field ' + repr(field) + ': ' if field else ''}{msg}")
+
+    return [parse_record(rec, f"{path}:{lineno}") for lineno, rec in json_lines(path, fail)]
 
 
 def read_many(paths: Iterable[str | os.PathLike]) -> list[Observation]:
