@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from workloads.strictio import did_you_mean
 from workloads.types import Workload
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -107,8 +108,8 @@ def resolve_knobs(spec: GeneratorSpec, knobs: dict[str, Any]) -> dict[str, Any]:
     """Defaults overlaid with ``knobs``; unknown keys rejected with the valid ones listed."""
     unknown = sorted(set(knobs) - set(spec.knobs))
     if unknown:
-        raise ValueError(f"{spec.name}: unknown knob(s) {', '.join(unknown)}; valid: "
-                         f"{', '.join(sorted(spec.knobs)) or '(none)'}")
+        raise ValueError(f"{spec.name}: unknown knob(s) {', '.join(unknown)}"
+                         f"{did_you_mean(unknown[0], spec.knobs)}; valid: {', '.join(sorted(spec.knobs)) or '(none)'}")
     out = {k: (list(v) if isinstance(v, list) else v) for k, v in spec.knobs.items()}
     for key, value in knobs.items():
         out[key] = coerce_knob(spec.name, key, value, spec.knobs[key])
