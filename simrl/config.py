@@ -56,6 +56,19 @@ def _opt_pos(_inst, att, value):
         raise ValueError(f"{att.name} must be > 0 or null, got {value!r}")
 
 
+def _count(hi: int, lo: int = 1, optional: bool = False):
+    """An integer in [lo, hi] (or null when ``optional``): sizes that allocate are bounded, so a typo
+    such as ``instances=1000000000`` is an error, not an hour of memory growth."""
+
+    def check(_inst, att, value):
+        if value is None and optional:
+            return
+        if not lo <= value <= hi:
+            raise ValueError(f"{att.name} must be in [{lo}, {hi}]{' or null' if optional else ''}, got {value!r}")
+
+    return check
+
+
 @attrs.frozen
 class WorkloadConfig:
     """Which workload to run: a generator name and its knobs, or a trace file.
@@ -65,8 +78,8 @@ class WorkloadConfig:
     """
 
     generator: str = "rl_math"
-    groups: int = attrs.field(default=160, validator=_pos)
-    group_size: int | None = attrs.field(default=None, validator=_opt_pos)  # None: generator's own
+    groups: int = attrs.field(default=160, validator=_count(50_000_000))
+    group_size: int | None = attrs.field(default=None, validator=_count(1_000_000, optional=True))  # None: generator's own
     seed: int | None = None  # None: the run seed
     trace: str | None = None  # path to a joint grouped workload trace (JSONL); overrides generator
     knobs: dict[str, Any] = attrs.field(factory=dict)
@@ -76,16 +89,16 @@ class WorkloadConfig:
 class RolloutConfig:
     """The rollout fleet: identical inference instances (vLLM-like engines)."""
 
-    instances: int = attrs.field(default=2, validator=_pos)
+    instances: int = attrs.field(default=2, validator=_count(100_000))
     gpu: str = "H100"
-    tp: int = attrs.field(default=1, validator=_pos)
-    pp: int = attrs.field(default=1, validator=_pos)
-    dp: int = attrs.field(default=1, validator=_pos)
-    ep: int = attrs.field(default=1, validator=_pos)
-    max_num_seqs: int = attrs.field(default=256, validator=_pos)
-    kv_capacity_tokens: int | None = attrs.field(default=None, validator=_opt_pos)  # None: derive
+    tp: int = attrs.field(default=1, validator=_count(4096))
+    pp: int = attrs.field(default=1, validator=_count(4096))
+    dp: int = attrs.field(default=1, validator=_count(4096))
+    ep: int = attrs.field(default=1, validator=_count(4096))
+    max_num_seqs: int = attrs.field(default=256, validator=_count(1 << 20))
+    kv_capacity_tokens: int | None = attrs.field(default=None, validator=_count(1 << 40, optional=True))  # None: derive
     gpu_memory_utilization: float = attrs.field(default=0.9, validator=v.and_(v.gt(0.0), v.le(1.0)))
-    max_num_batched_tokens: int = attrs.field(default=8192, validator=_nonneg)  # 0: prefill unchunked
+    max_num_batched_tokens: int = attrs.field(default=8192, validator=_count(1 << 31, lo=0))  # 0: prefill unchunked
     kv_policy: str = attrs.field(default="on_demand", validator=v.in_(("reserve", "on_demand")))
     prefix_caching: bool = True
 
@@ -103,13 +116,13 @@ class RolloutConfig:
 class TrainingConfig:
     """The trainer: GPUs and their Megatron/FSDP-style layout. DP is derived."""
 
-    gpus: int = attrs.field(default=8, validator=_pos)
+    gpus: int = attrs.field(default=8, validator=_count(1_000_000))
     gpu: str = "H100"
-    tp: int = attrs.field(default=1, validator=_pos)
-    pp: int = attrs.field(default=1, validator=_pos)
-    cp: int = attrs.field(default=1, validator=_pos)
-    ep: int = attrs.field(default=1, validator=_pos)
-    micro_batch_size: int = attrs.field(default=1, validator=_pos)
+    tp: int = attrs.field(default=1, validator=_count(4096))
+    pp: int = attrs.field(default=1, validator=_count(4096))
+    cp: int = attrs.field(default=1, validator=_count(4096))
+    ep: int = attrs.field(default=1, validator=_count(4096))
+    micro_batch_size: int = attrs.field(default=1, validator=_count(1 << 20))
     activation_checkpointing: bool = True
     zero_stage: int = attrs.field(default=1, validator=v.in_((0, 1, 2, 3)))
 
@@ -147,7 +160,7 @@ class RouterConfig:
         default="least_requests",
         validator=v.in_(("round_robin", "least_requests", "throughput_balance", "kv_cache_aware")),
     )
-    active_cap: int = attrs.field(default=0, validator=_nonneg)
+    active_cap: int = attrs.field(default=0, validator=_count(1 << 31, lo=0))
     cache_threshold: float = attrs.field(default=0.3, validator=v.and_(v.ge(0.0), v.le(1.0)))
     balance_abs_threshold: int = attrs.field(default=64, validator=_nonneg)
     balance_rel_threshold: float = attrs.field(default=1.5, validator=v.ge(1.0))
@@ -174,7 +187,7 @@ class CostConfig:
 @attrs.frozen
 class RunConfig:
     seed: int = 0
-    training_steps: int = attrs.field(default=5, validator=_pos)
+    training_steps: int = attrs.field(default=5, validator=_count(10_000_000))
     time_horizon_s: HorizonS = attrs.field(default=math.inf, validator=_pos)
     output_dir: str = "outputs"
     name: str | None = None  # None: derived from the policy, model and a config hash

@@ -20,6 +20,8 @@ import numpy as np
 from workloads.strictio import did_you_mean
 from workloads.types import Workload
 
+MAX_TRAJECTORIES = 50_000_000
+PROBE_GROUPS = 16
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -129,6 +131,14 @@ def generate(name: str, groups: int, seed: int, group_size: int | None = None, *
     size = _count_arg(name, "group_size", spec.default_group_size if group_size is None else group_size,
                       spec.min_group_size)
     resolved = resolve_knobs(spec, knobs)
+    if groups * size > MAX_TRAJECTORIES:
+        raise ValueError(f"{name}: {groups} groups x {size} trajectories = {groups * size} trajectories exceeds "
+                         f"the {MAX_TRAJECTORIES} a trace can hold in memory; draw fewer groups")
+    if groups > PROBE_GROUPS:
+        # Cheap validation first: group g does not depend on `groups`, so a request that cannot be
+        # drawn (knobs that contradict each other, a max_model_len below every prompt) fails on
+        # these first groups in milliseconds instead of after drawing every sample.
+        spec.build(PROBE_GROUPS, seed, size, resolved)
     return spec.build(groups, seed, size, resolved)
 
 
