@@ -102,6 +102,9 @@ def read_utf8(path) -> str:
         raise YamlInputError(f"cannot read ({exc.strerror or exc})") from None
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
+    if b"\x00" in raw:
+        raise YamlInputError("contains a NUL byte; is this a binary file? expected UTF-8 text",
+                             raw[:raw.index(b"\x00")].count(b"\n") + 1)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -109,9 +112,6 @@ def read_utf8(path) -> str:
         col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         raise YamlInputError(f"not UTF-8 text (byte 0x{raw[exc.start:exc.start + 1].hex()} at column {col}); "
                              f"is this a binary file? save it as UTF-8 text", line) from None
-    if "\x00" in text:
-        line = text[:text.index("\x00")].count("\n") + 1
-        raise YamlInputError("contains a NUL byte; is this a binary file?", line)
     return text
 
 

@@ -36,8 +36,10 @@ class StrictInputError(ValueError):
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """``" (did you mean 'x'?)"`` for the closest known name, or ``""`` when none is close."""
-    close = difflib.get_close_matches(str(name), sorted(map(str, known)), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    known = sorted(map(str, known))
+    lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(str(name).lower(), list(lower), n=1, cutoff=0.5)
+    return f" (did you mean {lower[close[0]]!r}?)" if close else ""
 
 
 def unknown_field_message(name: str, known: Iterable[str]) -> str:
@@ -163,6 +165,9 @@ def decode_line(raw: bytes, line: int) -> str:
     """One line of bytes as text; `StrictInputError` naming the column of the first bad byte."""
     if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]  # a UTF-8 byte-order mark
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise StrictInputError(f"contains a NUL byte at column {nul + 1}; is this a binary file? expected UTF-8 text")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -237,6 +242,9 @@ def load_json_file(path, fail: Fail) -> Any:
         raise fail(0, None, f"cannot read ({exc.strerror or exc})") from None
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
+    if b"\x00" in raw:
+        raise fail(raw[:raw.index(b"\x00")].count(b"\n") + 1, None,
+                   "contains a NUL byte; is this a binary file? expected UTF-8 text")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

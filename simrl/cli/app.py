@@ -154,9 +154,8 @@ def _writable_dir(path: Path, option: str) -> None:
         raise OutputError(f"{option} {path}: {probe} is a file, not a directory; choose another path")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise OutputError(f"{option} {path}: {probe} is not writable; choose a directory you can write to")
-    try:  # the real test (permissions can lie: root, read-only mounts, /proc)
-        path.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".write-test-", dir=path)
+    try:  # the real test (permissions can lie: root, read-only mounts, /proc); nothing is left behind
+        fd, tmp = tempfile.mkstemp(prefix=".write-test-", dir=probe)
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
