@@ -61,7 +61,7 @@ def test_usage_errors_exit_2_and_name_the_option():
 
 
 def test_srl_json_quiet_and_rerun_replaces_the_run_directory(tmp_path):
-    args = ["-o", str(tmp_path), "run.name=r", "run.training_steps=1", "workload.groups=8"]
+    args = ["-o", str(tmp_path), "run.name=r", "run.training_steps=1", "workload.groups=8", "run.plots=false"]
     res = CliRunner().invoke(srl_cli, [*args, "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
@@ -70,7 +70,7 @@ def test_srl_json_quiet_and_rerun_replaces_the_run_directory(tmp_path):
     stale = run / "plots" / "stale-from-an-older-run.png"
     stale.parent.mkdir(parents=True, exist_ok=True)
     stale.write_bytes(b"old")
-    res = CliRunner().invoke(srl_cli, [*args, "run.plots=false", "run.telemetry=false", "-q"])
+    res = CliRunner().invoke(srl_cli, [*args, "run.telemetry=false", "-q"])
     assert res.exit_code == 0, res.output
     assert res.output.strip() == f"run directory: {run}"  # -q: only the result line
     assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "report.json", "report.md"]
