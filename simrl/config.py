@@ -80,7 +80,7 @@ class WorkloadConfig:
     generator: str = "rl_math"
     groups: int = attrs.field(default=160, validator=_count(50_000_000))
     group_size: int | None = attrs.field(default=None, validator=_count(1_000_000, optional=True))  # None: generator's own
-    seed: int | None = None  # None: the run seed
+    seed: int | None = attrs.field(default=None, validator=_count(INT_MAX, lo=0, optional=True))  # None: run seed
     trace: str | None = None  # path to a joint grouped workload trace (JSONL); overrides generator
     knobs: dict[str, Any] = attrs.field(factory=dict)
 
@@ -186,7 +186,7 @@ class CostConfig:
 
 @attrs.frozen
 class RunConfig:
-    seed: int = 0
+    seed: int = attrs.field(default=0, validator=_count(INT_MAX, lo=0))
     training_steps: int = attrs.field(default=5, validator=_count(10_000_000))
     time_horizon_s: HorizonS = attrs.field(default=math.inf, validator=_pos)
     output_dir: str = "outputs"
@@ -234,7 +234,8 @@ def _structure_int(value, _type):
 
 def _structure_float(value, _type, allow_inf: bool = False):
     if isinstance(value, bool) or not isinstance(value, int | float):
-        hint = "; write it without quotes" if isinstance(value, str) else ""
+        hint = "; write a number without quotes (1.5, 2e-3, .inf where no limit is allowed)" \
+            if isinstance(value, str) else ""
         raise _Invalid(f"expected a number, got {_show(value)}{hint}")
     value = float(value)
     if math.isnan(value) or (math.isinf(value) and not (allow_inf and value > 0)):

@@ -13,6 +13,7 @@ finite numbers and 64-bit integers.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -73,6 +74,19 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:map", _StrictLoader.construct_yaml_map)
+
+# YAML 1.1 (PyYAML) reads ``1e4`` as a string; YAML 1.2 and JSON read it as a number, as users
+# expect. Floats are resolved with the YAML 1.2 core-schema pattern instead.
+_StrictLoader.yaml_implicit_resolvers = {k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
+                                         for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:\.[0-9]+|[0-9][0-9_]*\.[0-9_]*|[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                  |[-+]?(?:[0-9][0-9_]*)?\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                  |[-+]?[0-9][0-9_]*\.[0-9_]*
+                  |[-+]?\.(?:inf|Inf|INF)
+                  |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
 
 
 def load_yaml_text(text: str) -> Any:
