@@ -52,6 +52,33 @@ def _heads(arch: ModelArch, tp: int, key: str, engine: str, replicate_kv: bool) 
     return errs
 
 
+def _weights_fit(arch: ModelArch, cfg: SimConfig) -> list[str]:
+    """A lower bound only: the bf16 weights spread over every GPU of one replica must fit.
+
+    The exact accounting (KV, activations, optimizer state, reserves) is the cost models'; this
+    catches the impossible before anything is built, whatever cost family is configured.
+    """
+    r, t = cfg.deployment.rollout, cfg.deployment.training
+    errs = []
+    weights = arch.weight_bytes(2)
+    try:
+        rg, tg = gpu_spec(r.gpu), gpu_spec(t.gpu)
+    except CostModelError:
+        return []
+    per_gpu = weights / r.gpus_per_instance
+    budget = rg.hbm_bytes * r.gpu_memory_utilization
+    if per_gpu > budget:
+        errs.append(f"deployment.rollout.tp: {arch.name} has {weights / 2**30:.1f} GiB of bf16 weights; even spread "
+                    f"over tp*pp*dp={r.gpus_per_instance} GPU(s) that is {per_gpu / 2**30:.1f} GiB each, more than "
+                    f"{budget / 2**30:.1f} GiB ({r.gpu} x gpu_memory_utilization={r.gpu_memory_utilization}); "
+                    f"raise tp or pp")
+    if weights / t.gpus > tg.hbm_bytes:
+        errs.append(f"deployment.training.gpus: {arch.name} has {weights / 2**30:.1f} GiB of bf16 weights, more than "
+                    f"{t.gpus} x {t.gpu} ({tg.hbm_bytes * t.gpus / 2**30:.1f} GiB) hold even fully sharded; "
+                    f"raise deployment.training.gpus")
+    return errs
+
+
 def deployment_errors(cfg: SimConfig) -> list[str]:
     """Every cross-field problem of ``cfg.deployment``, as ``key.path: message`` lines."""
     dep = cfg.deployment
@@ -85,6 +112,7 @@ def deployment_errors(cfg: SimConfig) -> list[str]:
     if r.ep > 1 and (r.tp * r.dp) % r.ep:
         errs.append(f"deployment.rollout.ep: ep={r.ep} must divide tp*dp={r.tp * r.dp} (experts are spread "
                     f"over the TP x DP ranks)")
+    errs += _weights_fit(arch, cfg)
     if dep.placement == "colocated":
         if r.gpus > t.gpus:
             errs.append(f"deployment.rollout.instances: colocated rollout uses {r.instances} x {r.gpus_per_instance} "
