@@ -295,7 +295,8 @@ def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
     conv.register_structure_hook(int, _structure_int)
     conv.register_structure_hook(float, _structure_float)
-    conv.register_structure_hook(HorizonS, lambda v, t: _structure_float(v, t, allow_inf=True))
+    # null (JSON has no infinity) and .inf both mean "no limit".
+    conv.register_structure_hook(HorizonS, lambda v, t: math.inf if v is None else _structure_float(v, t, True))
     conv.register_structure_hook(bool, _structure_bool)
     conv.register_structure_hook(str, _structure_str)
     conv.register_structure_hook_func(lambda t: t == dict[str, Any], _structure_knobs)

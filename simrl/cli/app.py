@@ -205,6 +205,24 @@ def common_options(f):
     return f
 
 
+def to_json(data, indent: int | None = 1) -> str:
+    """Machine output: sorted keys, and standard JSON (NaN and infinities, which JSON cannot
+    hold, become null; a null ``time_horizon_s`` reads back as "no limit")."""
+    import json
+    import math
+
+    def clean(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [clean(v) for v in x]
+        return x
+
+    return json.dumps(clean(data), indent=indent, sort_keys=True, default=str, allow_nan=False)
+
+
 def json_option(f):
     return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (machine output).")(f)
 

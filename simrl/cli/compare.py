@@ -7,12 +7,19 @@ and renders (a table, or JSON with --json; overlay plots with --plots).
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
-from simrl.cli.app import AppCommand, check_output_dir, common_options, info, json_option, user_errors
+from simrl.cli.app import (
+    AppCommand,
+    check_output_dir,
+    common_options,
+    info,
+    json_option,
+    to_json,
+    user_errors,
+)
 
 EXAMPLES = """\b
 Examples:
@@ -40,7 +47,7 @@ def cli(sim_run, real_run, as_json, plots_dir, allow_partial):
             check_output_dir(plots_dir, "-o/--output")
         result = compare(load_run(sim_run), load_run(real_run), allow_partial=allow_partial)
     if as_json:
-        click.echo(json.dumps(result, sort_keys=True, indent=1))
+        click.echo(to_json(result))
     else:
         click.echo(render_text(result))
     if plots_dir:

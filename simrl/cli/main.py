@@ -20,6 +20,7 @@ from simrl.cli.app import (
     debug,
     info,
     json_option,
+    to_json,
     user_error_types,
     user_errors,
     warn,
@@ -107,11 +108,8 @@ def run_cmd(config_path, output_dir, as_json, overrides):
     wall = time.perf_counter() - t0
     debug("phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
     if as_json:
-        import json
-
-        click.echo(json.dumps({"run_dir": str(out), "totals": report.totals, "diagnosis": report.diagnosis,
-                               "wall_s": round(wall, 3), "phases_s": {k: round(v, 3) for k, v in phases.items()}},
-                              sort_keys=True, indent=1, default=str))
+        click.echo(to_json({"run_dir": str(out), "totals": report.totals, "diagnosis": report.diagnosis,
+                            "wall_s": round(wall, 3), "phases_s": {k: round(v, 3) for k, v in phases.items()}}))
     else:
         info(render_summary(report, wall))
         click.echo(f"run directory: {out}")
@@ -157,7 +155,6 @@ def render_summary(report, wall_s: float) -> str:
 @json_option
 def presets_cmd(action, name, as_json):
     """List the policies (built-ins and system presets); `srl presets show NAME` for one."""
-    import json
 
     import attrs
 
@@ -166,7 +163,7 @@ def presets_cmd(action, name, as_json):
     if action is None:
         rows = {kind: (_policy_doc(policy_class(kind)).splitlines() or [""])[0] for kind in policy_kinds()}
         if as_json:
-            click.echo(json.dumps(rows, indent=1, sort_keys=True))
+            click.echo(to_json(rows))
             return
         for kind, doc in rows.items():
             click.echo(f"{kind:<16} {doc}")
@@ -178,9 +175,8 @@ def presets_cmd(action, name, as_json):
     except KeyError:
         abort(f"unknown policy {name!r}{did_you_mean(name, policy_kinds())}; known: {', '.join(policy_kinds())}")
     if as_json:
-        click.echo(json.dumps({"kind": name, "doc": _policy_doc(cls), "upstream": getattr(cls, "upstream", ""),
-                               "knobs": unstructure(load_config(overrides=[f"policy={name}"]))["policy"]},
-                              indent=1, sort_keys=True, default=str))
+        click.echo(to_json({"kind": name, "doc": _policy_doc(cls), "upstream": getattr(cls, "upstream", ""),
+                            "knobs": unstructure(load_config(overrides=[f"policy={name}"]))["policy"]}))
         return
     click.echo(f"{name}: {_policy_doc(cls)}")
     if getattr(cls, "upstream", ""):
@@ -208,15 +204,13 @@ def unstructure_value(v):
 @click.argument("overrides", nargs=-1)
 def config_cmd(config_path, as_json, overrides):
     """Print the resolved configuration (YAML, or JSON with --json); checks it without running."""
-    import json
-
     import yaml
 
     with user_errors():
         cfg = load_config(config_path, overrides)
     data = unstructure(cfg)
     if as_json:
-        click.echo(json.dumps(data, sort_keys=True, indent=1, default=str))
+        click.echo(to_json(data))
     else:
         click.echo(yaml.safe_dump(data, sort_keys=True), nl=False)
 

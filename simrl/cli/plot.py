@@ -11,7 +11,15 @@ import time
 
 import click
 
-from simrl.cli.app import AppCommand, check_output_file, common_options, info, json_option, user_errors
+from simrl.cli.app import (
+    AppCommand,
+    check_output_file,
+    common_options,
+    info,
+    json_option,
+    to_json,
+    user_errors,
+)
 
 EXAMPLES = """\b
 Examples:
@@ -41,10 +49,8 @@ def cli(run_dir, export, as_json):
             write_realrun(export, from_sim_run(run_dir))
     wall = time.perf_counter() - t0
     if as_json:
-        import json
 
-        click.echo(json.dumps({"files": [str(p) for p in paths], "realrun": export, "wall_s": round(wall, 3)},
-                              indent=1))
+        click.echo(to_json({"files": [str(p) for p in paths], "realrun": export, "wall_s": round(wall, 3)}))
         return
     for p in paths:
         info(str(p))

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import click
 
-from simrl.cli.app import AppCommand, abort, check_output_dir, common_options, info, json_option, user_errors
+from simrl.cli.app import (
+    AppCommand,
+    abort,
+    check_output_dir,
+    common_options,
+    info,
+    json_option,
+    to_json,
+    user_errors,
+)
 
 EXAMPLES = """\b
 Examples:
@@ -50,11 +59,9 @@ def cli(log, out_dir, model, as_json):
             paths, skipped = write_realrun_plots(run, tmp / "plots", title=path.name)
     paths = [out / p.relative_to(tmp) for p in paths]
     if as_json:
-        import json
 
-        click.echo(json.dumps({"steps": len(run.steps), "notes": run.notes, "realrun": str(out / "realrun.jsonl"),
-                               "plots": [str(p) for p in paths if p.suffix == ".png"], "skipped": skipped},
-                              indent=1, sort_keys=True))
+        click.echo(to_json({"steps": len(run.steps), "notes": run.notes, "realrun": str(out / "realrun.jsonl"),
+                               "plots": [str(p) for p in paths if p.suffix == ".png"], "skipped": skipped}))
         return
     info(f"converted {len(run.steps)} steps ({run.notes or 'no notes'})")
     click.echo(f"real-run file: {out / 'realrun.jsonl'}")

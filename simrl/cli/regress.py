@@ -5,8 +5,6 @@ Commands parse, call `simrl.cost.fit`, render. User errors leave through `abort(
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from simrl.cli.app import (
@@ -17,6 +15,7 @@ from simrl.cli.app import (
     debug,
     info,
     json_option,
+    to_json,
     user_errors,
 )
 from simrl.cost.artifact import read_artifact, write_artifact
@@ -81,9 +80,8 @@ def fit_cmd(family, obs_files, output, kfold, seed, model, gpu, tp, pp, no_table
                            with_tables=not no_tables, **opts)
         write_artifact(output, art)
     if as_json:
-        click.echo(json.dumps({"output": str(output), "target": art["target"], "family": art["family"],
-                               "observations": len(obs), "fit_quality": art["fit_quality"]},
-                              indent=1, sort_keys=True))
+        click.echo(to_json({"output": str(output), "target": art["target"], "family": art["family"],
+                               "observations": len(obs), "fit_quality": art["fit_quality"]}))
         return
     info(f"wrote {output}: {art['target']} family {art['family']} from {len(obs)} observations")
     info(_errors_table(art["fit_quality"]["training"]))
@@ -103,7 +101,7 @@ def eval_cmd(artifact, obs_files, physics_only, as_json):
     with user_errors(ValueError):
         art = read_artifact(artifact)
         result = evaluate(art, read_many(obs_files), physics_only=physics_only, **art.get("fitted_for", {}))
-    click.echo(json.dumps(result, indent=1, sort_keys=True) if as_json else _errors_table(result))
+    click.echo(to_json(result) if as_json else _errors_table(result))
 
 
 @cli.command("show")
@@ -115,7 +113,7 @@ def show_cmd(artifact, as_json):
     with user_errors(ValueError):
         art = read_artifact(artifact)
     if as_json:
-        click.echo(json.dumps(art, indent=1, sort_keys=True, default=str))
+        click.echo(to_json(art))
         return
     click.echo(f"{artifact}: {art['target']} / {art['family']} ({art['schema']})")
     prov = art["provenance"]

@@ -21,6 +21,7 @@ from simrl.cli.app import (
     common_options,
     info,
     json_option,
+    to_json,
     user_errors,
 )
 from workloads.registry import generate, generator_names, generator_spec
@@ -51,7 +52,7 @@ def _summary(workload, output=None) -> dict:
 
 def _report(workload, as_json: bool, output=None, first: str = "") -> None:
     if as_json:
-        click.echo(json.dumps(_summary(workload, output), indent=1, sort_keys=True, default=str))
+        click.echo(to_json(_summary(workload, output)))
     else:
         if first:
             click.echo(first)
@@ -75,9 +76,8 @@ def main():
 def list_cmd(as_json):
     """List the generators, their default group sizes and knobs."""
     if as_json:
-        click.echo(json.dumps({n: {"group_size": generator_spec(n).default_group_size, "doc": generator_spec(n).doc,
-                                   "knobs": generator_spec(n).knobs} for n in generator_names()},
-                              indent=1, sort_keys=True))
+        click.echo(to_json({n: {"group_size": generator_spec(n).default_group_size, "doc": generator_spec(n).doc,
+                                   "knobs": generator_spec(n).knobs} for n in generator_names()}))
         return
     for name in generator_names():
         spec = generator_spec(name)
@@ -129,7 +129,7 @@ def stats(trace, plot, as_json):
             check_output_file(plot, "--plot")
         workload = read_trace(trace)
     result = workload_stats(workload)
-    click.echo(json.dumps(result, indent=2) if as_json else format_stats(result))
+    click.echo(to_json(result) if as_json else format_stats(result))
     if plot:
         from workloads.stats import stats_chart, write_png  # altair and vl-convert load only here
 
