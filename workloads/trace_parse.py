@@ -96,7 +96,10 @@ def gather_group(path, line: int, rec, flat: Gathered, header: dict) -> None:
     if size is not None and len(trajs) != size:
         raise TraceError(path, line, "trajectories",
                          f"header declares group_size={size}, this group has {len(trajs)} trajectories")
-    keys = set().union(*(t.keys() for t in trajs if type(t) is dict))
+    try:
+        keys = set().union(*map(dict.keys, trajs))
+    except TypeError:  # a trajectory that is not an object: diagnosed below
+        keys = set().union(*(t.keys() for t in trajs if type(t) is dict))
     if not keys <= _TRAJECTORY_SET:
         for k, t in enumerate(trajs):
             if type(t) is dict:
