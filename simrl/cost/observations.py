@@ -47,19 +47,21 @@ KIND_QUANTITIES = {
     "weight_sync": ("time",),
 }
 
-_NUM = (int, float)
+_NUM = (int, float)  # a finite quantity >= 0 (bytes may be written as 1.6e10)
+_COUNT = "count"  # an integer >= 0 (tokens, batch sizes): a float is never truncated
+_DEGREE = "degree"  # an integer >= 1 (parallel degrees, worker counts, model dimensions)
 _SHAPE = {
-    "n_embd": _NUM, "n_head": _NUM, "n_kv_head": _NUM, "n_expanded_embd": _NUM,
-    "vocab_size": _NUM, "use_gated_mlp": (bool,),
+    "n_embd": _DEGREE, "n_head": _DEGREE, "n_kv_head": _DEGREE, "n_expanded_embd": _DEGREE,
+    "vocab_size": _DEGREE, "use_gated_mlp": (bool,),
 }
 # Required inputs (name -> accepted JSON types) per kind; other keys are allowed and kept.
-REQUIRED_INPUTS: dict[str, dict[str, tuple[type, ...]]] = {
-    "operator": {"num_tokens": _NUM, "tp": _NUM, **_SHAPE},
-    "iteration": {"batch_size": _NUM, "kv_tokens": _NUM, "prefill_tokens": _NUM},
-    "training_step": {"seq_lens": (list,), "tp": _NUM, "pp": _NUM, "dp": _NUM},
-    "collective": {"size_bytes": _NUM, "num_workers": _NUM},
-    "kv_probe": {"tp": _NUM, "pp": _NUM},
-    "weight_sync": {"bytes": _NUM, "n_instances": _NUM},
+REQUIRED_INPUTS: dict[str, dict[str, Any]] = {
+    "operator": {"num_tokens": _COUNT, "tp": _DEGREE, **_SHAPE},
+    "iteration": {"batch_size": _COUNT, "kv_tokens": _COUNT, "prefill_tokens": _COUNT},
+    "training_step": {"seq_lens": (list,), "tp": _DEGREE, "pp": _DEGREE, "dp": _DEGREE},
+    "collective": {"size_bytes": _NUM, "num_workers": _DEGREE},
+    "kv_probe": {"tp": _DEGREE, "pp": _DEGREE},
+    "weight_sync": {"bytes": _NUM, "n_instances": _DEGREE},
 }
 REQUIRED_PROVENANCE = ("hardware", "source", "date")
 NAMED_KINDS = ("operator", "collective")  # kinds whose records must carry a name
@@ -167,15 +169,18 @@ def parse_record(rec: Any, where: str = "<record>") -> Observation:
             raise fail(f"inputs.{key}", f"missing (required for kind {kind!r})")
         val = inputs[key]
         if types is _NUM:
-            ok = _is_num(val) and val >= 0
+            ok, expected = _is_num(val) and val >= 0, "a finite number >= 0"
+        elif types in (_COUNT, _DEGREE):
+            low = 0 if types is _COUNT else 1
+            ok, expected = type(val) is int and val >= low, f"an integer >= {low}"
         else:
-            ok = isinstance(val, types)
+            ok, expected = isinstance(val, types), " or ".join(t.__name__ for t in types)
         if not ok:
-            raise fail(f"inputs.{key}", f"unexpected value {val!r}")
+            raise fail(f"inputs.{key}", f"expected {expected}, got {val!r}")
     if kind == "training_step" and (
-        not inputs["seq_lens"] or not all(_is_num(s) and s > 0 for s in inputs["seq_lens"])
+        not inputs["seq_lens"] or not all(type(s) is int and s > 0 for s in inputs["seq_lens"])
     ):
-        raise fail("inputs.seq_lens", "expected a non-empty list of positive lengths")
+        raise fail("inputs.seq_lens", "expected a non-empty list of integer lengths >= 1")
     prov = rec.get("provenance")
     if not isinstance(prov, dict):
         raise fail("provenance", "missing or not an object")

@@ -218,6 +218,7 @@ OBSERVATIONS = [
     ("kind_typo", jsonl([_obs(kind="iteratoin")]), ["{in}:1", "kind"]),
     ("unit_typo", jsonl([_obs(unit="sec")]), ["{in}:1", "unit"]),
     ("string_input", jsonl([_obs_inputs(batch_size="4")]), ["{in}:1", "inputs.batch_size"]),
+    ("float_count", jsonl([_obs_inputs(batch_size=4.0)]), ["{in}:1", "inputs.batch_size", "integer"]),
     ("bool_input", jsonl([_obs_inputs(kv_tokens=True)]), ["{in}:1", "inputs.kv_tokens"]),
     ("missing_inputs", jsonl([{k: v for k, v in _obs().items() if k != "inputs"}]), ["{in}:1", "inputs"]),
     ("negative_value", jsonl([_obs(value=-1)]), ["{in}:1", "value"]),
