@@ -23,7 +23,7 @@ from typing import Any
 
 from workloads import strictio
 from workloads.trace import TraceError
-from workloads.trace_parse import json_lines
+from workloads.trace_parse import MAX_LATENCY_S, MAX_TOKENS, json_lines
 from workloads.types import CallSpec, GroupSpec, TrajectorySpec, Workload, build_workload
 
 
@@ -37,7 +37,8 @@ def _dig(rec: dict, *paths: tuple[str, ...]) -> dict:
     return {}
 
 
-def _number(path, line, field, value, integer: bool, minimum: float, required: bool = True):
+def _number(path, line, field, value, integer: bool, minimum: float, required: bool = True,
+            maximum: float = MAX_TOKENS):
     if value is None:
         if required:
             raise TraceError(path, line, field, "missing")
@@ -55,8 +56,8 @@ def _number(path, line, field, value, integer: bool, minimum: float, required: b
         raise TraceError(path, line, field, f"expected a value >= {minimum}, got {value!r}")
     if integer and not isinstance(value, int):
         raise TraceError(path, line, field, f"expected an integer, got {value!r} (a float is never truncated)")
-    if integer and value > strictio.INT_MAX:
-        raise TraceError(path, line, field, f"expected an integer in the 64-bit range, got {value!r}")
+    if value > maximum:
+        raise TraceError(path, line, field, f"expected a value <= {maximum:g}, got {value!r}")
     return int(value) if integer else float(value)
 
 
@@ -99,13 +100,14 @@ def normalise_record(path, line: int, rec) -> dict:
         "line": line,
         "group": _ident(path, line, "group", src.get("group")),
         "trajectory": _ident(path, line, "trajectory", traj),
-        "turn": _number(path, line, "turn", src.get("turn"), True, 0),
+        "turn": _number(path, line, "turn", src.get("turn"), True, 0, maximum=strictio.INT_MAX),
         "prompt_tokens": _number(path, line, "prompt_tokens", src.get("prompt_tokens"), True, 1),
         "completion_tokens": _number(path, line, "completion_tokens", src.get("completion_tokens"), True, 1),
         "new_tokens": _number(path, line, "new_tokens", src.get("new_tokens"), True, 0, required=False),
         "tool_latency_s": _number(path, line, "tool_latency_s", src.get("tool_latency_s"), False, 0,
-                                  required=False) or 0.0,
-        "reward": _number(path, line, "reward", src.get("reward"), False, -math.inf, required=False),
+                                  required=False, maximum=MAX_LATENCY_S) or 0.0,
+        "reward": _number(path, line, "reward", src.get("reward"), False, -math.inf, required=False,
+                          maximum=math.inf),
         "shared_prompt_tokens": _number(path, line, "shared_prompt_tokens", src.get("shared_prompt_tokens"),
                                         True, 0, required=False),
         "cache_salted": salted,

@@ -16,6 +16,10 @@ from workloads import strictio
 
 TRACE_SCHEMA = "simrl.trace.v1"
 CALL_LISTS = ("prompt_tokens", "new_tokens", "completion_tokens", "tool_latency_s", "cache_salted")
+# Bounds far beyond any real call, so that sums of tokens can never overflow int64 and a typo
+# (an extra digit group) is an error rather than a run that never ends.
+MAX_TOKENS = 2**40
+MAX_LATENCY_S = 1e9
 
 
 class TraceError(ValueError):
@@ -241,7 +245,10 @@ def check_values(path, flat: Gathered, max_model_len: int | None) -> dict:
     bad(prompt < 1, "prompt_tokens", "an integer >= 1", prompt)
     bad(comp < 1, "completion_tokens", "an integer >= 1", comp)
     bad(has_new & (new < 0), "new_tokens", "an integer >= 0", new)
+    for key, col in (("prompt_tokens", prompt), ("completion_tokens", comp), ("new_tokens", new)):
+        bad(col > MAX_TOKENS, key, f"at most 2**40 = {MAX_TOKENS} tokens", col)
     bad(~np.isfinite(lat) | (lat < 0), "tool_latency_s", "finite seconds >= 0", lat)
+    bad(lat > MAX_LATENCY_S, "tool_latency_s", f"at most {MAX_LATENCY_S:g} seconds", lat)
     bad(~np.isfinite(reward), "reward", "a finite number", reward, per_call=False)
     first = np.zeros(len(prompt), bool)
     first[np.asarray(flat.traj_start[:-1], np.int64)] = True
@@ -261,7 +268,7 @@ def check_values(path, flat: Gathered, max_model_len: int | None) -> dict:
 
 def check_shared(path, flat: Gathered, prompt: np.ndarray) -> np.ndarray:
     for g, v in enumerate(flat.shared):
-        if type(v) is not int or v < 0:
+        if type(v) is not int or not 0 <= v <= MAX_TOKENS:
             raise TraceError(path, flat.group_line[g], "shared_prompt_tokens", f"expected an integer >= 0, got {v!r}")
     shared = np.asarray(flat.shared, np.int64)
     gs = np.asarray(flat.group_start, np.int64)
