@@ -61,7 +61,8 @@ def generator_spec(name: str) -> GeneratorSpec:
     """The registered spec for ``name``; ValueError listing the valid names otherwise."""
     specs = _specs()
     if name not in specs:
-        raise ValueError(f"unknown workload generator {name!r}; valid: {', '.join(sorted(specs))}")
+        raise ValueError(f"unknown workload generator {name!r}{did_you_mean(str(name), specs)}; "
+                         f"valid: {', '.join(sorted(specs))}")
     return specs[name]
 
 

@@ -110,9 +110,15 @@ def from_psrl_log(path: str | Path, model: str = "") -> RealRun:
     """Read a PSRL (veRL-style) metric log; raise `RealRunError` naming file, line and key."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        raw = path.read_bytes()
     except OSError as exc:
         raise RealRunError(f"{path}: cannot read ({exc.strerror})") from None
+    if b"\x00" in raw:
+        line = raw[: raw.index(b"\x00")].count(b"\n") + 1
+        raise RealRunError(f"{path}:{line}: contains a NUL byte; is this a binary file? expected a text metric log")
+    # Console logs may hold stray bytes (progress bars, terminal escapes): undecodable bytes become
+    # U+FFFD and such lines are skipped as non-metric text; metric values are still checked strictly.
+    text = raw.decode("utf-8", errors="replace")
     merged: dict[int, dict] = {}
     first_line: dict[int, int] = {}
     skipped = 0

@@ -314,7 +314,7 @@ PSRL = [
     ("dup_key", PSRL_OK.replace("{", '{"timing_s/step": 1, ', 1), ["{in}:1", "duplicate key"]),
     ("missing_train", PSRL_OK.replace('"timing_s/update_actor": 5.0, ', ""), ["{in}:1", "timing_s/update_actor"]),
     ("no_metrics", "just a log line\nanother one\n", ["{in}", "no metric lines"]),
-    ("binary", BINARY, ["{in}"]),
+    ("binary", BINARY, ["{in}:1", "binary file"]),
 ]
 
 
