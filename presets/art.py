@@ -22,8 +22,8 @@ Filtering at collection. A group is stale if its oldest initial version is below
 with ``limit_mean_steps_off_policy``, if its token-weighted mean age exceeds that limit.
 Zero-variance groups (all rewards within 1e-12, or one trajectory) are discarded; when
 ``discard_queue_multiplier x min_batch_size`` of them pile up between two steps, ART stops
-training with "MODEL COLLAPSE DETECTED"; here the run stops with a `SimulationError` carrying
-ART's message.
+training with "MODEL COLLAPSE DETECTED"; here the run stops with a `PolicyError` (which the
+engine reports as a `SimulationError`) carrying ART's message.
 
 Batch. Block until ``min_batch_size`` groups are ready, then take every ready group up to
 ``max_batch_size`` (None: 10 x min) without waiting: the batch size varies between the two.
@@ -45,6 +45,7 @@ import attrs
 from attrs import validators as v
 
 from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.errors import PolicyError
 from simrl.policy.registry import register
 
 _MODES = ("step_lora", "in_flight_lora")
@@ -134,9 +135,7 @@ class ARTPolicy(Policy):
             s["zero_variance"] += 1
             limit = self.discard_queue_multiplier * self.min_batch_size
             if s["zero_variance"] >= limit:
-                from simrl.engine.core import SimulationError
-
-                raise SimulationError(collapse_message(limit, self.discard_queue_multiplier))
+                raise PolicyError(collapse_message(limit, self.discard_queue_multiplier))
             return Verdict.DROP
         return Verdict.ACCEPT
 

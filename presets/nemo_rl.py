@@ -34,6 +34,7 @@ import attrs
 from attrs import validators as v
 
 from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.errors import PolicyError
 from simrl.policy.registry import register
 
 
@@ -74,9 +75,7 @@ class NemoRLPolicy(Policy):
 
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         if self.num_generations_per_prompt is not None and len(group.trajs) != self.num_generations_per_prompt:
-            from simrl.engine.core import SimulationError
-
-            raise SimulationError(
+            raise PolicyError(
                 f"nemo_rl: num_generations_per_prompt={self.num_generations_per_prompt} but the workload's "
                 f"groups hold {len(group.trajs)} samples; set workload.group_size or leave the knob null"
             )

@@ -36,6 +36,7 @@ import attrs
 from attrs import validators as v
 
 from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.errors import PolicyError
 from simrl.policy.registry import register
 
 
@@ -108,9 +109,7 @@ class OpenRLHFPolicy(Policy):
         s = self._state(st)
         s["chunk_left"] -= 1
         if self.n_samples_per_prompt is not None and len(group.trajs) != self.n_samples_per_prompt:
-            from simrl.engine.core import SimulationError
-
-            raise SimulationError(
+            raise PolicyError(
                 f"openrlhf: n_samples_per_prompt={self.n_samples_per_prompt} but the workload's groups "
                 f"hold {len(group.trajs)} samples; set workload.group_size or leave the knob null"
             )
@@ -124,9 +123,7 @@ class OpenRLHFPolicy(Policy):
                 s["dropped_in_a_row"] = s.get("dropped_in_a_row", 0) + 1
                 if s["dropped_in_a_row"] >= 10 * self.rollout_batch_size:
                     # Upstream would sample forever; stop with the cause instead of hanging.
-                    from simrl.engine.core import SimulationError
-
-                    raise SimulationError(
+                    raise PolicyError(
                         f"openrlhf: dynamic filtering dropped {s['dropped_in_a_row']} groups in a row; no group's "
                         f"mean reward lies inside ({self.dynamic_filtering_range_low}, "
                         f"{self.dynamic_filtering_range_high}) (group size 1, or all rewards equal?)"

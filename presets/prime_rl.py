@@ -43,6 +43,7 @@ import attrs
 from attrs import validators as v
 
 from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.errors import PolicyError
 from simrl.policy.registry import register
 
 TARGET_LAG = 1
@@ -164,9 +165,7 @@ class PrimeRLPolicy(Policy):
             c["zero_in_a_row"] = c.get("zero_in_a_row", 0) + 1
             if c["zero_in_a_row"] >= 10 * self._batch_groups(st):
                 # Every batch would be empty forever; stop with the cause instead of hanging.
-                from simrl.engine.core import SimulationError
-
-                raise SimulationError(
+                raise PolicyError(
                     f"prime_rl: {c['zero_in_a_row']} groups in a row had zero advantage and "
                     "filter_zero_advantages removes them all (group size 1, or all rewards equal?)"
                 )

@@ -44,6 +44,7 @@ import attrs
 from attrs import validators as v
 
 from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.errors import PolicyError
 from simrl.policy.registry import register
 
 
@@ -110,9 +111,7 @@ class TRLPolicy(Policy):
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         n = len(group.trajs)
         if self.num_generations is not None and n != self.num_generations:
-            from simrl.engine.core import SimulationError
-
-            raise SimulationError(
+            raise PolicyError(
                 f"trl: num_generations={self.num_generations} but the workload's groups hold {n} samples; "
                 "set workload.group_size or leave the knob null"
             )

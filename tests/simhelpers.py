@@ -12,6 +12,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
+import simrl.cli  # noqa: F401  (the CLI layer loads presets when no entry points are installed)
 from simrl.config import load_config
 from simrl.cost.linear import ConstantSync, ConstantTraining, LinearRollout
 from simrl.engine.sim import build_simulation, summarise

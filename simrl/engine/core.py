@@ -22,6 +22,7 @@ from simrl.engine.records import Request
 from simrl.engine.router import Router
 from simrl.engine.trainer import pull_weights, trainer_loop
 from simrl.policy.base import GroupRecord, InstanceLoad, PipelineState, TrajRecord, Verdict
+from simrl.policy.errors import PolicyError
 from simrl.report import CallRecord, StepRecord
 from workloads.types import Workload
 
@@ -315,7 +316,10 @@ class Simulation:
         self.start()
         if self.done.triggered or self.env.peek() == math.inf:
             return False
-        self.env.step()
+        try:
+            self.env.step()
+        except PolicyError as exc:
+            raise SimulationError(str(exc)) from exc
         return True
 
     def run(self) -> None:
@@ -324,6 +328,8 @@ class Simulation:
         stop = self.done if math.isinf(horizon) else self.env.any_of([self.done, self.env.timeout(horizon)])
         try:
             self.env.run(until=stop)
+        except PolicyError as exc:
+            raise SimulationError(str(exc)) from exc
         except RuntimeError as exc:
             if "No scheduled events left" not in str(exc):
                 raise

@@ -10,12 +10,10 @@ from attrs import validators as v
 
 from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
 from simrl.policy.params import ENFORCEMENT_CODES
-from simrl.policy.registry import register
 
 _INFLIGHT = tuple(r.value for r in InflightRule)
 
 
-@register
 @attrs.frozen
 class SyncPolicy(Policy):
     """Synchronous on-policy RL: generate B groups on version v, train, publish v+1, repeat.
@@ -53,7 +51,6 @@ class SyncPolicy(Policy):
         )
 
 
-@register
 @attrs.frozen
 class BoundedAsyncPolicy(Policy):
     """Asynchronous RL with bounded staleness: admission control plus a consumption guard.
