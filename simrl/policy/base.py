@@ -22,15 +22,7 @@ from typing import ClassVar
 
 import attrs
 
-
-class InflightRule(enum.StrEnum):
-    """What a weight publication does to requests that are generating."""
-
-    CONTINUE = "continue"  # keep running on the weights they started with; no pause (versioned LoRA)
-    KEEP_PAUSE = "keep_pause"  # pause for the sync keeping KV; continue on the new weights
-    ABORT_RESUME = "abort_resume"  # abort, keep generated tokens, re-prefill them on the new weights
-    ABORT_RESTART = "abort_restart"  # abort, discard generated tokens, restart the call from scratch
-    DRAIN = "drain"  # stop starting requests, let in-flight ones finish, then sync
+from simrl.policy.rules import Enforcement, InflightRule, Placement, Staleness, Sync, SyncScope
 
 
 class Verdict(enum.StrEnum):
@@ -201,6 +193,16 @@ class Policy:
         """Whether generation stops while weights are transferred (False: versioned LoRA)."""
         return self.inflight is not InflightRule.CONTINUE
 
+    @property
+    def sync_spec(self) -> Sync:
+        """The declared weight sync the engine enforces (`simrl.engine.weights`)."""
+        rule = self.inflight
+        if rule is InflightRule.KEEP_PAUSE and not self.pause_rollout_for_sync:
+            rule = InflightRule.SWAP_IN_PLACE
+        return Sync(rule=rule, scope=SyncScope(self.sync_scope),
+                    placement=None if self.placement is None else Placement(self.placement),
+                    clear_prefix_cache=self.clear_prefix_cache_on_sync)
+
     # -- admission -----------------------------------------------------------------------
     def admit(self, st: PipelineState) -> bool:
         raise NotImplementedError(f"{type(self).__name__} must implement admit()")
@@ -237,6 +239,14 @@ class Policy:
     def bound_enforced(self) -> bool:
         """False where upstream only counts violations of its bound (they are reported)."""
         return True
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        """The declared staleness promise; the engine enforces it in `simrl.engine.staleness`."""
+        bound = self.staleness_bound()
+        if bound is None:
+            return Staleness()
+        return Staleness(bound, Enforcement.ADMISSION if self.bound_enforced else Enforcement.COUNTED)
 
     def describe(self) -> str:
         return self.kind

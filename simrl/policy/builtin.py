@@ -8,8 +8,9 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy
 from simrl.policy.params import ENFORCEMENT_CODES
+from simrl.policy.rules import Enforcement, Staleness
 
 _INFLIGHT = tuple(r.value for r in InflightRule)
 
@@ -79,21 +80,19 @@ class BoundedAsyncPolicy(Policy):
         budget = (self.max_staleness + st.version + 1) * self.batch_groups
         return st.n_running < cap and st.groups_accepted + st.n_running < budget
 
-    def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
-        return Verdict.DROP if group.staleness(st.version) > self.max_staleness else Verdict.ACCEPT
-
-    def on_publish(self, st: PipelineState) -> PublishActions:
-        old = tuple(g.gid for g in st.buffer if g.staleness(st.version) > self.max_staleness)
-        return PublishActions(drop_buffered=old)
-
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
         if len(st.buffer) < self.batch_groups:
             return None
         return st.buffer[: self.batch_groups]
 
     def staleness_bound(self) -> int | None:
-        # Guaranteed by the drop at completion and the eviction at every publication.
         return self.max_staleness
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        # The engine drops a group staler than the bound when it finishes and evicts buffered
+        # groups that age past it at every publication (`simrl.engine.staleness`).
+        return Staleness(self.max_staleness, Enforcement.DROP_AT_COMPLETION, evict_on_publish=True)
 
     def lower(self):
         b, s = self.batch_groups, self.max_staleness
