@@ -24,7 +24,7 @@ is 32 groups (the default scenario's batch). ``max_concurrent_rollouts=None`` fa
 ``consumer_batch_size`` as upstream. The bound is enforced only at admission: an episode that is
 overtaken by later ones (a straggler that keeps being interrupted and resumed) can be trained
 with a head staleness above ``eta``. Upstream does not check, so neither does the simulation:
-for ``eta > 0`` violations are counted, not prevented (``bound_enforced`` is False); with
+for ``eta > 0`` violations are counted, not prevented (enforcement ``counted``); with
 ``eta = 0`` admission makes the run synchronous and the bound holds exactly. ``prepare_batch``'s
 extra cap on pending inputs ((eta+1)*B) is implied by the admission budget and not modelled
 separately. The docs' example filter (0 < mean reward < 1) equals ``nonzero_std`` for 0/1
@@ -36,9 +36,10 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, Verdict
-from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.base import GroupRecord, PipelineState, Policy, Verdict
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
 
 _REJECTED = "areal_rejected_since_batch"
 
@@ -58,12 +59,19 @@ class ArealPolicy(Policy):
     should_accept_fn: str = attrs.field(default="none", validator=v.in_(("none", "nonzero_std")))
 
     @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.ABORT_RESUME
-
-    @property
     def concurrency(self) -> int:
         return self.max_concurrent_rollouts or self.consumer_batch_size
+
+    @property
+    def sync_spec(self) -> Sync:
+        return Sync(InflightRule.ABORT_RESUME)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        # Admission alone guarantees the bound only when the run is synchronous (eta = 0); past
+        # that a straggler overtaken by later groups may exceed it, and it is counted.
+        eta = self.max_head_offpolicyness
+        return Staleness(eta, Enforcement.ADMISSION if eta == 0 else Enforcement.COUNTED)
 
     def admit(self, st: PipelineState) -> bool:
         budget = (self.max_head_offpolicyness + st.version + 1) * self.consumer_batch_size
@@ -85,23 +93,13 @@ class ArealPolicy(Policy):
             return list(st.buffer)
         return None
 
-    def staleness_bound(self) -> int | None:
-        return self.max_head_offpolicyness
-
-    @property
-    def bound_enforced(self) -> bool:
-        # Admission alone guarantees the bound only when the run is synchronous (eta = 0).
-        return self.max_head_offpolicyness == 0
-
-    def lower(self) -> PolicyParams:
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
         b = self.consumer_batch_size
-        return PolicyParams(
+        return attrs.evolve(
+            super().lower(ctx),
             admit_concurrency_groups=float(self.concurrency),
             admit_budget_base_groups=float((self.max_head_offpolicyness + 1) * b),
             admit_budget_per_version_groups=float(b),
-            inflight_rule=INFLIGHT_CODES["abort_resume"],
-            staleness_bound=self.max_head_offpolicyness,
-            staleness_enforcement=ENFORCEMENT_CODES["admission"],
             drop_zero_variance=int(self.should_accept_fn == "nonzero_std"),
             batch_min_groups=b,
             batch_max_groups=b,

@@ -15,7 +15,7 @@ Runtime. ``rollout_weight_update_mode="step_lora"`` (default): each step's adapt
 LoRA name and leases keep the old one alive, so running rollouts finish on the version they
 started with and inference never pauses (``continue``). ``"in_flight_lora"``: one active slot
 is swapped in place; running requests continue on the new adapter without a pause
-(``keep_pause`` with ``pause_rollout_for_sync`` false). The cost is the LoRA publication.
+(``swap_in_place``). The cost is the LoRA publication.
 
 Filtering at collection. A group is stale if its oldest initial version is below
 ``current_step - max_steps_off_policy`` (so staleness <= ``max_steps_off_policy``, enforced), or,
@@ -44,9 +44,11 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
 from simrl.policy.errors import PolicyError
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Placement, Staleness, Sync
 
 _MODES = ("step_lora", "in_flight_lora")
 
@@ -90,21 +92,22 @@ class ARTPolicy(Policy):
         return self.queue_maxsize or max(1, self.max_steps_off_policy) * self.max_groups
 
     # -- runtime -----------------------------------------------------------------------------
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.CONTINUE if self.rollout_weight_update_mode == "step_lora" else InflightRule.KEEP_PAUSE
-
-    @property
-    def pause_rollout_for_sync(self) -> bool:
-        return False  # LoRA publication: inference is never paused for training
-
-    @property
-    def placement(self) -> str | None:
-        return "disaggregated"  # PipelineTrainer needs dedicated trainer and inference GPUs
-
     # -- admission: workers and the policy gate -----------------------------------------------
     def _state(self, st: PipelineState) -> dict:
         return st.extra.setdefault("art", {"zero_variance": 0, "in_step": False})
+
+    @property
+    def sync_spec(self) -> Sync:
+        # LoRA publication: inference is never paused for training. PipelineTrainer needs
+        # dedicated trainer and inference GPUs.
+        rule = InflightRule.CONTINUE if self.rollout_weight_update_mode == "step_lora" else InflightRule.SWAP_IN_PLACE
+        return Sync(rule, placement=Placement.DISAGGREGATED)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        # _is_group_stale at collection and again on buffered groups at each step; the
+        # token-weighted mean-age limit is the policy's own filter on top.
+        return Staleness(self.max_steps_off_policy, Enforcement.DROP_AT_COMPLETION, evict_on_publish=True)
 
     def admit(self, st: PipelineState) -> bool:
         s = self._state(st)
@@ -122,8 +125,8 @@ class ARTPolicy(Policy):
         return ages / weight
 
     def _stale(self, g: GroupRecord, version: int) -> bool:
-        if g.staleness(version) > self.max_steps_off_policy:
-            return True
+        # The max_steps_off_policy bound itself is the engine's (staleness_spec); this is the
+        # extra token-weighted mean-age limit.
         return self.limit_mean_steps_off_policy is not None and self._mean_age(g, version) > self.limit_mean_steps_off_policy
 
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
@@ -153,14 +156,10 @@ class ARTPolicy(Policy):
         s["zero_variance"] = 0  # this collection is over; its discard queue is logged and cleared
         return st.buffer[: self.max_groups]
 
-    def staleness_bound(self) -> int | None:
-        return self.max_steps_off_policy
-
-    def lower(self):
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
         return attrs.evolve(
-            super().lower(),
-            admit_concurrency_groups=float(self.num_rollout_workers),
-            staleness_enforcement=3, drop_zero_variance=1,
+            super().lower(ctx),
+            admit_concurrency_groups=float(self.num_rollout_workers), drop_zero_variance=1,
             batch_min_groups=self.min_batch_size, batch_max_groups=self.max_groups,
             # the policy-version gate, the put-blocked workers and the collapse failsafe have no fields
             fast_path_exact=0,

@@ -33,9 +33,11 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
 from simrl.policy.errors import PolicyError
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
 
 
 @register
@@ -50,14 +52,6 @@ class NemoRLPolicy(Policy):
     num_prompts_per_step: int = attrs.field(default=32, validator=v.gt(0))  # groups per step
     num_generations_per_prompt: int | None = attrs.field(default=None, validator=v.optional(v.gt(0)))
 
-    @property
-    def inflight(self) -> InflightRule:
-        if not self.in_flight_weight_updates:
-            return InflightRule.DRAIN
-        if self.recompute_kv_cache_after_weight_updates:
-            return InflightRule.ABORT_RESUME
-        return InflightRule.KEEP_PAUSE
-
     # -- admission: target-step reservation ---------------------------------------------------
     def _counts(self, st: PipelineState) -> dict[int, int]:
         """Groups reserved per target step (dispatched minus dropped)."""
@@ -69,6 +63,18 @@ class NemoRLPolicy(Policy):
             if counts.get(t, 0) < self.num_prompts_per_step:
                 return t
         return None
+
+    @property
+    def sync_spec(self) -> Sync:
+        if not self.in_flight_weight_updates:
+            return Sync(InflightRule.DRAIN)
+        if self.recompute_kv_cache_after_weight_updates:
+            return Sync(InflightRule.ABORT_RESUME)
+        return Sync(InflightRule.KEEP_PAUSE)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        return Staleness(self.max_trajectory_age_steps, Enforcement.ADMISSION)
 
     def admit(self, st: PipelineState) -> bool:
         return self._short_target(st) is not None
@@ -104,11 +110,8 @@ class NemoRLPolicy(Policy):
             return None
         return batch[: self.num_prompts_per_step]
 
-    def staleness_bound(self) -> int | None:
-        return self.max_trajectory_age_steps
-
-    def lower(self):
-        base = super().lower()
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
+        base = super().lower(ctx)
         b = self.num_prompts_per_step
         return attrs.evolve(
             base,
@@ -116,7 +119,6 @@ class NemoRLPolicy(Policy):
             admit_budget_base_groups=float((self.max_trajectory_age_steps + 1) * b),
             admit_budget_per_version_groups=float(b),
             admit_count_dispatched=1,
-            staleness_enforcement=2,
             batch_min_groups=b,
             batch_max_groups=b,
             # exact only while nothing is dropped and batches are taken in target order, which the

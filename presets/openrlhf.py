@@ -35,9 +35,11 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
 from simrl.policy.errors import PolicyError
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
 
 
 @register
@@ -66,10 +68,6 @@ class OpenRLHFPolicy(Policy):
         return self.vllm_generate_batch_size or self.rollout_batch_size
 
     # -- runtime -----------------------------------------------------------------------------
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.KEEP_PAUSE if self.partial_rollout_enable else InflightRule.DRAIN
-
     # -- producer state (st.extra): batches put / consumed, chunk in progress ---------------------
     def _state(self, st: PipelineState) -> dict:
         return st.extra.setdefault("openrlhf", {"produced": 0, "consumed": 0, "chunk_left": 0, "started": False})
@@ -90,6 +88,19 @@ class OpenRLHFPolicy(Policy):
             s["started"] = False
 
     # -- admission ---------------------------------------------------------------------------
+    @property
+    def sync_spec(self) -> Sync:
+        return Sync(InflightRule.KEEP_PAUSE if self.partial_rollout_enable else InflightRule.DRAIN)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        # Batch b is dispatched once batch b-Q is dequeued, i.e. at version >= b-Q; it trains at
+        # version b (admission by queue depth). An oversampled surplus can wait longer, so no
+        # bound is promised then.
+        if self.chunk != self.rollout_batch_size:
+            return Staleness()
+        return Staleness(self.async_queue_size, Enforcement.ADMISSION)
+
     def admit(self, st: PipelineState) -> bool:
         s = self._state(st)
         self._put_ready(st)
@@ -146,19 +157,13 @@ class OpenRLHFPolicy(Policy):
         s["consumed"] += 1  # the dequeue returns the semaphore token
         return batch
 
-    def staleness_bound(self) -> int | None:
-        # Batch b is dispatched once batch b-Q is dequeued, i.e. at version >= b-Q; it trains at
-        # version b. An oversampled surplus can wait longer, so no bound is promised then.
-        return self.async_queue_size if self.chunk == self.rollout_batch_size else None
-
-    def lower(self):
-        base = super().lower()
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
+        base = super().lower(ctx)
         return attrs.evolve(
             base,
             drop_zero_variance=2 if self.dynamic_filtering_enable else 0,
             batch_min_groups=self.rollout_batch_size,
             batch_max_groups=self.rollout_batch_size,
             admit_concurrency_groups=float(self.chunk),
-            staleness_enforcement=2,  # by admission (queue depth)
             fast_path_exact=0,  # the whole-batch semaphore has no field in the record
         )

@@ -42,9 +42,11 @@ import math
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
 from simrl.policy.errors import PolicyError
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
 
 TARGET_LAG = 1
 EWMA_ALPHA = 0.1
@@ -66,10 +68,6 @@ class PrimeRLPolicy(Policy):
     min_inflight: int = attrs.field(default=1, validator=v.gt(0))  # episodes
     max_inflight: int | None = attrs.field(default=None, validator=v.optional(v.gt(0)))
     poll_interval_s: float = attrs.field(default=1.0, validator=v.gt(0))
-
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.KEEP_PAUSE
 
     # -- concurrency controller state (st.extra["prime_rl"]) ----------------------------------
     def _ctl(self, st: PipelineState) -> dict:
@@ -131,6 +129,15 @@ class PrimeRLPolicy(Policy):
     # -- admission ---------------------------------------------------------------------------
     def _batch_groups(self, st: PipelineState) -> int:
         return max(1, math.ceil(self.batch_size / st.extra.get("prime_rl_group_size", 1)))
+
+    @property
+    def sync_spec(self) -> Sync:
+        return Sync(InflightRule.KEEP_PAUSE)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        # Dropped in its own completion hook, after the controller has counted the group.
+        return Staleness(self.max_off_policy_steps, Enforcement.POLICY)
 
     def admit(self, st: PipelineState) -> bool:
         c = self._ctl(st)
@@ -197,13 +204,10 @@ class PrimeRLPolicy(Policy):
         self._on_step(st, c, sum(len(g.trajs) for g in st.running.values()))
         return batch
 
-    def staleness_bound(self) -> int | None:
-        return self.max_off_policy_steps
-
-    def lower(self):
-        b = max(1, math.ceil(self.batch_size / 8))
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
+        b = max(1, math.ceil(self.batch_size / ctx.group_size))
         return attrs.evolve(
-            super().lower(), staleness_enforcement=3, batch_min_groups=b, batch_max_groups=b,
+            super().lower(ctx), batch_min_groups=b, batch_max_groups=b,
             drop_zero_variance=1 if self.filter_zero_advantages else 0,
             fast_path_exact=0,  # adaptive KV-driven permits and the ship barrier have no fields
         )

@@ -42,15 +42,15 @@ from attrs import validators as v
 
 from simrl.policy.base import (
     GroupRecord,
-    InflightRule,
     InstanceLoad,
     PipelineState,
     Policy,
     PublishActions,
     Verdict,
 )
-from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync, SyncScope
 
 _KEY = "psrl"
 
@@ -89,14 +89,6 @@ class PsrlPolicy(Policy):
         return self.redundant_buffer_entries or e + max(1, e // 8)
 
     # -- runtime -----------------------------------------------------------------------------
-    @property
-    def sync_scope(self) -> str:
-        return "per_instance"
-
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.ABORT_RESUME if self.partial_rollout_enable else InflightRule.KEEP_PAUSE
-
     def should_pull(self, load: InstanceLoad, st: PipelineState) -> bool:
         requests = load.running + load.waiting
         if not self.partial_rollout_enable:
@@ -120,6 +112,15 @@ class PsrlPolicy(Policy):
 
     def _target(self, st: PipelineState) -> int:
         return st.version + self.staleness
+
+    @property
+    def sync_spec(self) -> Sync:
+        rule = InflightRule.ABORT_RESUME if self.partial_rollout_enable else InflightRule.KEEP_PAUSE
+        return Sync(rule, scope=SyncScope.PER_INSTANCE)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        return Staleness(self.staleness, Enforcement.ADMISSION)  # the per-version buffers
 
     def admit(self, st: PipelineState) -> bool:
         b = self._bufs(st)
@@ -178,18 +179,12 @@ class PsrlPolicy(Policy):
         b["res"].pop(c, None)
         return [g for g in st.buffer if g.tag.get("buffer") == c]
 
-    def staleness_bound(self) -> int | None:
-        return self.staleness
-
-    def lower(self) -> PolicyParams:
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
         e = self.staleness_buffer_entries
-        return PolicyParams(
+        return attrs.evolve(
+            super().lower(ctx),
             admit_budget_base_groups=float((self.staleness + 1) * self.reserve_capacity),
             admit_budget_per_version_groups=float(self.reserve_capacity),
-            inflight_rule=INFLIGHT_CODES[self.inflight.value],
-            sync_per_instance=1,
-            staleness_bound=self.staleness,
-            staleness_enforcement=ENFORCEMENT_CODES["admission"],
             drop_zero_variance=int(self.dynamic_sampling_filter),
             batch_min_groups=e,
             batch_max_groups=e,

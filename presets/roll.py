@@ -39,9 +39,10 @@ import math
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
-from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
 
 _FILTERS = ("no_filter", "mean_filter", "std_filter")
 
@@ -71,10 +72,6 @@ class RollPolicy(Policy):
     std_threshold: float = -1.0  # std_filter
 
     @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.ABORT_RESUME
-
-    @property
     def lag(self) -> int:
         return math.ceil(self.async_generation_ratio)
 
@@ -87,6 +84,14 @@ class RollPolicy(Policy):
         b = self.rollout_batch_size
         first = math.ceil(b * self.async_generation_ratio) if self.async_generation_ratio > 0 else 0
         return first + (st.version + 1) * b
+
+    @property
+    def sync_spec(self) -> Sync:
+        return Sync(InflightRule.ABORT_RESUME)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        return Staleness(self.lag, Enforcement.DROP_AT_CONSUMPTION)
 
     def admit(self, st: PipelineState) -> bool:
         if self.lag == 0 and st.extra.get("roll_taken", 0) > st.version:
@@ -167,18 +172,13 @@ class RollPolicy(Policy):
                 return taken[:b]
         return None
 
-    def staleness_bound(self) -> int | None:
-        return self.lag
-
-    def lower(self) -> PolicyParams:
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
         b = self.rollout_batch_size
         first = math.ceil(b * self.async_generation_ratio) if self.async_generation_ratio > 0 else 0
-        return PolicyParams(
+        return attrs.evolve(
+            super().lower(ctx),
             admit_budget_base_groups=float(first + b),
             admit_budget_per_version_groups=float(b),
-            inflight_rule=INFLIGHT_CODES["abort_resume"],
-            staleness_bound=self.lag,
-            staleness_enforcement=ENFORCEMENT_CODES["drop_at_consumption"],
             drop_zero_variance=int(self.query_filter_type == "std_filter" and self.std_threshold >= 0),
             batch_min_groups=b,
             batch_max_groups=b,

@@ -40,9 +40,10 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
-from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Placement, Staleness, Sync
 
 _MODES = ("sync", "train_async", "fully_async")
 _FILTERS = (None, "check_reward_nonzero_std")
@@ -73,18 +74,6 @@ class SlimePolicy(Policy):
     def chunk(self) -> int:
         return self.over_sampling_batch_size or self.rollout_batch_size
 
-    @property
-    def placement(self) -> str | None:
-        return "colocated" if self.mode == "sync" else "disaggregated"
-
-    @property
-    def inflight(self) -> InflightRule:
-        if self.mode == "train_async":
-            return InflightRule.DRAIN
-        if self.mode == "sync" and self.partial_rollout:
-            return InflightRule.ABORT_RESUME  # the colocated pause aborts; resume re-prefills
-        return InflightRule.KEEP_PAUSE
-
     # -- rollout state in st.extra ------------------------------------------------------------
     @staticmethod
     def _ro(st: PipelineState) -> dict:
@@ -93,6 +82,21 @@ class SlimePolicy(Policy):
     def _sample_room(self, st: PipelineState, ro: dict) -> bool:
         running = sum(len(g.trajs) for g in st.running.values())
         return running + ro["n"] <= self.sglang_server_concurrency * st.n_instances
+
+    @property
+    def sync_spec(self) -> Sync:
+        placement = Placement.COLOCATED if self.mode == "sync" else Placement.DISAGGREGATED
+        if self.mode == "train_async":
+            return Sync(InflightRule.DRAIN, placement=placement)
+        if self.mode == "sync" and self.partial_rollout:
+            return Sync(InflightRule.ABORT_RESUME, placement=placement)  # the colocated pause aborts
+        return Sync(InflightRule.KEEP_PAUSE, placement=placement)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        if self.mode == "fully_async" or (self.mode == "sync" and self.partial_rollout):
+            return Staleness()  # a recycled partial group may be carried over more than one rollout
+        return Staleness(1 if self.mode == "train_async" else 0, Enforcement.ADMISSION)
 
     def admit(self, st: PipelineState) -> bool:
         ro = self._ro(st)
@@ -147,18 +151,9 @@ class SlimePolicy(Policy):
         self._ro(st)["taken"] += 1
         return st.buffer[: self.target]
 
-    def staleness_bound(self) -> int | None:
-        if self.mode == "fully_async" or (self.mode == "sync" and self.partial_rollout):
-            return None  # a recycled partial group may be carried over more than one rollout
-        return 1 if self.mode == "train_async" else 0
-
-    def lower(self) -> PolicyParams:
-        bound = self.staleness_bound()
-        return PolicyParams(
-            inflight_rule=INFLIGHT_CODES[self.inflight.value],
-            colocated=int(self.placement == "colocated"),
-            staleness_bound=-1 if bound is None else bound,
-            staleness_enforcement=ENFORCEMENT_CODES["none" if bound is None else "admission"],
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
+        return attrs.evolve(
+            super().lower(ctx),
             drop_zero_variance=int(self.dynamic_sampling_filter_path is not None),
             batch_min_groups=self.target,
             batch_max_groups=self.target,

@@ -38,9 +38,10 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions
-from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
 
 _STALE = "verl_staleness_samples"
 _TAKEN = "verl_batches_taken"
@@ -77,10 +78,14 @@ class VerlPolicy(Policy):
         return max(int(r * (1 + self.staleness_threshold) * self.trigger_parameter_sync_step), self.window_groups)
 
     @property
-    def inflight(self) -> InflightRule:
+    def sync_spec(self) -> Sync:
         if self.mode == "fully_async" and self.partial_rollout:
-            return InflightRule.ABORT_RESUME
-        return InflightRule.DRAIN
+            return Sync(InflightRule.ABORT_RESUME)
+        return Sync(InflightRule.DRAIN)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        return Staleness(1, Enforcement.ADMISSION) if self.mode == "one_step_off" else Staleness()
 
     def admit(self, st: PipelineState) -> bool:
         if self.mode == "one_step_off":
@@ -110,21 +115,18 @@ class VerlPolicy(Policy):
         st.extra[_TAKEN] = st.extra.get(_TAKEN, 0) + 1
         return st.buffer[:w]
 
-    def staleness_bound(self) -> int | None:
-        return 1 if self.mode == "one_step_off" else None
-
-    def lower(self) -> PolicyParams:
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
         w = self.window_groups
         if self.mode == "one_step_off":
-            return PolicyParams(
+            return attrs.evolve(
+                super().lower(ctx),
                 admit_budget_base_groups=float(w), admit_budget_per_version_groups=float(w),
-                admit_count_dispatched=1, inflight_rule=INFLIGHT_CODES["drain"], staleness_bound=1,
-                staleness_enforcement=ENFORCEMENT_CODES["admission"], batch_min_groups=w,
+                admit_count_dispatched=1, batch_min_groups=w,
                 batch_max_groups=w, fast_path_exact=0,  # its budget follows batches taken, not versions
             )
-        return PolicyParams(
+        return attrs.evolve(
+            super().lower(ctx),
             admit_concurrency_groups=float(self.queue_size),
-            inflight_rule=INFLIGHT_CODES[self.inflight.value],
             buffer_capacity_groups=self.queue_size,
             batch_min_groups=w,
             batch_max_groups=w,

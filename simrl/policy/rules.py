@@ -33,6 +33,7 @@ class Enforcement(enum.StrEnum):
     ADMISSION = "admission"  # admission alone keeps every group within the bound
     DROP_AT_COMPLETION = "drop_at_completion"  # a group staler than the bound when it finishes is dropped
     DROP_AT_CONSUMPTION = "drop_at_consumption"  # the policy drops stale groups when it forms a batch
+    POLICY = "policy"  # the policy's own filter hooks keep the bound (a rule the engine does not know)
 
 
 class SyncScope(enum.StrEnum):
