@@ -36,17 +36,18 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, PipelineState, Policy, Verdict
-from simrl.policy.params import LoweringContext, PolicyParams
+from simrl.policy.base import GroupRecord, PipelineState, Verdict
+from simrl.policy.params import PolicyParams
+from simrl.policy.record import RecordPolicy
 from simrl.policy.registry import register
-from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
+from simrl.policy.rules import Enforcement, InflightRule, code
 
 _REJECTED = "areal_rejected_since_batch"
 
 
 @register
 @attrs.frozen
-class ArealPolicy(Policy):
+class ArealPolicy(RecordPolicy):
     """AReaL: admission by head-version capacity, abort-and-resume on every update."""
 
     kind = "areal"
@@ -62,46 +63,39 @@ class ArealPolicy(Policy):
     def concurrency(self) -> int:
         return self.max_concurrent_rollouts or self.consumer_batch_size
 
-    @property
-    def sync_spec(self) -> Sync:
-        return Sync(InflightRule.ABORT_RESUME)
-
-    @property
-    def staleness_spec(self) -> Staleness:
+    def record(self) -> PolicyParams:
+        # Admission: min(concurrency - running, (eta + v + 1) * B - (accepted + running)) > 0.
         # Admission alone guarantees the bound only when the run is synchronous (eta = 0); past
-        # that a straggler overtaken by later groups may exceed it, and it is counted.
-        eta = self.max_head_offpolicyness
-        return Staleness(eta, Enforcement.ADMISSION if eta == 0 else Enforcement.COUNTED)
+        # that an overtaken straggler may exceed it, and it is counted.
+        b, eta = self.consumer_batch_size, self.max_head_offpolicyness
+        return PolicyParams(
+            admit_concurrency_groups=float(self.concurrency),
+            admit_budget_base_groups=float((eta + 1) * b),
+            admit_budget_per_version_groups=float(b),
+            inflight_rule=code(InflightRule.ABORT_RESUME),
+            staleness_bound=eta,
+            staleness_enforcement=code(Enforcement.ADMISSION if eta == 0 else Enforcement.COUNTED),
+            drop_zero_variance=int(self.should_accept_fn == "nonzero_std"),
+            batch_min_groups=b,
+            batch_max_groups=b,
+            fast_path_exact=int(not self.dynamic_bs),  # dynamic_bs batches are not in the record
+        )
 
-    def admit(self, st: PipelineState) -> bool:
-        budget = (self.max_head_offpolicyness + st.version + 1) * self.consumer_batch_size
-        return min(self.concurrency - st.n_running, budget - (st.groups_accepted + st.n_running)) > 0
-
+    # -- dynamic_bs: a batch may form smaller by the number of groups rejected since the last --
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
-        if self.should_accept_fn == "nonzero_std" and group.reward_std() == 0.0:
+        verdict = super().on_group_done(group, st)
+        if verdict is Verdict.DROP:
             st.extra[_REJECTED] = st.extra.get(_REJECTED, 0) + 1
-            return Verdict.DROP
-        return Verdict.ACCEPT
+        return verdict
 
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
+        if not self.dynamic_bs:
+            return super().form_batch(st)
         b = self.consumer_batch_size
         if len(st.buffer) >= b:
             st.extra[_REJECTED] = 0
             return st.buffer[:b]
-        if self.dynamic_bs and st.buffer and len(st.buffer) + st.extra.get(_REJECTED, 0) >= b:
+        if st.buffer and len(st.buffer) + st.extra.get(_REJECTED, 0) >= b:
             st.extra[_REJECTED] = 0
             return list(st.buffer)
         return None
-
-    def lower(self, ctx: LoweringContext) -> PolicyParams:
-        b = self.consumer_batch_size
-        return attrs.evolve(
-            super().lower(ctx),
-            admit_concurrency_groups=float(self.concurrency),
-            admit_budget_base_groups=float((self.max_head_offpolicyness + 1) * b),
-            admit_budget_per_version_groups=float(b),
-            drop_zero_variance=int(self.should_accept_fn == "nonzero_std"),
-            batch_min_groups=b,
-            batch_max_groups=b,
-            fast_path_exact=int(not self.dynamic_bs),
-        )
