@@ -42,7 +42,12 @@ from simrl.policy.record import RecordPolicy
 from simrl.policy.registry import register
 from simrl.policy.rules import Enforcement, InflightRule, code
 
-_REJECTED = "areal_rejected_since_batch"
+
+@attrs.define
+class ArealState:
+    """Groups rejected since the last batch (dynamic_bs)."""
+
+    rejected_since_batch: int = 0
 
 
 @register
@@ -52,6 +57,7 @@ class ArealPolicy(RecordPolicy):
 
     kind = "areal"
     upstream = "inclusionAI/AReaL@4aef98d8 (areal/infra/staleness_manager.py, workflow_executor.py)"
+    State = ArealState
 
     max_head_offpolicyness: int = attrs.field(default=0, validator=v.ge(0))
     consumer_batch_size: int = attrs.field(default=32, validator=v.gt(0))  # groups; upstream default 1
@@ -85,7 +91,7 @@ class ArealPolicy(RecordPolicy):
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
         verdict = super().on_group_done(group, st)
         if verdict is Verdict.DROP:
-            st.extra[_REJECTED] = st.extra.get(_REJECTED, 0) + 1
+            st.policy_state.rejected_since_batch += 1
         return verdict
 
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
@@ -93,9 +99,9 @@ class ArealPolicy(RecordPolicy):
             return super().form_batch(st)
         b = self.consumer_batch_size
         if len(st.buffer) >= b:
-            st.extra[_REJECTED] = 0
+            st.policy_state.rejected_since_batch = 0
             return st.buffer[:b]
-        if st.buffer and len(st.buffer) + st.extra.get(_REJECTED, 0) >= b:
-            st.extra[_REJECTED] = 0
+        if st.buffer and len(st.buffer) + st.policy_state.rejected_since_batch >= b:
+            st.policy_state.rejected_since_batch = 0
             return list(st.buffer)
         return None

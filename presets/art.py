@@ -64,11 +64,20 @@ def collapse_message(limit: int, multiplier: int) -> str:
     )
 
 
+@attrs.define
+class ARTState:
+    """Zero-variance groups discarded since the last step, and whether a step is running."""
+
+    zero_variance: int = 0
+    in_step: bool = False
+
+
 @register
 @attrs.frozen
 class ARTPolicy(Policy):
     kind = "art"
     upstream = "OpenPipe/ART@main (2026) PipelineTrainer (src/art/pipeline_trainer/trainer.py)"
+    State = ARTState
 
     max_steps_off_policy: int = attrs.field(default=4, validator=v.ge(0))
     limit_mean_steps_off_policy: float | None = attrs.field(default=None, validator=v.optional(v.ge(0)))
@@ -91,10 +100,9 @@ class ARTPolicy(Policy):
     def queue_groups(self) -> int:
         return self.queue_maxsize or max(1, self.max_steps_off_policy) * self.max_groups
 
-    # -- runtime -----------------------------------------------------------------------------
     # -- admission: workers and the policy gate -----------------------------------------------
-    def _state(self, st: PipelineState) -> dict:
-        return st.extra.setdefault("art", {"zero_variance": 0, "in_step": False})
+    def _state(self, st: PipelineState) -> ARTState:
+        return st.policy_state
 
     @property
     def sync_spec(self) -> Sync:
@@ -111,7 +119,7 @@ class ARTPolicy(Policy):
 
     def admit(self, st: PipelineState) -> bool:
         s = self._state(st)
-        next_step = st.version + 1 if s["in_step"] else st.version
+        next_step = st.version + 1 if s.in_step else st.version
         if st.version < next_step - self.max_steps_off_policy:
             return False
         blocked_on_put = max(0, len(st.buffer) - self.queue_groups)
@@ -135,16 +143,16 @@ class ARTPolicy(Policy):
         r = group.rewards
         if len(r) <= 1 or all(abs(x - r[0]) <= 1e-12 for x in r[1:]):
             s = self._state(st)
-            s["zero_variance"] += 1
+            s.zero_variance += 1
             limit = self.discard_queue_multiplier * self.min_batch_size
-            if s["zero_variance"] >= limit:
+            if s.zero_variance >= limit:
                 raise PolicyError(collapse_message(limit, self.discard_queue_multiplier))
             return Verdict.DROP
         return Verdict.ACCEPT
 
     def on_publish(self, st: PipelineState) -> PublishActions:
         s = self._state(st)
-        s["in_step"] = False
+        s.in_step = False
         return PublishActions(drop_buffered=tuple(g.gid for g in st.buffer if self._stale(g, st.version)))
 
     # -- batch: min to max groups, whatever is ready -------------------------------------------
@@ -152,8 +160,8 @@ class ARTPolicy(Policy):
         if len(st.buffer) < self.min_batch_size:
             return None
         s = self._state(st)
-        s["in_step"] = True
-        s["zero_variance"] = 0  # this collection is over; its discard queue is logged and cleared
+        s.in_step = True
+        s.zero_variance = 0  # this collection is over; its discard queue is logged and cleared
         return st.buffer[: self.max_groups]
 
     def lower(self, ctx: LoweringContext) -> PolicyParams:

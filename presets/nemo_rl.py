@@ -40,11 +40,19 @@ from simrl.policy.registry import register
 from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
 
 
+@attrs.define
+class NemoRLState:
+    """Groups reserved per target step (dispatched minus dropped)."""
+
+    targets: dict[int, int] = attrs.field(factory=dict)
+
+
 @register
 @attrs.frozen
 class NemoRLPolicy(Policy):
     kind = "nemo_rl"
     upstream = "NVIDIA-NeMo/RL@main (2026) async GRPO (nemo_rl/algorithms/async_utils/)"
+    State = NemoRLState
 
     max_trajectory_age_steps: int = attrs.field(default=1, validator=v.ge(1))
     in_flight_weight_updates: bool = False
@@ -55,7 +63,7 @@ class NemoRLPolicy(Policy):
     # -- admission: target-step reservation ---------------------------------------------------
     def _counts(self, st: PipelineState) -> dict[int, int]:
         """Groups reserved per target step (dispatched minus dropped)."""
-        return st.extra.setdefault("nemo_rl_targets", {})
+        return st.policy_state.targets
 
     def _short_target(self, st: PipelineState) -> int | None:
         counts = self._counts(st)

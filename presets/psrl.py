@@ -23,7 +23,7 @@ Follows the design docs at ``lhy101/psrl_doc_preview@59c3ef46``: ``docs/design/
   version order; a buffer still holding RESERVED entries blocks training (it waits for its
   slowest group).
 
-The buffers live in ``st.extra["psrl"]``: per buffer index, the reserved and occupied counts.
+The buffers live in ``PsrlState`` (``st.policy_state``): per buffer index, the reserved and occupied counts.
 
 Approximations. Upstream's default ``staleness_buffer_entries`` is 512; the default scenario
 trains 32 groups per step, so the default here is 32 (an entry is one group, all n responses
@@ -52,7 +52,14 @@ from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
 from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync, SyncScope
 
-_KEY = "psrl"
+
+@attrs.define
+class PsrlState:
+    """The staleness buffers: buffers consumed by the trainer; per buffer index, reserved and occupied counts."""
+
+    consumed: int = 0
+    res: dict[int, int] = attrs.field(factory=dict)
+    occ: dict[int, int] = attrs.field(factory=dict)
 
 
 @register
@@ -62,6 +69,7 @@ class PsrlPolicy(Policy):
 
     kind = "psrl"
     upstream = "lhy101/psrl_doc_preview@59c3ef46 (docs/design/staleness_control.md, parameter_server.md)"
+    State = PsrlState
 
     staleness: int = attrs.field(default=0, validator=v.ge(0))  # psrl.staleness (eta)
     staleness_buffer_entries: int = attrs.field(default=32, validator=v.gt(0))  # upstream 512
@@ -106,9 +114,9 @@ class PsrlPolicy(Policy):
 
     # -- buffers -----------------------------------------------------------------------------
     @staticmethod
-    def _bufs(st: PipelineState) -> dict:
+    def _bufs(st: PipelineState) -> PsrlState:
         # consumed: buffers taken by the trainer; res/occ: buffer index -> count
-        return st.extra.setdefault(_KEY, {"consumed": 0, "res": {}, "occ": {}})
+        return st.policy_state
 
     def _target(self, st: PipelineState) -> int:
         return st.version + self.staleness
@@ -125,20 +133,20 @@ class PsrlPolicy(Policy):
     def admit(self, st: PipelineState) -> bool:
         b = self._bufs(st)
         u = self._target(st)
-        if u < b["consumed"]:
+        if u < b.consumed:
             return False
-        return b["res"].get(u, 0) + b["occ"].get(u, 0) < self.reserve_capacity
+        return b.res.get(u, 0) + b.occ.get(u, 0) < self.reserve_capacity
 
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         b = self._bufs(st)
         u = self._target(st)
         group.tag["reserved"] = u
-        b["res"][u] = b["res"].get(u, 0) + 1
+        b.res[u] = b.res.get(u, 0) + 1
 
-    def _unreserve(self, b: dict, group: GroupRecord) -> None:
+    def _unreserve(self, b: PsrlState, group: GroupRecord) -> None:
         u = group.tag.pop("reserved", None)
-        if u in b["res"]:
-            b["res"][u] -= 1
+        if u in b.res:
+            b.res[u] -= 1
 
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
         b = self._bufs(st)
@@ -147,10 +155,10 @@ class PsrlPolicy(Policy):
         if self.dynamic_sampling_filter and group.reward_std() == 0.0:
             return Verdict.DROP
         e, cap = self.staleness_buffer_entries, self.reserve_capacity
-        for u in range(b["consumed"], reserved + 1):
-            occ = b["occ"].get(u, 0)
-            if occ < e and occ + b["res"].get(u, 0) < cap:
-                b["occ"][u] = occ + 1
+        for u in range(b.consumed, reserved + 1):
+            occ = b.occ.get(u, 0)
+            if occ < e and occ + b.res.get(u, 0) < cap:
+                b.occ[u] = occ + 1
                 group.tag["buffer"] = u
                 return Verdict.ACCEPT
         return Verdict.DROP  # unreachable: its own reservation left a free entry
@@ -159,8 +167,8 @@ class PsrlPolicy(Policy):
         if not self.redundant_rollout_enable:
             return PublishActions()
         b = self._bufs(st)
-        c = b["consumed"]
-        if b["occ"].get(c, 0) < self.staleness_buffer_entries:
+        c = b.consumed
+        if b.occ.get(c, 0) < self.staleness_buffer_entries:
             return PublishActions()
         # The next buffer is READY: groups still reserved in it can occupy nothing (every
         # earlier buffer is consumed), so they are the redundant surplus.
@@ -171,12 +179,12 @@ class PsrlPolicy(Policy):
 
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
         b = self._bufs(st)
-        c = b["consumed"]
-        if b["occ"].get(c, 0) < self.staleness_buffer_entries:
+        c = b.consumed
+        if b.occ.get(c, 0) < self.staleness_buffer_entries:
             return None  # not READY: free entries or RESERVED (STUCK) ones remain
-        b["consumed"] = c + 1
-        b["occ"].pop(c)
-        b["res"].pop(c, None)
+        b.consumed = c + 1
+        b.occ.pop(c)
+        b.res.pop(c, None)
         return [g for g in st.buffer if g.tag.get("buffer") == c]
 
     def lower(self, ctx: LoweringContext) -> PolicyParams:

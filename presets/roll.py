@@ -54,6 +54,16 @@ def _sample_std(rewards: list[float]) -> float:
     return (sum((x - m) ** 2 for x in rewards) / (len(rewards) - 1)) ** 0.5
 
 
+@attrs.define
+class RollState:
+    """ReplayBuffer pool counters (running / running_extra / completed) and batches taken."""
+
+    running: int = 0
+    extra: int = 0
+    completed: int = 0
+    taken: int = 0
+
+
 @register
 @attrs.frozen
 class RollPolicy(Policy):
@@ -61,6 +71,7 @@ class RollPolicy(Policy):
 
     kind = "roll"
     upstream = "alibaba/ROLL@8eb27cc2 (roll/distributed/scheduler/generate_scheduler.py)"
+    State = RollState
 
     rollout_batch_size: int = attrs.field(default=32, validator=v.gt(0))  # B, prompt groups per step
     async_generation_ratio: float = attrs.field(default=0.0, validator=v.ge(0.0))
@@ -77,8 +88,8 @@ class RollPolicy(Policy):
 
     # -- pool counters of ReplayBuffer (running / running_extra / completed) ----------------
     @staticmethod
-    def _pool(st: PipelineState) -> dict:
-        return st.extra.setdefault("roll", {"running": 0, "extra": 0, "completed": 0})
+    def _pool(st: PipelineState) -> RollState:
+        return st.policy_state
 
     def _budget(self, st: PipelineState) -> int:
         b = self.rollout_batch_size
@@ -94,29 +105,29 @@ class RollPolicy(Policy):
         return Staleness(self.lag, Enforcement.DROP_AT_CONSUMPTION)
 
     def admit(self, st: PipelineState) -> bool:
-        if self.lag == 0 and st.extra.get("roll_taken", 0) > st.version:
+        if self.lag == 0 and st.policy_state.taken > st.version:
             return False  # synchronous: the router stays suspended from get_batch to the next step
         p = self._pool(st)
-        if p["running"] + p["completed"] < self._budget(st):
+        if p.running + p.completed < self._budget(st):
             return True
-        return self.is_use_additional_prompts and p["running"] + p["extra"] < self.max_additional_running_prompts
+        return self.is_use_additional_prompts and p.running + p.extra < self.max_additional_running_prompts
 
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         p = self._pool(st)
-        if p["running"] + p["completed"] < self._budget(st):
-            p["running"] += 1
+        if p.running + p.completed < self._budget(st):
+            p.running += 1
         else:
-            p["extra"] += 1
+            p.extra += 1
             group.tag["extra"] = True
 
     @staticmethod
-    def _release(p: dict, commit: bool) -> None:
+    def _release(p: RollState, commit: bool) -> None:
         # ReplayBuffer's _commit_prompt/_abort_prompt: the regular pool drains first.
-        if p["running"] > 0:
-            p["running"] -= 1
-            p["completed"] += int(commit)
+        if p.running > 0:
+            p.running -= 1
+            p.completed += int(commit)
         else:
-            p["extra"] -= 1
+            p.extra -= 1
 
     def _keep(self, group: GroupRecord) -> bool:
         r = group.rewards
@@ -168,7 +179,7 @@ class RollPolicy(Policy):
                 return None  # ItemsGroup.get_batch blocks while this step still runs
             taken.extend(ready[:want])
             if len(taken) >= b:
-                st.extra["roll_taken"] = st.extra.get("roll_taken", 0) + 1
+                st.policy_state.taken += 1
                 return taken[:b]
         return None
 

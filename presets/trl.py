@@ -50,11 +50,19 @@ from simrl.policy.registry import register
 from simrl.policy.rules import Enforcement, InflightRule, Placement, Staleness, Sync
 
 
+@attrs.define
+class TRLState:
+    """The workload's group size, seen at the first dispatch (None before)."""
+
+    group_size: int | None = None
+
+
 @register
 @attrs.frozen
 class TRLPolicy(Policy):
     kind = "trl"
     upstream = "huggingface/trl@v1.13 (GRPOTrainer; trl.experimental.async_grpo.AsyncGRPOTrainer)"
+    State = TRLState
 
     mode: str = attrs.field(default="sync", validator=v.in_(("sync", "async")))
     per_device_train_batch_size: int = attrs.field(default=32, validator=v.gt(0))  # samples
@@ -87,7 +95,7 @@ class TRLPolicy(Policy):
         return max(1, math.ceil(samples / group_size))
 
     def _group_size(self, st: PipelineState) -> int:
-        return st.extra.get("trl_group_size", self.num_generations or 1)
+        return st.policy_state.group_size or self.num_generations or 1
 
     # -- admission ---------------------------------------------------------------------------
     @property
@@ -122,7 +130,7 @@ class TRLPolicy(Policy):
                 f"trl: num_generations={self.num_generations} but the workload's groups hold {n} samples; "
                 "set workload.group_size or leave the knob null"
             )
-        st.extra["trl_group_size"] = n
+        st.policy_state.group_size = n
 
     # -- filtering (async): per-sample age from the dispatch stamp -----------------------------
     def _stale(self, g: GroupRecord, st: PipelineState) -> bool:

@@ -43,8 +43,13 @@ from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
 from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
 
-_STALE = "verl_staleness_samples"
-_TAKEN = "verl_batches_taken"
+
+@attrs.define
+class VerlState:
+    """Samples counted against the staleness queue, and batches taken by the trainer."""
+
+    staleness_samples: int = 0
+    batches_taken: int = 0
 
 
 @register
@@ -54,6 +59,7 @@ class VerlPolicy(Policy):
 
     kind = "verl"
     upstream = "volcengine/verl@b178a3cd (verl/experimental/fully_async_policy, one_step_off_policy)"
+    State = VerlState
 
     mode: str = attrs.field(default="fully_async", validator=v.in_(("fully_async", "one_step_off")))
     staleness_threshold: float = attrs.field(default=0.1, validator=v.ge(0.0))
@@ -90,13 +96,13 @@ class VerlPolicy(Policy):
     def admit(self, st: PipelineState) -> bool:
         if self.mode == "one_step_off":
             # Generation of batch k+1 starts when batch k is taken (the trainer starts step k).
-            return st.groups_dispatched < (st.extra.get(_TAKEN, 0) + 1) * self.train_batch_size
+            return st.groups_dispatched < (st.policy_state.batches_taken + 1) * self.train_batch_size
         m = self.queue_size
         conc = min(self.concurrent_samples_per_replica * st.n_instances, m)
-        return st.n_running < conc and st.extra.get(_STALE, 0) < m and len(st.buffer) < m
+        return st.n_running < conc and st.policy_state.staleness_samples < m and len(st.buffer) < m
 
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
-        st.extra[_STALE] = st.extra.get(_STALE, 0) + 1
+        st.policy_state.staleness_samples += 1
 
     def after_group_done(self, st: PipelineState) -> PublishActions:
         over = len(st.buffer) - self.queue_size
@@ -105,14 +111,14 @@ class VerlPolicy(Policy):
         return PublishActions()
 
     def on_publish(self, st: PipelineState) -> PublishActions:
-        st.extra[_STALE] = st.n_running + len(st.buffer)  # active + cancelled + queued
+        st.policy_state.staleness_samples = st.n_running + len(st.buffer)  # active + cancelled + queued
         return PublishActions()
 
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
         w = self.window_groups
         if len(st.buffer) < w:
             return None
-        st.extra[_TAKEN] = st.extra.get(_TAKEN, 0) + 1
+        st.policy_state.batches_taken += 1
         return st.buffer[:w]
 
     def lower(self, ctx: LoweringContext) -> PolicyParams:

@@ -45,7 +45,13 @@ from simrl.policy.registry import register
 from simrl.policy.rules import Enforcement, InflightRule, Placement, Staleness, Sync
 
 _MODES = ("sync", "colocate_async", "separate_async")
-_CREDITS = "verl_v1_refill_credits"
+
+
+@attrs.define
+class VerlV1State:
+    """Refill credits earned by evictions (2k refills for k evictions)."""
+
+    refill_credits: int = 0
 
 
 @register
@@ -55,6 +61,7 @@ class VerlV1Policy(Policy):
 
     kind = "verl_v1"
     upstream = "verl-project/verl@1dda039b (verl/trainer/ppo/v1/replay_buffer.py, trainer_*.py)"
+    State = VerlV1State
 
     trainer_mode: str = attrs.field(default="sync", validator=v.in_(_MODES))
     num_warmup_batches: int = attrs.field(default=1, validator=v.ge(0))
@@ -85,7 +92,7 @@ class VerlV1Policy(Policy):
 
     def admit(self, st: PipelineState) -> bool:
         live = st.groups_dispatched - st.groups_dropped
-        room = (self._depth() + st.version + 1) * self.train_batch_size + st.extra.get(_CREDITS, 0)
+        room = (self._depth() + st.version + 1) * self.train_batch_size + st.policy_state.refill_credits
         return live < room
 
     def _over_span(self, g: GroupRecord, st: PipelineState) -> bool:
@@ -95,7 +102,7 @@ class VerlV1Policy(Policy):
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
         if self.filter_groups_metric and group.reward_std() == 0.0:
             if self.trainer_mode == "sync":
-                st.extra[_CREDITS] = st.extra.get(_CREDITS, 0) + 1  # 2k refills for k evictions
+                st.policy_state.refill_credits += 1  # 2k refills for k evictions
             return Verdict.DROP
         if self.max_off_policy_strategy == "drop" and self._over_span(group, st):
             return Verdict.DROP

@@ -63,7 +63,8 @@ class GroupBook:
         self.rec = recorder
         self.changed = changed
         self.kv_capacity = kv_capacity
-        self.st = PipelineState(n_instances=n_instances, instance_versions=[0] * n_instances)
+        self.st = PipelineState(n_instances=n_instances, instance_versions=[0] * n_instances,
+                                policy_state=policy.init_state())
         self.tally = Tally()
         self.retry: deque[GroupRecord] = deque()
         self.next_gid = 0

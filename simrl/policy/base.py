@@ -12,14 +12,14 @@ one mutable `PipelineState` and calls the policy's hooks at fixed points (docs/m
                 `staleness_spec`: a declared `Staleness` bound and its enforcement;
 * batch      -- `form_batch(st)`: which buffered groups make the next training batch (None: wait).
 
-Hooks must be deterministic functions of their arguments; policy-specific counters live in
-``st.extra`` (a dict the engine never reads).
+Hooks must be deterministic functions of their arguments; what a policy remembers lives in
+its typed `State` (``st.policy_state``, created by `init_state()`; the engine never reads it).
 """
 
 from __future__ import annotations
 
 import enum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
@@ -127,7 +127,8 @@ class PipelineState:
     running: dict[int, GroupRecord] = attrs.field(factory=dict)  # gid -> in-flight group
     buffer: list[GroupRecord] = attrs.field(factory=list)  # finished, accepted, not yet trained
     instance_versions: list[int] = attrs.field(factory=list)
-    extra: dict = attrs.field(factory=dict)  # policy-owned counters
+    #: the policy's own typed state (`Policy.init_state()`); the engine never reads it
+    policy_state: Any = None
     #: callable returning one `InstanceLoad` per rollout instance (set by the engine)
     probe: object = None
 
@@ -149,13 +150,28 @@ class PublishActions:
     drop_buffered: tuple[int, ...] = ()  # gids of buffered groups to drop
 
 
+@attrs.define
+class NoState:
+    """The state of a policy that keeps none."""
+
+
 @attrs.frozen
 class Policy:
-    """Base class of every policy. Subclasses set `kind` and override hooks."""
+    """Base class of every policy. Subclasses set `kind` and override hooks.
+
+    The policy object is frozen (its fields are knobs); what it must remember during a run
+    lives in its `State`, an attrs class the engine creates once with `init_state()` and shows
+    the hooks as ``st.policy_state``.
+    """
 
     kind: ClassVar[str] = "base"
     #: upstream system and version this policy follows (presets fill it)
     upstream: ClassVar[str] = ""
+    State: ClassVar[type] = NoState
+
+    def init_state(self):
+        """A fresh `State` for one run."""
+        return self.State()
 
     # -- runtime: declared values the engine enforces ------------------------------------------
     @property
