@@ -59,7 +59,6 @@ class Instance:
         self.version = 0
         self.admit_serial = 0
         self.busy_s = 0.0
-        self.iterations = 0
         self.preemptions = 0
         self.pause_ack = None  # event the pauser waits on, set while a pause is requested
         self.resume_ev = None
@@ -145,7 +144,6 @@ class Instance:
             dt = self.cost.iteration_time(self.n_decoding, self.kv_decode_sum, sum(t for _, t in chunks))
             yield env.timeout(dt)
             self.busy_s += dt
-            self.iterations += 1
             self.finish_iteration(chunks)
 
     # -- admission -------------------------------------------------------------------------

@@ -114,7 +114,7 @@ def summarise(sim: Simulation) -> Report:
             "index": i.index,
             "busy_s": i.busy_s,
             "busy_fraction": i.busy_s / makespan,
-            "iterations": i.iterations,
+            "iterations": i.it,
             "preemptions": i.preemptions,
             "version": i.version,
             "kv_capacity_tokens": i.capacity,

@@ -2,7 +2,7 @@
 
 A policy is a small frozen attrs class (its fields are the upstream knobs). The engine owns
 one mutable `PipelineState` and calls the policy's hooks at fixed points (docs/model.md,
-"The policy seam"):
+"Processes and events", "Trajectories and groups", "Weight update"):
 
 * admission  -- `admit(st)`: may the next prompt group start now?
 * runtime    -- `sync_spec`: a declared `Sync` (what a publication does to in-flight requests,
