@@ -314,12 +314,15 @@ class AnalysisAgent:
             pts = [(float(r["value"]), r["mean"]) for r in per if math.isfinite(r["mean"])]
             flip = sign_flip([x for x, _ in pts], [y for _, y in pts])
         better, worse = _ranges(per, "better"), _ranges(per, "worse")
-        claim = self._claim(st, cand, val, better, worse, flip, vname)
+        changes = [{"between": [a["value"], b["value"]], "from": a["verdict"], "to": b["verdict"]}
+                   for a, b in zip(per, per[1:], strict=False) if a["verdict"] != b["verdict"]]
+        claim = self._claim(st, cand, val, better, worse, flip, vname, changes)
         lesson = {
             "question": st.question, "family": st.family, "objective": st.objective, "direction": st.direction,
             "fingerprint": st.fingerprint(), "baseline": st.baseline.to_dict(), "candidate": cand.to_dict(),
             "source": state.proposals[-1].source, "claim": claim,
             "conditions": {"variable": vname, "better": better, "worse": worse, "flip_at": flip,
+                           "verdict_changes": changes,
                            "values": [r["value"] for r in per]},
             "evidence": {"per_variation": per, "overall": val.overall, "seeds": list(st.seeds),
                          "interval": st.interval, "confidence": st.confidence, "engine": "simpy",
@@ -330,7 +333,7 @@ class AnalysisAgent:
         append_lesson(self.path, lesson)
 
     @staticmethod
-    def _claim(st, cand, val, better, worse, flip, vname) -> str:
+    def _claim(st, cand, val, better, worse, flip, vname, changes) -> str:
         o = val.overall
         what = f"{cand.label()} vs {st.baseline.label()} on {st.objective}"
         cond = []
@@ -345,6 +348,9 @@ class AnalysisAgent:
             text += f"; the mean improvement changes sign at {vname} ~ {flip:.2f}"
         elif len(val.per_variation) > 1:
             text += f"; no sign change over {vname} {val.per_variation[0]['value']}..{val.per_variation[-1]['value']}"
+        if changes:
+            text += "; the verdict changes " + ", ".join(
+                f"from {c['from']} to {c['to']} between {vname} {c['between'][0]} and {c['between'][1]}" for c in changes)
         return text
 
 

@@ -36,7 +36,11 @@ def answer(state) -> list[str]:
         lines.append(f"- **The answer flips at {var} ~ {c['flip_at']:.2f}** (where the mean improvement crosses 0, "
                      "interpolated between the neighbouring variations).")
     else:
-        lines.append(f"- The answer does not flip over {var} = {c['values'][0]}..{c['values'][-1]}.")
+        lines.append(f"- The mean improvement does not change sign over {var} = {c['values'][0]}..{c['values'][-1]}.")
+    for ch in c.get("verdict_changes", []):
+        lines.append(f"- **The verdict flips between {var} = {ch['between'][0]} and {ch['between'][1]}**: "
+                     f"{cand} is {ch['from']} at {ch['between'][0]}, {ch['to']} at {ch['between'][1]} "
+                     f"({st.confidence:.0%} interval).")
     return lines
 
 

@@ -153,3 +153,17 @@ def test_llm_settings_and_errors():
     with pytest.raises(LLMError, match="chat/completions"):
         prop.propose(ResearchState(study, []))
     assert extract_json('x {"a": 1} y') == {"a": 1}
+
+
+def test_optuna_proposer_is_seeded_and_reads_lessons():
+    pytest.importorskip("optuna")
+    study = parse_study({**STUDY, "proposals": 2}, "q.yaml")
+    a = OfflineProposer(study, [])
+    b = OfflineProposer(study, [])
+    pa, pb = a.propose(ResearchState(study, [])), b.propose(ResearchState(study, []))
+    assert a.source == "optuna" and pa.strategy == pb.strategy and pa.strategy.family == "router"
+    lesson = {"family": "router", "objective": "trained_tokens_per_s", "fingerprint": {"variation": "length_dispersion"},
+              "candidate": {"name": "round_robin", "params": {"active_cap": 0}},
+              "evidence": {"overall": {"mean": 0.05}}}
+    c = OfflineProposer(study, [lesson])
+    assert len(c.opt.trials) == 1 and c.opt.trials[0].value == 0.05
