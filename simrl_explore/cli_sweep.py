@@ -155,6 +155,9 @@ def render_summary(res) -> str:
     lines = [f"engines: {', '.join(f'{k} {v}' for k, v in sorted(res.engines.items())) or 'none'}"]
     for why, n in res.fallbacks.most_common(3):
         lines.append(f"  simpy fallback x{n}: {why}")
+    inert = res.inert_axes()
+    if inert:
+        lines.append(f"warning: axes that change no objective (values tie everywhere): {', '.join(inert)}")
     for why, n in res.dropped.most_common(5):
         lines.append(f"dropped x{n}: {why}")
     cols = ["point", *vars_, *(OBJECTIVES[o][1] for o in s.objectives), "binding", "engine"]

@@ -173,6 +173,10 @@ def report_md(res: SweepResult) -> str:
     if res.fallbacks:
         lines += ["", "Points the fast path could not take ran on the SimPy engine:", ""]
         lines += [f"- {n} x {why}" for why, n in res.fallbacks.most_common()]
+    inert = res.inert_axes()
+    if inert:
+        lines += ["", f"**Axes that change no objective** (every value ties at every setting of the other axes; "
+                  f"they may still decide feasibility): {', '.join(inert)}."]
     if res.dropped:
         lines += ["", "## Dropped (infeasible)", ""]
         lines += [f"- {n} x {why}" for why, n in res.dropped.most_common()]

@@ -64,6 +64,25 @@ class SweepResult:
     def recheck_agrees(self) -> bool:
         return all(r["agrees"] for r in self.recheck)
 
+    def inert_axes(self) -> list[str]:
+        """Axes that change no objective: at every setting of the other axes, all their values tie.
+
+        E.g. ``deployment.rollout.tp`` under the linear cost family (it has no layout), or the ZeRO
+        stage under a training model without a memory-dependent time: they may still decide
+        feasibility, but the search cannot tell their values apart."""
+        names = [a.name for a in self.space.axes]
+        cols = [OBJECTIVES[o][1] for o in self.space.objectives]
+        out = []
+        for a in names:
+            groups: dict[tuple, dict] = {}
+            for r in self.ok():
+                key = tuple(r.get(n) for n in names if n != a)
+                groups.setdefault(key, {})[r.get(a)] = tuple(round(float(r[c]), 9) for c in cols)
+            compared = [g for g in groups.values() if len(g) > 1]
+            if compared and all(len(set(g.values())) == 1 for g in compared):
+                out.append(a)
+        return out
+
 
 def pareto_mask(values: np.ndarray) -> np.ndarray:
     """Non-dominated rows of ``values`` (all objectives to minimise)."""

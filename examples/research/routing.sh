@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Is kv_cache_aware routing better than throughput_balance on this workload, and under what
-# length dispersion does the answer flip? One command, offline: the stated candidate and one
-# optuna (or bandit) proposal validated over 6 seeds x 7 dispersions on the SimPy engine;
+# length dispersion does the answer flip? One command, offline: the stated candidate and two
+# optuna (or bandit) proposals (kv_cache_aware parameter changes), each validated over 5 seeds x
+# 6 dispersions on the SimPy engine;
 # writes report.md (the answer), research.png, runs.csv, lessons.jsonl / lessons.md.
 #   bash examples/research/routing.sh [OUT]        (default OUT: outputs/routing)
 set -euo pipefail

@@ -88,7 +88,7 @@ class OfflineProposer:
     def __init__(self, study: Study, prior: list[dict], use_optuna: bool | None = None):
         self.study = study
         self.rng = np.random.default_rng(study.proposer_seed)
-        self.names = sorted(REGISTRY[study.family])
+        self.names = sorted(study.search or REGISTRY[study.family])
         self.optuna = None
         if use_optuna is not False:
             try:
@@ -106,6 +106,8 @@ class OfflineProposer:
             self.opt = self.optuna.create_study(direction="maximize",
                                                 sampler=self.optuna.samplers.TPESampler(seed=study.proposer_seed))
         for ls in _relevant(prior, study):
+            if ls["candidate"]["name"] not in self.names:
+                continue
             self.observe(make_strategy(ls["family"], ls["candidate"]["name"], ls["candidate"]["params"]),
                          float(ls["evidence"]["overall"]["mean"]))
 

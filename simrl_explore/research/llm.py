@@ -91,7 +91,8 @@ class LLMProposer:
         system = ("You design scheduling strategies for an RL post-training simulator. Answer with one JSON "
                   "object only: {\"name\": <strategy name>, \"params\": {...}, \"rationale\": <one sentence>}. "
                   "Use only the strategies and parameters of this registry (types and ranges given):\n"
-                  + json.dumps(strategy_schema(st.family), indent=1))
+                  + json.dumps({st.family: {k: v for k, v in strategy_schema(st.family)[st.family].items()
+                                          if not st.search or k in st.search}}, indent=1))
         user = (f"Question: {st.question}\nBaseline: {json.dumps(st.baseline.to_dict())}\n"
                 f"Objective: {st.objective} ({st.direction}imise), validated over workload variation "
                 f"{st.variation.key or st.variation.name} = {list(st.variation.values)}.\n"

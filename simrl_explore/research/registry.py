@@ -107,9 +107,9 @@ class KvCacheAware(Strategy):
     name: ClassVar[str] = "kv_cache_aware"
     cache_threshold: float = _p(0.3, (0.0, 1.0), v.and_(v.instance_of(float), v.ge(0.0), v.le(1.0)),
                                 "min fraction of the prompt cached for affinity to apply")
-    balance_abs_threshold: int = _p(64, (0, 512), v.and_(v.instance_of(int), v.ge(0)),
+    balance_abs_threshold: int = _p(64, (0, 128), v.and_(v.instance_of(int), v.ge(0)),
                                     "imbalance escape: max - min assigned calls above this ...")
-    balance_rel_threshold: float = _p(1.5, (1.0, 4.0), v.and_(v.instance_of(float), v.ge(1.0)),
+    balance_rel_threshold: float = _p(1.5, (1.0, 2.0), v.and_(v.instance_of(float), v.ge(1.0)),
                                       "... and max above this times min")
     active_cap: int = _p(**_CAP)
 

@@ -102,7 +102,7 @@ def _plot(state, out: str) -> list[str]:
     data = alt.Data(values=recs)
     x = alt.X(f"{var}:Q", title=var)
     band = alt.Chart(data).mark_area(opacity=0.2).encode(x=x, y=alt.Y("low:Q", axis=alt.Axis(format="%")), y2="high:Q",
-                                                          color=alt.Color("strategy:N", legend=alt.Legend(orient="bottom", columns=1)))
+                                                          color=alt.Color("strategy:N", legend=alt.Legend(orient="bottom", columns=1, labelLimit=700)))
     line = alt.Chart(data).mark_line(point=True).encode(
         x=x, y=alt.Y("mean:Q", title=f"{st.objective}: improvement vs {st.baseline.name}", axis=alt.Axis(format="%")),
         color="strategy:N", tooltip=[f"{var}:Q", "mean:Q", "low:Q", "high:Q", "strategy:N"])
@@ -114,7 +114,9 @@ def _plot(state, out: str) -> list[str]:
             strokeDash=[5, 3], color="red").encode(x="x:Q"))
         layers.append(alt.Chart(alt.Data(values=[{"x": f, "label": f"flip ~ {f:.2f}"}])).mark_text(
             align="left", dx=4, dy=-110, color="red").encode(x="x:Q", text="label:N"))
-    chart = alt.layer(*layers).properties(width=520, height=300, title=st.question[:110])
+    import textwrap
+
+    chart = alt.layer(*layers).properties(width=560, height=300, title=textwrap.wrap(st.question, 90))
     atomic_write(os.path.join(out, "research.html"), chart.to_html())
     files = ["research.html"]
     try:

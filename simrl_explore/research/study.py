@@ -42,7 +42,7 @@ class StudyError(ValueError):
 
 
 _KEYS = {"question", "base", "family", "baseline", "candidate", "objective", "seeds", "variation", "proposals",
-         "interval", "confidence", "proposer_seed", "name"}
+         "interval", "confidence", "proposer_seed", "name", "search"}
 
 
 @attrs.frozen
@@ -75,6 +75,7 @@ class Study:
     interval: str
     confidence: float
     proposer_seed: int
+    search: tuple[str, ...] = ()  # strategies the proposer may use (default: the whole family)
 
     @property
     def direction(self) -> str:
@@ -183,6 +184,9 @@ def parse_study(data: Any, path: str | None = None) -> Study:
     proposals = data.get("proposals", 0)
     _need(isinstance(proposals, int) and proposals >= 0, f"{w}.proposals", "expected a whole number >= 0")
     _need(candidate is not None or proposals > 0, w, "give a candidate, or proposals > 0 for the proposer")
+    search = data.get("search") or sorted(REGISTRY[family])
+    _need(isinstance(search, list) and all(n in REGISTRY[family] for n in search), f"{w}.search",
+          f"expected a list of {family} strategies: {', '.join(sorted(REGISTRY[family]))}")
     method = data.get("interval", "t")
     _need(method in ("t", "bootstrap"), f"{w}.interval", "expected t or bootstrap")
     conf = data.get("confidence", 0.95)
@@ -192,5 +196,5 @@ def parse_study(data: Any, path: str | None = None) -> Study:
         question=" ".join(data["question"].split()), base_config=cfg_path, base_set=base_set, family=family,
         baseline=baseline, candidate=candidate, objective=objective, seeds=tuple(seeds),
         variation=Variation(name, tuple(vals), var.get("key")), proposals=proposals, interval=method,
-        confidence=float(conf), proposer_seed=int(data.get("proposer_seed", 0)),
+        confidence=float(conf), proposer_seed=int(data.get("proposer_seed", 0)), search=tuple(search),
     )

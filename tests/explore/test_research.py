@@ -67,7 +67,8 @@ def test_bad_studies_are_clear():
     for change, match in [({"family": "routes"}, "family"), ({"baseline": {"name": "fastest"}}, "unknown strategy"),
                           ({"seeds": [1]}, "two distinct"), ({"objectve": "x"}, "objectve: unknown key"),
                           ({"candidate": None, "proposals": 0}, "proposals > 0"),
-                          ({"variation": {"name": "dispersion", "values": [1]}}, "length_dispersion")]:
+                          ({"variation": {"name": "dispersion", "values": [1]}}, "length_dispersion"),
+                          ({"search": ["fastest"]}, "search")]:
         with pytest.raises(StudyError, match=match):
             parse_study({**STUDY, **change}, "q.yaml")
 
