@@ -157,7 +157,7 @@ def render_summary(res) -> str:
         lines.append(f"  simpy fallback x{n}: {why}")
     inert = res.inert_axes()
     if inert:
-        lines.append(f"warning: axes that change no objective (values tie everywhere): {', '.join(inert)}")
+        lines.append(f"warning: axes that change no simulated outcome (values tie everywhere): {', '.join(inert)}")
     for why, n in res.dropped.most_common(5):
         lines.append(f"dropped x{n}: {why}")
     cols = ["point", *vars_, *(OBJECTIVES[o][1] for o in s.objectives), "binding", "engine"]

@@ -175,8 +175,9 @@ def report_md(res: SweepResult) -> str:
         lines += [f"- {n} x {why}" for why, n in res.fallbacks.most_common()]
     inert = res.inert_axes()
     if inert:
-        lines += ["", f"**Axes that change no objective** (every value ties at every setting of the other axes; "
-                  f"they may still decide feasibility): {', '.join(inert)}."]
+        lines += ["", f"**Axes that change no simulated outcome** (step time, tokens/s and staleness tie for every value "
+                  f"at every setting of the other axes; they may still decide feasibility and GPU count): "
+                  f"{', '.join(inert)}."]
     if res.dropped:
         lines += ["", "## Dropped (infeasible)", ""]
         lines += [f"- {n} x {why}" for why, n in res.dropped.most_common()]

@@ -65,13 +65,14 @@ class SweepResult:
         return all(r["agrees"] for r in self.recheck)
 
     def inert_axes(self) -> list[str]:
-        """Axes that change no objective: at every setting of the other axes, all their values tie.
+        """Axes that change no simulated outcome (step time, trained tokens/s, staleness): at every
+        setting of the other axes, all their values tie (GPU-hours may still differ by GPU count).
 
         E.g. ``deployment.rollout.tp`` under the linear cost family (it has no layout), or the ZeRO
         stage under a training model without a memory-dependent time: they may still decide
         feasibility, but the search cannot tell their values apart."""
         names = [a.name for a in self.space.axes]
-        cols = [OBJECTIVES[o][1] for o in self.space.objectives]
+        cols = ["step_time_s", "trained_tokens_per_s", "staleness_mean"]
         out = []
         for a in names:
             groups: dict[tuple, dict] = {}

@@ -116,8 +116,9 @@ def test_progress_is_quiet_off_a_terminal():
 
 def test_an_axis_the_cost_model_ignores_is_reported(tmp_path):
     # Under the linear rollout family TP has no effect (the model has no layout): say so.
-    r = CliRunner().invoke(main, [*BASE, "--grid", "deployment.rollout.tp=1,2", "--grid", "deployment.rollout.instances=1,2",
+    r = CliRunner().invoke(main, [*BASE, "cost.training_knobs.a=0.1", "policy.max_staleness=0",
+                                  "--grid", "deployment.rollout.tp=1,2", "--grid", "deployment.rollout.instances=1,2",
                                   "--engine", "simpy", "-o", str(tmp_path / "o")])
     assert r.exit_code == 0, r.output
-    assert "change no objective" in r.output and "deployment_rollout_tp" in r.output
-    assert "deployment_rollout_instances" not in r.output.split("change no objective")[1].splitlines()[0]
+    assert "change no simulated outcome" in r.output and "deployment_rollout_tp" in r.output
+    assert "deployment_rollout_instances" not in r.output.split("change no simulated outcome")[1].splitlines()[0]
