@@ -191,6 +191,12 @@ def make_strategy(family: str, name: str, params: dict[str, Any] | None = None) 
         if fields[k].type in (float, "float") and isinstance(val, int) and not isinstance(val, bool):
             val = float(val)
         kwargs[k] = val
+    for k, val in kwargs.items():  # each parameter's validator on its own: the error names it
+        if fields[k].validator is not None:
+            try:
+                fields[k].validator(None, fields[k], val)
+            except (TypeError, ValueError) as exc:
+                raise StrategyError(f"{family}.{name}.{k}: {exc.args[0] if exc.args else exc}") from None
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:

@@ -36,7 +36,7 @@ def test_registry_validates_and_maps_to_overrides():
     for fam, name, params, match in [("router", "nope", {}, "unknown strategy 'nope'"),
                                      ("routers", "x", {}, "unknown strategy family"),
                                      ("router", "least_requests", {"cap": 1}, r"least_requests.cap: unknown parameter"),
-                                     ("router", "kv_cache_aware", {"cache_threshold": 2.0}, "cache_threshold"),
+                                     ("router", "kv_cache_aware", {"cache_threshold": 2.0}, r"kv_cache_aware.cache_threshold: .*<= 1.0"),
                                      ("admission", "bounded_async", {"inflight_rule": "wait"}, "inflight_rule")]:
         with pytest.raises(StrategyError, match=match):
             make_strategy(fam, name, params)
