@@ -151,7 +151,7 @@ def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, en
 def oracle_task(args: tuple[str | None, list[str], int]) -> dict:
     """Run one configuration on the SimPy engine (in a spawned worker) and return its metrics."""
     config_path, overrides, gpus = args
-    from simrl.cost.base import CostModelError
+    from simrl.cost.base import CostModelError, OutOfDomainError
     from simrl.engine.core import SimulationError
     from simrl.engine.sim import simulate
 
@@ -160,7 +160,7 @@ def oracle_task(args: tuple[str | None, list[str], int]) -> dict:
         try:
             cfg = load_config(config_path, overrides)
             report = simulate(cfg)
-        except (ConfigError, SimulationError, CostModelError) as exc:
+        except (ConfigError, SimulationError, CostModelError, OutOfDomainError) as exc:
             return {"status": "failed", "reason": f"simpy: {_first_line(exc)}"}
     row = report_metrics(report, cfg)
     row["out_of_domain"] = int(sum(w.get("count", 0) for w in report.domain_warnings))
