@@ -26,12 +26,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
 import numpy as np
 
+from simrl_explore.research.lessons import append_lesson, lessons_md, read_lessons  # noqa: F401 - re-exported
 from simrl_explore.research.registry import REGISTRY, Strategy, StrategyError, make_strategy, overrides_for
 from simrl_explore.research.stats import interval, sign_flip, verdict
 from simrl_explore.research.study import Study, base_completion_knots
@@ -354,62 +354,6 @@ class AnalysisAgent:
             text += "; the verdict changes " + ", ".join(
                 f"from {c['from']} to {c['to']} between {vname} {c['between'][0]} and {c['between'][1]}" for c in changes)
         return text
-
-
-# -- the lessons file ---------------------------------------------------------------------------------------
-
-def read_lessons(path: str) -> list[dict]:
-    if not os.path.exists(path):
-        return []
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n}: not a JSON object ({exc.msg})") from None
-            if not isinstance(obj, dict) or "id" not in obj or "candidate" not in obj:
-                raise ValueError(f"{path}:{n}: not a lesson (needs id, candidate, evidence)")
-            out.append(obj)
-    return out
-
-
-def append_lesson(path: str, lesson: dict) -> None:
-    """Append (unless a lesson with the same id is there) and re-render the Markdown next to it."""
-    from simrl.atomic import atomic_write
-
-    lessons = read_lessons(path)
-    if all(ls["id"] != lesson["id"] for ls in lessons):
-        lessons.append(lesson)
-    atomic_write(path, "".join(json.dumps(ls, sort_keys=True, default=_json) + "\n" for ls in lessons))
-    atomic_write(os.path.splitext(path)[0] + ".md", lessons_md(lessons))
-
-
-def _json(x: Any):
-    if isinstance(x, np.generic):
-        return x.item()
-    raise TypeError(type(x).__name__)
-
-
-def lessons_md(lessons: list[dict]) -> str:
-    lines = ["# Lessons", "", "Written by `srl-research`'s analysis agent; read by later proposals "
-             "(same family, objective and variation).", ""]
-    for ls in lessons:
-        c = ls["conditions"]
-        lines += [f"## {ls['id']}: {ls['candidate']['name']} vs {ls['baseline']['name']}", "",
-                  f"- question: {ls['question']}", f"- lesson: {ls['claim']}",
-                  f"- holds when: better for {c['variable']} in {c['better'] or 'none'}; worse in {c['worse'] or 'none'}"
-                  + (f"; flips at {c['variable']} ~ {c['flip_at']:.2f}" if c.get("flip_at") is not None else ""),
-                  f"- evidence: {ls['evidence']['runs']} paired SimPy runs, seeds {ls['evidence']['seeds']}, "
-                  f"{ls['evidence']['interval']} interval at {ls['evidence']['confidence']:.0%}", "",
-                  f"| {c['variable']} | n | mean | low | high | verdict |", "|---|---|---|---|---|---|"]
-        for r in ls["evidence"]["per_variation"]:
-            lines.append(f"| {r['value']} | {r['n']} | {_pct(r['mean'])} | {_pct(r['low'])} | {_pct(r['high'])} | "
-                         f"{r['verdict']} |")
-        lines.append("")
-    return "\n".join(lines)
 
 
 def run_research(study: Study, proposer, lessons_path: str, jobs: int = 1, progress=None,
