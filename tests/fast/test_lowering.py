@@ -80,6 +80,6 @@ def test_builtin_policies_lower_exactly():
 
 
 def test_core_and_lowering_never_import_jax():
-    code = ("import sys, simrl, simrl.engine.sim, simrl_fast, simrl_fast.lowering, simrl.cli.sweep; "
+    code = ("import sys, simrl, simrl.engine.sim, simrl_fast, simrl_fast.lowering, simrl_explore.cli_sweep; "
             "assert 'jax' not in sys.modules, 'jax imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
