@@ -169,13 +169,12 @@ def test_fitted_linear_training_exposes_its_linear_form():
 # -- the linear knob family declares its layout -------------------------------------------------------
 
 def test_linear_knobs_refuse_a_tp_sweep_unless_the_layout_is_declared():
-    from simrl_fast.sweep import expand_grid, run_sweep
-
     base = ["cost.rollout=linear", "cost.training=constant", "cost.weight_sync=fixed",
             "cost.weight_sync_knobs.publish_s=1", "workload.groups=4", "workload.group_size=2", "run.training_steps=1",
             "run.telemetry=false", "run.plots=false", "policy=sync", "policy.batch_groups=2"]
-    with pytest.raises(CostModelError) as exc:
-        run_sweep(None, expand_grid(base, ["deployment.rollout.tp=1,2"]), engine="simpy")
+    build_costs(cfg(*base, "deployment.rollout.tp=1"))  # the declared layout (tp=1) builds
+    with pytest.raises(CostModelError) as exc:  # what a sweep over tp hits at its second point
+        build_costs(cfg(*base, "deployment.rollout.tp=2"))
     assert "fitted_for.tp=1" in str(exc.value) and "deployment.rollout.tp=2" in str(exc.value)
     ok = build_costs(cfg(*base, "deployment.rollout.tp=2", "cost.rollout_knobs.fitted_for.tp=2"))
     assert ok.rollout.linear_coefficients().fitted_for == {"tp": 2, "pp": 1}
