@@ -1,0 +1,134 @@
+"""The fidelity benchmark's cards: each parses, names its source and builds a valid configuration.
+
+Fast: no card is simulated in full. One small card-shaped run (the NeMo-RL Llama-3.1-8B card's
+sync run, cut to a short workload) checks that the runner reads a step time from the report.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CARDS = ROOT / "benchmarks" / "fidelity_cards"
+
+
+def _load_module():
+    # Loaded by path: tests/benchmarks/ must not shadow the repository's benchmarks/ directory.
+    spec = importlib.util.spec_from_file_location("simrl_fidelity_bench", ROOT / "benchmarks" / "fidelity.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+fid = _load_module()
+CARD_FILES = sorted(CARDS.glob("*.yaml"))
+
+
+def test_enough_cards_from_enough_systems():
+    cards = fid.load_cards(CARDS)
+    assert len(cards) >= 8
+    assert len({c["system"] for c in cards}) >= 3
+    assert len({c["id"] for c in cards}) == len(cards)
+
+
+@pytest.mark.parametrize("path", CARD_FILES, ids=[p.stem for p in CARD_FILES])
+def test_card_parses_names_source_and_builds(path):
+    card = fid.validate_card(yaml.safe_load(path.read_text(encoding="utf-8")), path)
+    card["_file"] = path.name
+    src = card["source"]
+    assert "/" in src["repo"] and src["file"]
+    assert src.get("commit") or src.get("url")
+    # Every published step time and every ratio refers to a run the card maps.
+    runs = card["mapping"]["runs"]
+    assert set(card["published"]["step_time_s"]) <= set(runs)
+    for ratio in card["published"].get("ratios") or []:
+        assert ratio["num"] in runs and ratio["den"] in runs
+    for run in runs:
+        # The same loader `srl` uses; a bad key or value raises ConfigError naming it.
+        from simrl.config import load_config
+
+        cfg = load_config(None, fid.run_overrides(card, run))
+        assert cfg.run.training_steps == card["mapping"]["training_steps"]
+        assert cfg.deployment.rollout.gpus >= 1 and cfg.deployment.training.gpus >= 1
+        # The cost models build for this layout (model and GPU names resolve in the catalog).
+        from simrl.cost.build import build_costs
+
+        costs = build_costs(cfg)
+        assert costs.training.step_time([1024] * 8) > 0
+
+
+def _card(path_name: str) -> dict:
+    path = CARDS / path_name
+    return fid.validate_card(yaml.safe_load(path.read_text(encoding="utf-8")), path)
+
+
+def test_bad_cards_are_rejected_with_file_and_key():
+    good = _card("nemo_rl_llama31_8b_1off.yaml")
+    p = Path("broken.yaml")
+    bad = copy.deepcopy(good)
+    del bad["source"]["repo"]
+    with pytest.raises(fid.CardError, match=r"broken.yaml: source: missing required key\(s\) repo"):
+        fid.validate_card(bad, p)
+    bad = copy.deepcopy(good)
+    bad["published"]["ratios"][0]["num"] = "nope"
+    with pytest.raises(fid.CardError, match=r"published.ratios\[0\].num: no such run 'nope'"):
+        fid.validate_card(bad, p)
+    bad = copy.deepcopy(good)
+    bad["mapping"]["runs"]["sync"] = ["policy sync"]
+    with pytest.raises(fid.CardError, match=r"mapping.runs.sync: expected a list of KEY=VALUE"):
+        fid.validate_card(bad, p)
+    bad = copy.deepcopy(good)
+    bad["published"]["step_time_s"]["sync"] = -1
+    with pytest.raises(fid.CardError, match=r"step_time_s.sync: expected seconds > 0"):
+        fid.validate_card(bad, p)
+    bad = copy.deepcopy(good)
+    bad["mapping"]["lengths"]["mean_sequence_tokens"] = {"sync": 1000}
+    with pytest.raises(fid.CardError, match=r"got None for run 'async'"):
+        fid.validate_card(bad, p)
+
+
+def test_length_scaling_hits_the_published_mean():
+    # The NeMo-RL Llama card publishes a mean sequence length of 1060 tokens for its sync run:
+    # the scaled workload's mean prompt + completion is within 1 % of it.
+    from simrl.engine.sim import load_workload
+
+    card = _card("nemo_rl_llama31_8b_1off.yaml")
+    card["_file"] = "nemo_rl_llama31_8b_1off.yaml"
+    card["mapping"]["base"] = [o for o in card["mapping"]["base"] if not o.startswith("workload.groups")]
+    card["mapping"]["base"].append("workload.groups=64")
+    w = load_workload(fid.build_config(card, "sync"))
+    last = w.traj_call_start[1:] - 1
+    mean = float((w.call_prompt_tokens[last] + w.call_completion_tokens[last]).mean())
+    assert abs(mean - 1060) / 1060 < 0.01
+    assert int((w.call_prompt_tokens[last] + w.call_completion_tokens[last]).max()) <= 4096
+
+
+def test_one_small_card_simulates_and_reports_errors():
+    # A cut-down copy of the Llama card (8 prompts x 32 per step, 2 steps): the runner returns a
+    # positive step time per run, and the error is (simulated - published) / published.
+    card = _card("nemo_rl_llama31_8b_1off.yaml")
+    card["_file"] = "small"
+    card["mapping"]["training_steps"], card["mapping"]["warmup_steps"] = 2, 1
+    card["mapping"]["base"] = [o for o in card["mapping"]["base"] if not o.startswith("workload.groups")]
+    card["mapping"]["base"].append("workload.groups=32")
+    card["mapping"]["runs"]["sync"] = [o.replace("batch_groups=64", "batch_groups=8")
+                                       for o in card["mapping"]["runs"]["sync"]]
+    card["mapping"]["runs"]["async"] = [o.replace("num_prompts_per_step=64", "num_prompts_per_step=8")
+                                        for o in card["mapping"]["runs"]["async"]]
+    result = fid.evaluate([card])
+    rows = {r["run"]: r for r in result["step_times"]}
+    assert set(rows) == {"sync", "async"}
+    for r in rows.values():
+        assert r["simulated_s"] > 0
+        assert r["rel_err"] == pytest.approx((r["simulated_s"] - r["published_s"]) / r["published_s"])
+    (ratio,) = result["ratios"]
+    assert ratio["published"] == pytest.approx(97.7 / 74.6)
+    assert ratio["simulated"] == pytest.approx(rows["sync"]["simulated_s"] / rows["async"]["simulated_s"])
+    assert result["medians"]["step_times_abs_rel_err"] == pytest.approx(
+        sorted(abs(r["rel_err"]) for r in rows.values())[0] / 2 + sorted(abs(r["rel_err"]) for r in rows.values())[1] / 2)
+    assert "nemo-rl-llama3.1-8b-1off" in result["missing_mechanisms"]
