@@ -20,7 +20,8 @@ from simrl.cost.observations import ObservationError, write_observations
 
 EPILOG = """\b
 Examples:
-  srl-profile import vidur /work/shared/data/vidur -o vidur.jsonl
+  srl-profile import vidur -o vidur.jsonl      # the Vidur H100 data shipped with simrl
+  srl-profile fetch vidur -o vidur-full && srl-profile import vidur vidur-full -o all.jsonl
   srl-profile kernels --model phi-2 --tp 1 --device cpu --tokens 1,16,128 --repeats 3 -o k.jsonl
   srl-profile kernels --model llama-3.1-8b --tp 2 --device cuda -o h100-kernels.jsonl
   srl-profile kv-probe --model Qwen/Qwen3-8B --tp 1 --gpu-memory-utilization 0.9 -o kv.jsonl
@@ -48,21 +49,59 @@ def import_group():
 
 
 @import_group.command("vidur")
-@click.argument("path", type=click.Path(exists=True))
+@click.argument("path", type=click.Path(exists=True), required=False)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 def import_vidur_cmd(path, output):
-    """Convert Vidur compute (mlp.csv) and network (all_reduce / send_recv) CSVs under PATH."""
-    from simrl.cost.vidur_import import import_vidur
+    """Convert Vidur compute (mlp.csv) and network (all_reduce / send_recv) CSVs under PATH.
+
+    PATH defaults to the Vidur H100 data shipped with simrl (simrl/cost/data/vidur); a folder
+    written by `srl-profile fetch vidur` or a single CSV also works.
+    """
+    from simrl.cost.vidur_import import import_vidur, vidur_data_dir
 
     try:
-        obs = import_vidur(path)
+        obs = import_vidur(path if path is not None else vidur_data_dir())
         n = write_observations(output, obs)
-    except (ObservationError, ValueError, KeyError) as exc:
+    except (ObservationError, ValueError, KeyError, FileNotFoundError) as exc:
         abort(str(exc))
     counts = collections.Counter((o.kind, o.name) for o in obs)
     click.echo(f"wrote {n} observations to {output}")
     for (kind, name), c in sorted(counts.items()):
         click.echo(f"  {kind:<10} {name:<26} {c}")
+
+
+@cli.group("fetch")
+def fetch_group():
+    """Download published measurement sets."""
+
+
+@fetch_group.command("vidur")
+@click.option("--commit", default=None, help="microsoft/vidur commit, tag or branch [default: the shipped data's]")
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
+              help="folder to create (compute/, network/, traces/, LICENSE, NOTICE, source.json)")
+@click.option("--base-url", default=None, hidden=True,
+              help="repository URL whose /archive/<commit>.tar.gz is fetched (a mirror)")
+@click.option("--timeout", type=float, default=120.0, show_default=True, help="seconds per network read")
+def fetch_vidur_cmd(commit, output, base_url, timeout):
+    """Download Vidur's full measurement set (all GPUs and models) at COMMIT from GitHub.
+
+    Only the profiling CSVs, the processed traces and the licence are kept, in the layout of the
+    shipped data, so `srl-profile import vidur OUTPUT` reads them. See adapters/vidur_fetch.py.
+    """
+    from adapters.vidur_fetch import UPSTREAM, FetchError, fetch_vidur
+    from simrl.cost.vidur_import import VIDUR_COMMIT
+
+    try:
+        res = fetch_vidur(output, commit or VIDUR_COMMIT, base_url or UPSTREAM, timeout=timeout,
+                          progress=lambda line: click.echo(line, err=True))
+    except (FetchError, ValueError, OSError) as exc:
+        abort(str(exc))
+    if res.already_present:
+        click.echo(f"{output} already holds Vidur {res.commit} ({len(res.files)} files); nothing to do")
+        return
+    n_mlp = sum(f.endswith("mlp.csv") for f in res.files)
+    click.echo(f"wrote {len(res.files)} files of Vidur {res.commit} to {output} "
+               f"({n_mlp} mlp.csv; archive sha256 {res.sha256[:16]}...)")
 
 
 @cli.command("kernels")

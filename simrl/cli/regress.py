@@ -16,7 +16,7 @@ from simrl.cost.observations import ObservationError, read_many
 
 EXAMPLES = """\b
 Examples:
-  srl-profile import vidur /work/shared/data/vidur -o vidur.jsonl
+  srl-profile import vidur -o vidur.jsonl          # the Vidur H100 data shipped with simrl
   srl-regress fit --family composed --obs vidur.jsonl -o composed.json --kfold 5
   srl-regress eval composed.json --obs vidur.jsonl --json
   srl-regress show composed.json
