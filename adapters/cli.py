@@ -155,6 +155,54 @@ def _median_table(obs, tokens):
         click.echo(f"{name:<26}{cells}")
 
 
+@cli.command("fsdp")
+@click.option("--model", default="simrl/tiny-llama", show_default=True,
+              help="dense model of simrl.cost.architectures, built in code with random weights")
+@click.option("--world-sizes", default="1,2", show_default=True, help="comma-separated process counts")
+@click.option("--seq-lens", default="64,128,256", show_default=True, help="comma-separated sequence lengths")
+@click.option("--sharding", default="full", show_default=True,
+              help="comma-separated: full (reshard_after_forward=True, ZeRO-3), grad-op (False, ZeRO-2)")
+@click.option("--micro-batch", type=int, default=1, show_default=True, help="sequences per rank per step")
+@click.option("--steps", type=int, default=3, show_default=True, help="timed optimizer steps per point")
+@click.option("--warmup", type=int, default=1, show_default=True, help="untimed steps before them")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="cpu: gloo, one process per rank; cuda: nccl, rank r on cuda:r")
+@click.option("--clock", type=click.Choice(["wall", "process"]), default="wall", show_default=True,
+              help="wall: step time; process: CPU seconds of each rank (CPU only; ignores waiting)")
+@click.option("--threads", type=int, default=1, show_default=True, help="torch intra-op threads per rank")
+@click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+              help="bf16: FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)")
+@click.option("--activation-checkpointing", is_flag=True, help="recompute each decoder layer in backward")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup, device, clock, threads, dtype,
+             activation_checkpointing, seed, output):
+    """Time FSDP2 (fully_shard) training steps and peak memory per sharding, world size and length.
+
+    Spawns WORLD processes per point (gloo on CPU, NCCL on GPUs) that train a model built in code;
+    writes a time (s) and a memory (bytes) training_step observation per point. Fit them with
+    `srl-regress fit --family fsdp`. See adapters/fsdp.py.
+    """
+    from adapters.fsdp import FsdpPlan, parse_ints, profile_fsdp
+
+    try:
+        plan = FsdpPlan(model=model, world_sizes=parse_ints(world_sizes, "--world-sizes"),
+                        seq_lens=parse_ints(seq_lens, "--seq-lens"),
+                        shardings=tuple(s.strip() for s in sharding.split(",") if s.strip()),
+                        micro_batch=micro_batch, steps=steps, warmup=warmup, device=device, clock=clock,
+                        threads=threads, dtype=dtype, activation_checkpointing=activation_checkpointing, seed=seed)
+        prof = profile_fsdp(plan, progress=lambda line: click.echo(line, err=True))
+        n = write_observations(output, prof.observations)
+    except (MissingExtraError, CostModelError, ObservationError, ValueError) as exc:
+        abort(str(exc))
+    click.echo(f"wrote {n} training_step observations to {output} ({prof.params:,} parameters, "
+               f"{prof.hardware}, {plan.backend}, clock {plan.clock})")
+    click.echo(f"{'sharding':<10}{'world':>6}{'seq_len':>9}{'step ms':>12}{'peak MiB':>11}")
+    for t, m in zip(prof.observations[::2], prof.observations[1::2], strict=True):
+        i = t.inputs
+        click.echo(f"{i['sharding']:<10}{i['dp']:>6}{i['seq_lens'][0]:>9}{t.value * 1e3:>12.1f}{m.value / 2**20:>11.1f}")
+
+
 @cli.command("kv-probe")
 @click.option("--model", required=True, help="Hugging Face id or local path, as vllm.LLM takes it")
 @click.option("--tp", type=int, default=1, show_default=True, help="tensor_parallel_size")

@@ -259,6 +259,10 @@ _MODELS: dict[str, ModelArch] = {
         # huggingface.co/microsoft/phi-2/blob/main/config.json (GELU MLP, untied LM head)
         ModelArch("microsoft/phi-2", layers=32, hidden=2560, heads=32, kv_heads=32, head_dim=80,
                   intermediate=10240, vocab=51200, gated_mlp=False, max_position=2048),
+        # Not a published checkpoint: the LLaMA-shaped model `srl-profile fsdp` builds in code (random
+        # weights, about 5.2M parameters) so that profiling runs on a CPU in seconds; see adapters/fsdp.py.
+        ModelArch("simrl/tiny-llama", layers=4, hidden=256, heads=4, kv_heads=2, head_dim=64,
+                  intermediate=768, vocab=4096, max_position=4096),
     )
 }
 

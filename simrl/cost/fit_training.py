@@ -151,7 +151,7 @@ def fit_training(family: str, obs: Sequence[Observation], model: str | None = No
     return _fit_group(family, rows)
 
 
-def training_domain(obs: Sequence[Observation], name: str) -> dict[str, tuple[float, float]]:
+def training_domain(obs: Sequence[Observation], name: str) -> dict[str, list[float]]:
     vals: dict[str, list[float]] = defaultdict(list)
     for o in obs:
         if o.kind != "training_step":
@@ -163,7 +163,7 @@ def training_domain(obs: Sequence[Observation], name: str) -> dict[str, tuple[fl
         vals["activation_checkpointing"].append(float(bool(o.inputs.get("activation_checkpointing", True))))
         for k in ("tp", "pp", "dp"):
             vals[k].append(float(o.inputs[k]))
-    return {k: (float(min(v)), float(max(v))) for k, v in vals.items()}
+    return {k: [float(min(v)), float(max(v))] for k, v in vals.items()}  # [lo, hi], as artifacts store it
 
 
 @attrs.define
