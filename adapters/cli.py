@@ -170,13 +170,15 @@ def _median_table(obs, tokens):
 @click.option("--clock", type=click.Choice(["wall", "process"]), default="wall", show_default=True,
               help="wall: step time; process: CPU seconds of each rank (CPU only; ignores waiting)")
 @click.option("--threads", type=int, default=1, show_default=True, help="torch intra-op threads per rank")
+@click.option("--start-method", type=click.Choice(["spawn", "fork", "forkserver"]), default="spawn",
+              show_default=True, help="how ranks start (fork: CPU only, skips re-importing torch per rank)")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
               help="bf16: FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)")
 @click.option("--activation-checkpointing", is_flag=True, help="recompute each decoder layer in backward")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
-def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup, device, clock, threads, dtype,
-             activation_checkpointing, seed, output):
+def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup, device, clock, threads,
+             start_method, dtype, activation_checkpointing, seed, output):
     """Time FSDP2 (fully_shard) training steps and peak memory per sharding, world size and length.
 
     Spawns WORLD processes per point (gloo on CPU, NCCL on GPUs) that train a model built in code;
@@ -190,7 +192,7 @@ def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup,
                         seq_lens=parse_ints(seq_lens, "--seq-lens"),
                         shardings=tuple(s.strip() for s in sharding.split(",") if s.strip()),
                         micro_batch=micro_batch, steps=steps, warmup=warmup, device=device, clock=clock,
-                        threads=threads, dtype=dtype, activation_checkpointing=activation_checkpointing, seed=seed)
+                        start_method=start_method, threads=threads, dtype=dtype, activation_checkpointing=activation_checkpointing, seed=seed)
         prof = profile_fsdp(plan, progress=lambda line: click.echo(line, err=True))
         n = write_observations(output, prof.observations)
     except (MissingExtraError, CostModelError, ObservationError, ValueError) as exc:
