@@ -28,8 +28,9 @@ Examples:
   srl-regress fit --family composed --obs k.jsonl -o composed.json
 
 \b
-kernels needs torch (pip install 'simrl[profile-torch]'); kv-probe needs vLLM and a GPU
-(pip install 'simrl[profile-vllm]'). Schema: docs/observations.md.
+kernels, fsdp and weight-sync need torch (pip install 'simrl[profile-torch]'); vllm and kv-probe
+need vLLM and a GPU (pip install 'simrl[profile-vllm]'); megatron needs Megatron-Bridge and GPUs.
+third_party/install.sh installs the pinned GPU stack. Schema: docs/observations.md.
 """
 
 
@@ -203,6 +204,39 @@ def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup,
     for t, m in zip(prof.observations[::2], prof.observations[1::2], strict=True):
         i = t.inputs
         click.echo(f"{i['sharding']:<10}{i['dp']:>6}{i['seq_lens'][0]:>9}{t.value * 1e3:>12.1f}{m.value / 2**20:>11.1f}")
+
+
+@cli.command("vllm")
+@click.option("--model", required=True, help="Hugging Face id or local path, as vLLM's EngineArgs takes it")
+@click.option("--tp", type=int, default=1, show_default=True, help="tensor_parallel_size")
+@click.option("--scenarios", default="1x512x128,8x512x128,32x512x128,64x128x256,16x2048x64", show_default=True,
+              help="comma-separated REQUESTSxPROMPT_LENxOUTPUT_LEN batches, each run to completion")
+@click.option("--gpu-memory-utilization", type=float, default=None, help="vLLM's (default: vLLM's own)")
+@click.option("--max-model-len", type=int, default=None, help="vLLM's (default: the model's)")
+@click.option("--max-num-seqs", type=int, default=None, help="vLLM's scheduler limit (default: vLLM's)")
+@click.option("--max-num-batched-tokens", type=int, default=None, help="vLLM's token budget per step")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def vllm_cmd(model, tp, scenarios, gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
+             seed, output):
+    """Drive a vLLM engine with forced-length batches and record every iteration. Needs a GPU.
+
+    One iteration observation per engine step (step time, batch size, prefill / decode tokens,
+    KV in use, running and waiting requests) and one kv_probe observation of the capacity.
+    Fit them with `srl-regress fit --family psrl` (or distserve). See adapters/vllm_iter.py.
+    """
+    from adapters.vllm_iter import parse_scenarios, profile_vllm
+
+    try:
+        run = profile_vllm(model, parse_scenarios(scenarios), tp=tp, gpu_memory_utilization=gpu_memory_utilization,
+                           max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                           max_num_batched_tokens=max_num_batched_tokens, seed=seed,
+                           progress=lambda line: click.echo(line, err=True))
+        n = write_observations(output, run.observations)
+    except (MissingExtraError, ObservationError, ValueError) as exc:
+        abort(str(exc))
+    click.echo(f"wrote {n} observations to {output}: {run.iterations} iterations and a KV capacity of "
+               f"{run.kv_capacity_tokens} tokens for {model} at tp={tp}")
 
 
 @cli.command("kv-probe")

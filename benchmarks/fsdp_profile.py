@@ -48,10 +48,10 @@ def heldout(obs, held_worlds=HELD_WORLDS, held_seqs=HELD_SEQS) -> dict:
             "memory": res["per_group"].get("step_memory"), "coefficients": art["coefficients"]}
 
 
-def profile(steps: int = 3):
+def profile(steps: int = 5, warmup: int = 2):
     from adapters.fsdp import FsdpPlan, profile_fsdp
 
-    plan = FsdpPlan(world_sizes=GRID_WORLDS, seq_lens=GRID_SEQS, steps=steps, warmup=1, clock="process",
+    plan = FsdpPlan(world_sizes=GRID_WORLDS, seq_lens=GRID_SEQS, steps=steps, warmup=warmup, clock="process",
                     start_method="fork")
     return profile_fsdp(plan, progress=lambda line: print(line, file=sys.stderr)).observations
 
