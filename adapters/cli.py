@@ -239,6 +239,50 @@ def vllm_cmd(model, tp, scenarios, gpu_memory_utilization, max_model_len, max_nu
                f"{run.kv_capacity_tokens} tokens for {model} at tp={tp}")
 
 
+@cli.command("weight-sync")
+@click.option("--sizes-mb", default="4,16,64", show_default=True, help="comma-separated payload sizes (MiB of bf16)")
+@click.option("--instances", default="1,2", show_default=True, help="comma-separated receiver counts")
+@click.option("--method", default="broadcast", show_default=True, help="comma-separated: broadcast, filesystem")
+@click.option("--bucket-mb", type=float, default=16.0, show_default=True, help="bucket size of the transfer")
+@click.option("--repeats", type=int, default=3, show_default=True)
+@click.option("--warmup", type=int, default=1, show_default=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="cpu: gloo; cuda: NCCL, rank r on cuda:r (instances + 1 GPUs)")
+@click.option("--start-method", type=click.Choice(["spawn", "fork", "forkserver"]), default="spawn",
+              show_default=True)
+@click.option("--dir", "directory", default=None, type=click.Path(file_okay=False),
+              help="filesystem method: where the checkpoint is written [default: the temp folder]")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def weight_sync_cmd(sizes_mb, instances, method, bucket_mb, repeats, warmup, device, start_method, directory,
+                    output):
+    """Time publishing weights from a trainer rank to N instances by broadcast or checkpoint file.
+
+    One weight_sync observation per (method, size, instances). Fit them with
+    `srl-regress fit --family weight_sync`. See adapters/weight_sync.py.
+    """
+    from adapters.fsdp import parse_ints
+    from adapters.weight_sync import MiB, SyncPlan, profile_weight_sync
+
+    try:
+        try:
+            sizes = tuple(int(float(v) * MiB) for v in sizes_mb.split(",") if v.strip())
+        except ValueError:
+            raise ValueError(f"--sizes-mb expects comma-separated numbers, got {sizes_mb!r}") from None
+        plan = SyncPlan(sizes_bytes=sizes, instances=parse_ints(instances, "--instances"),
+                        methods=tuple(m.strip() for m in method.split(",") if m.strip()), bucket_mb=bucket_mb,
+                        repeats=repeats, warmup=warmup, device=device, start_method=start_method,
+                        directory=directory)
+        prof = profile_weight_sync(plan, progress=lambda line: click.echo(line, err=True))
+        n = write_observations(output, prof.observations)
+    except (MissingExtraError, ObservationError, ValueError) as exc:
+        abort(str(exc))
+    click.echo(f"wrote {n} weight_sync observations to {output} ({prof.hardware}, {plan.backend})")
+    for o in prof.observations:
+        i = o.inputs
+        click.echo(f"  {i['method']:<10} {i['bytes'] / MiB:8.1f} MiB -> {i['n_instances']} instance(s) "
+                   f"{o.value * 1e3:10.2f} ms")
+
+
 @cli.command("kv-probe")
 @click.option("--model", required=True, help="Hugging Face id or local path, as vllm.LLM takes it")
 @click.option("--tp", type=int, default=1, show_default=True, help="tensor_parallel_size")
