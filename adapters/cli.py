@@ -283,6 +283,41 @@ def weight_sync_cmd(sizes_mb, instances, method, bucket_mb, repeats, warmup, dev
                    f"{o.value * 1e3:10.2f} ms")
 
 
+@cli.command("megatron")
+@click.option("--recipe", default="megatron.bridge.recipes.qwen.h100.qwen3:qwen3_8b_pretrain_16gpu_h100_bf16_config",
+              show_default=True, help="Megatron-Bridge recipe function (module:function) returning a ConfigContainer")
+@click.option("--model", required=True, help="model name recorded in the observations (of simrl.cost.architectures)")
+@click.option("--layouts", default="tp1pp1", show_default=True, help="comma-separated tpXppYcpZepW layouts")
+@click.option("--seq-lengths", default="2048,4096", show_default=True, help="comma-separated sequence lengths")
+@click.option("--micro-batch", type=int, default=1, show_default=True)
+@click.option("--global-batch", type=int, default=None, help="default: micro batch x DP (one micro-batch per rank)")
+@click.option("--nproc", type=int, default=8, show_default=True, help="GPUs on this node (torchrun --nproc-per-node)")
+@click.option("--steps", type=int, default=5, show_default=True, help="timed training steps per point")
+@click.option("--warmup", type=int, default=2, show_default=True, help="untimed steps before them")
+@click.option("--recompute", type=click.Choice(["none", "full", "selective"]), default=None,
+              help="activation recomputation [default: the recipe's]")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def megatron_cmd(recipe, model, layouts, seq_lengths, micro_batch, global_batch, nproc, steps, warmup, recompute,
+                 output):
+    """Time Megatron-Bridge training steps and peak memory per layout and sequence length. Needs GPUs.
+
+    Runs each (layout, length) under torchrun on this node with mock data and writes a time and a
+    memory training_step observation per point, for the hydraulis and analytical families. See
+    adapters/megatron.py.
+    """
+    from adapters.fsdp import parse_ints
+    from adapters.megatron import make_point, parse_layouts, profile_megatron
+
+    try:
+        points = [make_point(recipe, model, lay, s, micro_batch, global_batch, nproc, steps, warmup, recompute)
+                  for lay in parse_layouts(layouts) for s in parse_ints(seq_lengths, "--seq-lengths")]
+        obs = profile_megatron(points, progress=lambda line: click.echo(line, err=True))
+        n = write_observations(output, obs)
+    except (MissingExtraError, ObservationError, ValueError) as exc:
+        abort(str(exc))
+    click.echo(f"wrote {n} training_step observations to {output}")
+
+
 @cli.command("kv-probe")
 @click.option("--model", required=True, help="Hugging Face id or local path, as vllm.LLM takes it")
 @click.option("--tp", type=int, default=1, show_default=True, help="tensor_parallel_size")
