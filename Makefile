@@ -14,10 +14,21 @@ $(BIN)/srl: pyproject.toml
 
 setup: $(BIN)/srl
 
+# The profilers' tests (srl-profile fsdp / kernels / weight-sync on the CPU) need torch. torch 2.13.0's
+# CPU wheel lies on this project's machines and CI (pip takes it from there: about 1 minute,
+# 750 MB); elsewhere pip would fetch a CUDA build of several GB: `make test TORCH=` skips it and
+# those tests skip.
+TORCH ?= torch==2.13.0
+$(VENV)/.torch: $(BIN)/srl
+ifneq ($(TORCH),)
+	$(BIN)/pip install -q "$(TORCH)"
+endif
+	@touch $@
+
 demo: setup
 	$(BIN)/srl
 
-test: setup
+test: setup $(VENV)/.torch
 	$(BIN)/pytest
 
 lint: setup

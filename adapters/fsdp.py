@@ -171,7 +171,7 @@ def point_observations(plan: FsdpPlan, arch: ModelArch, world: int, sharding: st
         per_clock[clock] = rows.max(axis=0)  # the slowest rank of each step
     times = per_clock[plan.clock]
     if not np.all(np.isfinite(times)) or np.any(times <= 0):
-        raise ValueError(f"world={world} seq_len={seq_len}: a step read {times.min()!r} s")
+        raise ValueError(f"world={world} seq_len={seq_len}: a step read {float(times.min())!r} s")
     timing = {c: {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()),
                   "std": float(v.std()), "steps": [float(x) for x in v]} for c, v in per_clock.items()}
     prov = {**provenance, "timing": {"clock": plan.clock, "unit": "s", "steps": plan.steps,
