@@ -46,41 +46,36 @@ done
 [[ -f "$PINS" ]] || die "$PINS: no such file"
 command -v python3 >/dev/null || die "python3 is needed to read $PINS"
 
-# pin KEY.PATH: one value of pins.json, or an error naming the key.
-pin() {
-  python3 - "$PINS" "$1" <<'EOF'
-import json, sys
-path, key = sys.argv[1], sys.argv[2]
+# Read every pin in one go: shell assignments, or an error naming the missing key.
+PIN_VARS="$(python3 - "$PINS" <<'EOF'
+import json, shlex, sys
+path = sys.argv[1]
 def die(msg):
     print(f"install.sh: error: {path}: {msg}", file=sys.stderr)
     sys.exit(2)
 try:
-    val = json.load(open(path, encoding="utf-8"))
+    pins = json.load(open(path, encoding="utf-8"))
 except (OSError, json.JSONDecodeError) as exc:
     die(str(exc))
-for part in key.split("."):
-    if not isinstance(val, dict) or part not in val:
-        die(f"missing key '{key}'")
-    val = val[part]
-if isinstance(val, (dict, list)) or val in (None, ""):
-    die(f"key '{key}' must be a non-empty string or number")
-print(val)
+wanted = {"TORCH_VERSION": "torch.version", "TORCH_CUDA": "torch.cuda", "TORCH_INDEX_PIN": "torch.index_url",
+          "VLLM_REPO": "vllm.repo", "VLLM_TAG": "vllm.tag", "VLLM_COMMIT": "vllm.commit_prefix",
+          "MB_REPO": "megatron_bridge.repo", "MB_COMMIT": "megatron_bridge.commit",
+          "MLM_PATH": "megatron_bridge.submodule.path", "MLM_REPO": "megatron_bridge.submodule.repo",
+          "MLM_COMMIT": "megatron_bridge.submodule.commit", "FA_VERSION": "flash_attn.version"}
+for var, key in wanted.items():
+    val = pins
+    for part in key.split("."):
+        if not isinstance(val, dict) or part not in val:
+            die(f"missing key '{key}'")
+        val = val[part]
+    if isinstance(val, (dict, list, bool)) or val in (None, ""):
+        die(f"key '{key}' must be a non-empty string or number")
+    print(f"{var}={shlex.quote(str(val))}")
 EOF
-}
-
+)"
+eval "$PIN_VARS"
 SHA_RE='^[0-9a-f]{40}$'
-TORCH_VERSION="$(pin torch.version)"
-TORCH_CUDA="$(pin torch.cuda)"
-TORCH_INDEX="${TORCH_INDEX_URL:-$(pin torch.index_url)}"
-VLLM_REPO="$(pin vllm.repo)"
-VLLM_TAG="$(pin vllm.tag)"
-VLLM_COMMIT="$(pin vllm.commit_prefix)"
-MB_REPO="$(pin megatron_bridge.repo)"
-MB_COMMIT="$(pin megatron_bridge.commit)"
-MLM_PATH="$(pin megatron_bridge.submodule.path)"
-MLM_REPO="$(pin megatron_bridge.submodule.repo)"
-MLM_COMMIT="$(pin megatron_bridge.submodule.commit)"
-FA_VERSION="$(pin flash_attn.version)"
+TORCH_INDEX="${TORCH_INDEX_URL:-$TORCH_INDEX_PIN}"
 for c in "$MB_COMMIT" "$MLM_COMMIT"; do
   [[ "$c" =~ $SHA_RE ]] || die "$PINS: '$c' is not a 40-hex-digit commit"
 done
@@ -144,7 +139,16 @@ say "third_party plan (pins: $PINS; python: $PY; into: $DIR)$([[ $DRY == 1 ]] &&
 
 if wants torch; then
   have="$(pyver torch)"
-  have_cuda="$("$PY" -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null || true)"
+  # torch/version.py names the CUDA of the build; read it without importing torch (seconds).
+  have_cuda="$("$PY" - 2>/dev/null <<'EOF' || true
+import importlib.util, re
+spec = importlib.util.find_spec("torch")
+if spec and spec.submodule_search_locations:
+    text = open(spec.submodule_search_locations[0] + "/version.py", encoding="utf-8").read()
+    m = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    print(m.group(1) if m else "")
+EOF
+)"
   want_cuda="${TORCH_CUDA#cu}"; want_cuda="${want_cuda:0:${#want_cuda}-1}.${want_cuda: -1}"  # cu130 -> 13.0
   if [[ "${have%%+*}" == "$TORCH_VERSION" && "$have_cuda" == "$want_cuda" ]]; then
     say "[torch] already $have (CUDA $have_cuda)"
