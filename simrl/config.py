@@ -37,6 +37,20 @@ def _nonneg(_inst, att, value):
         raise ValueError(f"{att.name} must be >= 0, got {value!r}")
 
 
+def _gpu(_inst, att, value):
+    """A catalog GPU name, the path of a GPU YAML file, or a mapping of figures (simrl.cost.hardware)."""
+    if not isinstance(value, str | dict):
+        raise ValueError(f"must be a GPU name, a YAML file path or a mapping of figures, got {value!r}", att)
+    if isinstance(value, dict):
+        from simrl.cost.base import CostModelError
+        from simrl.cost.hardware import gpu_spec
+
+        try:
+            gpu_spec(value)
+        except CostModelError as exc:
+            raise ValueError(str(exc), att) from None
+
+
 def _opt_pos(_inst, att, value):
     if value is not None and value <= 0:
         raise ValueError(f"{att.name} must be > 0 or null, got {value!r}")
@@ -63,7 +77,7 @@ class RolloutConfig:
     """The rollout fleet: identical inference instances (vLLM-like engines)."""
 
     instances: int = attrs.field(default=2, validator=_pos)
-    gpu: str = "H100"
+    gpu: Any = attrs.field(default="H100", validator=_gpu)  # name, YAML path or {name, flops, hbm_bytes, hbm_bw, ...}
     tp: int = attrs.field(default=1, validator=_pos)
     pp: int = attrs.field(default=1, validator=_pos)
     dp: int = attrs.field(default=1, validator=_pos)
@@ -90,7 +104,7 @@ class TrainingConfig:
     """The trainer: GPUs and their Megatron/FSDP-style layout. DP is derived."""
 
     gpus: int = attrs.field(default=8, validator=_pos)
-    gpu: str = "H100"
+    gpu: Any = attrs.field(default="H100", validator=_gpu)  # name, YAML path or {name, flops, hbm_bytes, hbm_bw, ...}
     tp: int = attrs.field(default=1, validator=_pos)
     pp: int = attrs.field(default=1, validator=_pos)
     cp: int = attrs.field(default=1, validator=_pos)

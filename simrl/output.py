@@ -73,6 +73,10 @@ def render_markdown(report: Report, plots: tuple[str, ...] = ()) -> str:
                          f"{w['worst_value']:.6g} |")
     else:
         lines.append("Every cost-model query stayed inside its validity domain.")
+    if report.cost_provenance:
+        from simrl.cost.provenance import provenance_markdown
+
+        lines += ["", "## Cost provenance", "", *provenance_markdown(report.cost_provenance)]
     return "\n".join(lines) + "\n"
 
 

@@ -80,6 +80,8 @@ class Report:
     instances: tuple[dict[str, Any], ...]
     domain_warnings: tuple[dict[str, Any], ...] = ()
     diagnosis: str | None = None  # set when the run stopped early (deadlock, horizon)
+    # per role: family, source, what it was fitted on, GPU / layout, out-of-domain queries
+    cost_provenance: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return _round(attrs.asdict(self, recurse=True))

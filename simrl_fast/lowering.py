@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from simrl.cost.analytical import FixedTraining
-from simrl.cost.linear import ConstantTraining, LinearRollout
+from simrl.cost.linear import LinearForm
 from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
 
 #: the declared feature set; anything else is rejected by `check_supported`
@@ -30,8 +30,11 @@ FEATURES = {
     "deployment.placement": "disaggregated",
     "router.name": "least_requests, round_robin",
     "router.active_cap": "0",
-    "cost.rollout": "LinearRollout (a + b*batch + c*kv + p*prefill)",
-    "cost.training": "ConstantTraining (a + per_token*tokens) or FixedTraining",
+    "cost.rollout": "a model with a linear form a + b*batch + c*kv + p*prefill (linear_coefficients(): "
+                    "cost.rollout=linear, psrl artifacts) fitted for the run's model, GPU, tp and pp",
+    "cost.training": "a model with step time a + per_token*tokens and no memory model (constant, fixed, "
+                     "fitted fixed / linear artifacts)",
+    "cost.strict": "false when a rollout or training model has a fitted validity domain (queries are not checked)",
     "cost.weight_sync": "any model; publish_time(instances) is taken once and must be > 0",
     "policy": "any policy whose lower() is fast_path_exact=1 within these PolicyParams values",
     "policy.inflight_rule": "continue, keep_pause, abort_resume, abort_restart, drain (global sync)",
@@ -198,13 +201,8 @@ def check_supported(cfg, workload, costs) -> None:
         _reject(f"router.active_cap={cfg.router.active_cap}")
     if not math.isinf(cfg.run.time_horizon_s):
         _reject(f"run.time_horizon_s={cfg.run.time_horizon_s}")
-    if type(costs.rollout) is not LinearRollout:
-        _reject(f"rollout cost model {type(costs.rollout).__name__}", "only LinearRollout")
-    ro = costs.rollout
-    if min(ro.a, ro.b, ro.c, ro.p) < 0 or ro.a + ro.b <= 0:
-        _reject("a LinearRollout with negative terms or a + b = 0")
-    if type(costs.training) not in (ConstantTraining, FixedTraining):
-        _reject(f"training cost model {type(costs.training).__name__}", "only ConstantTraining / FixedTraining")
+    _rollout_form(cfg, costs)
+    _training_terms(cfg, costs)
 
 
 def _salted_groups(w) -> np.ndarray:
@@ -212,17 +210,60 @@ def _salted_groups(w) -> np.ndarray:
     return w.call_cache_salted[first]
 
 
-def _training_terms(costs) -> tuple[float, float]:
+def _rollout_form(cfg, costs) -> LinearForm:
+    """The rollout model's linear form, checked against the run's layout (never ignored)."""
+    ro = costs.rollout
+    ask = getattr(ro, "linear_coefficients", None)
+    form = ask() if ask is not None else None
+    if not isinstance(form, LinearForm):
+        _reject(f"rollout cost model {type(ro).__name__}",
+                "only models with a linear form a + b*batch + c*kv + p*prefill (linear_coefficients())")
+    if min(form.a, form.b, form.c, form.p) < 0 or form.a + form.b <= 0:
+        _reject("a linear rollout model with negative terms or a + b = 0")
+    r = cfg.deployment.rollout
+    ff = form.fitted_for
+    run = {"model": cfg.deployment.model, "gpu": r.gpu, "tp": r.tp, "pp": r.pp}
+    for key, have in run.items():
+        want = ff.get(key)
+        if want is None:
+            continue
+        if key == "model":
+            from simrl.cost.architectures import model_arch
+
+            same = model_arch(str(want)).name == model_arch(have).name
+        elif key == "gpu":
+            from simrl.cost.hardware import gpu_spec
+
+            same = gpu_spec(str(want)).name == gpu_spec(have).name
+        else:
+            same = int(want) == int(have)
+        if not same:
+            cfg_key = "deployment.model" if key == "model" else f"deployment.rollout.{key}"
+            _reject(f"{cfg_key}={have} with a rollout cost model fitted for {key}={want}",
+                    "its coefficients describe another layout")
+    if form.bounded_domain and cfg.cost.strict:
+        _reject("cost.strict=true with a fitted rollout validity domain", "queries are not checked against it")
+    return form
+
+
+def _training_terms(cfg, costs) -> tuple[float, float]:
+    """(a, per_token) of a training model whose step time is ``a + per_token * tokens``."""
     t = costs.training
-    if type(t) is FixedTraining:
-        if not t.memory_capacity_bytes() >= 0:
-            _reject("a training memory capacity below the peak")
-        return float(t.step_s), 0.0
-    if t.peak_memory_bytes([]) > t.memory_capacity_bytes():
+    ask = getattr(t, "linear_coefficients", None)
+    terms = ask() if ask is not None else None
+    if terms is None and isinstance(t, FixedTraining):  # simrl.cost.analytical's constant step
+        terms = (float(t.step_s), 0.0)
+    if terms is None:
+        _reject(f"training cost model {type(t).__name__}",
+                "only step times a + per_token*tokens with no memory model (linear_coefficients())")
+    a, per_tok = terms
+    if not t.peak_memory_bytes([]) <= t.memory_capacity_bytes():
         _reject("a training step that does not fit in memory")
-    if t.a < 0 or t.per_token < 0 or t.a + t.per_token <= 0:
+    if a < 0 or per_tok < 0 or a + per_tok <= 0:
         _reject("a training step time that can be 0")
-    return float(t.a), float(t.per_token)
+    if t.domain.ranges and cfg.cost.strict:
+        _reject("cost.strict=true with a fitted training validity domain", "queries are not checked against it")
+    return float(a), float(per_tok)
 
 
 def lower(cfg, workload, costs) -> tuple[Static, Params, WorkloadArrays]:
@@ -238,8 +279,8 @@ def lower(cfg, workload, costs) -> tuple[Static, Params, WorkloadArrays]:
     sync_s = float(costs.weight_sync.publish_time(r.instances))
     if not sync_s > 0:
         _reject("a weight publication time of 0")
-    train_a, per_tok = _training_terms(costs)
-    ro = costs.rollout
+    train_a, per_tok = _training_terms(cfg, costs)
+    ro = _rollout_form(cfg, costs)
     stale_bound = int(pp.staleness_bound)
     params = Params(
         n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs), kv_cap=np.int64(kv_cap),

@@ -5,8 +5,10 @@ Commands parse, call the domain, render. User errors leave through `abort()`.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+import warnings
 
 import click
 
@@ -35,6 +37,25 @@ def _user_errors():
     return (ConfigError, SimulationError, CostModelError, OutOfDomainError)
 
 
+@contextlib.contextmanager
+def one_line_cost_warnings():
+    """Print cost-model warnings (GPU of a fit, validity domain) as ``warning: ...`` on stderr,
+    without Python's source line; other warnings keep the default format."""
+    from simrl.cost.base import CostModelWarning
+
+    with warnings.catch_warnings():
+        default = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, CostModelWarning):
+                click.secho(f"warning: {message}", fg="yellow", err=True)
+            else:
+                default(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
+
+
 class DefaultRunGroup(click.Group):
     """A group whose bare invocation, or invocation with overrides, means `run`."""
 
@@ -61,15 +82,16 @@ def run_cmd(config_path, quiet, overrides):
     from simrl.engine.sim import build_simulation, summarise
     from simrl.output import write_run
 
-    try:
-        cfg = load_config(config_path, overrides)
-        t0 = time.perf_counter()
-        sim = build_simulation(cfg)
-        sim.run()
-        report = summarise(sim)
-        wall = time.perf_counter() - t0
-    except _user_errors() as exc:
-        abort(str(exc))
+    with one_line_cost_warnings():
+        try:
+            cfg = load_config(config_path, overrides)
+            t0 = time.perf_counter()
+            sim = build_simulation(cfg)
+            sim.run()
+            report = summarise(sim)
+            wall = time.perf_counter() - t0
+        except _user_errors() as exc:
+            abort(str(exc))
     out = write_run(cfg, report, sim.events, sim.samples)
     if cfg.run.plots:
         try:

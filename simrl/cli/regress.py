@@ -9,10 +9,12 @@ import json
 
 import click
 
-from simrl.cost.artifact import read_artifact, write_artifact
+from simrl.cost.artifact import write_artifact
 from simrl.cost.base import CostModelError
-from simrl.cost.fit import ALL_FAMILIES, evaluate, fit_artifact
+from simrl.cost.fit import evaluate, fit_artifact, fittable_families
 from simrl.cost.observations import ObservationError, read_many
+from simrl.cost.registry import fitted_family
+from simrl.cost.registry import read as read_artifact
 
 EXAMPLES = """\b
 Examples:
@@ -42,7 +44,7 @@ def _errors_table(result: dict) -> str:
 
 
 @cli.command("fit")
-@click.option("--family", required=True, type=click.Choice(sorted([*ALL_FAMILIES, "weight_sync"])))
+@click.option("--family", required=True, type=click.Choice(sorted([*fittable_families(), "weight_sync"])))
 @click.option("--obs", "obs_files", multiple=True, required=True, type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @click.option("--kfold", type=int, default=0, help="k-fold cross-validation (0: off)")
@@ -55,9 +57,14 @@ def _errors_table(result: dict) -> str:
 @click.option("--label", default="fitted on measured observations", help="provenance label")
 def fit_cmd(family, obs_files, output, kfold, seed, model, gpu, tp, pp, no_tables, label):
     """Fit FAMILY on observation files and write an artifact."""
+    given = {"model": model, "gpu": gpu, "tp": tp, "pp": pp}
     try:
         obs = read_many(obs_files)
-        opts = {k: v for k, v in dict(model=model, gpu=gpu, tp=tp, pp=pp).items() if v is not None}
+        missing = [k for k in fitted_family(family).fit_requires if given[k] is None]
+        if missing:
+            abort(f"--family {family} is fitted for one deployment: give {' and '.join('--' + k for k in missing)} "
+                  "(recorded as fitted_for; the run and the fast path refuse another layout)")
+        opts = {k: v for k, v in given.items() if v is not None}
         art = fit_artifact(family, obs, files=list(obs_files), kfold=kfold, seed=seed, label=label,
                            with_tables=not no_tables, **opts)
         write_artifact(output, art)
@@ -78,7 +85,7 @@ def fit_cmd(family, obs_files, output, kfold, seed, model, gpu, tp, pp, no_table
 def eval_cmd(artifact, obs_files, physics_only, as_json):
     """Median, mean and max absolute percentage error of ARTIFACT on observations."""
     try:
-        art = read_artifact(artifact)
+        art, _ = read_artifact(artifact)
         result = evaluate(art, read_many(obs_files), physics_only=physics_only, **art.get("fitted_for", {}))
     except (ObservationError, CostModelError, ValueError) as exc:
         abort(str(exc))
@@ -90,7 +97,7 @@ def eval_cmd(artifact, obs_files, physics_only, as_json):
 def show_cmd(artifact):
     """Summarise an artifact: family, provenance, validity domain, fit quality."""
     try:
-        art = read_artifact(artifact)
+        art, _ = read_artifact(artifact)
     except CostModelError as exc:
         abort(str(exc))
     click.echo(f"{artifact}: {art['target']} / {art['family']} ({art['schema']})")

@@ -8,15 +8,33 @@
   gradients but no weight gradients), +1 with activation recompute (the 4/3 rule), +1 per extra
   log-prob forward (``logprob_forwards``: old-policy / reference passes an RL step may make);
   divided over the GPUs at ``mfu`` of dense BF16 peak; each DP rank gets at least its longest sample;
-- pipeline bubble: the compute is stretched by ``1 + (pp - 1) / m`` (1F1B, ``m`` micro-batches per
-  DP rank);
+- pipeline bubble: the compute is stretched by ``1 + (pp - 1) / (m * vpp)`` (1F1B, ``m``
+  micro-batches per DP rank: samples / micro_batch_size, or the rank's tokens over
+  ``max_tokens_per_gpu`` with verl's dynamic batch size; ``vpp`` virtual stages per rank with
+  Megatron's interleaved schedule);
+- Ulysses sequence parallel (``ulysses_sp``): sequences split like CP, with all-to-alls of q, k, v
+  and the attention output per layer and pass; HSDP (``fsdp_shard_size``, ZeRO-3 only): states
+  sharded inside groups of that size, shard gradients all-reduced across the replicas;
 - TP traffic (sequence parallel: two all-gathers + two reduce-scatters of the activations per layer
-  and pass) and EP all-to-alls, over NVLink (or the NIC once a group leaves the node);
-- gradient sync over the DP x CP group: all-reduce (ZeRO 0), reduce-scatter + parameter all-gather
+  and pass), EP all-to-alls, CP ring attention (each rank passes its K/V chunk ``cp - 1`` times per
+  layer and pass; backward sends K/V and their gradients) and PP sends, over NVLink (or the NIC once
+  a group leaves the node);
+- gradient sync over the DP x CP group (NVLink inside a node; across nodes NCCL's rings use every
+  NIC the group has in a node, `GPUSpec.collective_bytes_per_s`): all-reduce (ZeRO 0), reduce-scatter + parameter all-gather
   (ZeRO 1/2), or parameter all-gathers in forward and backward + reduce-scatter (ZeRO 3), of the
   trainable parameters (LoRA: the adapters only; ZeRO 3 still gathers the frozen base);
   ``comm_overlap`` of it hides behind backward;
 - optimizer: Adam streams ~30 bytes per trainable parameter of the local shard through HBM.
+
+The step is a sequence of the phases RL trainers run (`phases` names them, `step_time` is their
+sum): ``old_log_prob`` (verl's recompute of the behaviour policy's log-probs, one forward:
+``recompute_old_logprob``), ``ref_forward`` (the KL reference model's forward: ``reference_model``),
+``log_prob_forwards`` (the older catch-all count of extra forwards), ``critic_update`` (PPO: the
+value forward, then the critic's forward/backward, gradient sync and optimizer step: ``critic``),
+``actor_update`` (forward + backward, + recompute), ``pipeline_bubble`` (the 1F1B idle share of all
+of those), ``grad_sync``, ``optimizer`` and ``overhead``. The reference and critic models are taken
+to be the actor's size and layout, on the same GPUs (verl's colocated worker groups); their
+memory is not added (verl offloads them between phases).
 
 Peak memory per GPU = BF16 weights + gradients (``grad_dtype_bytes``, fp32 by default as in
 Megatron's main_grad buffer) + fp32 master weights and Adam moments (12 bytes per trainable
@@ -62,6 +80,13 @@ class AnalyticalTraining:
     lora_rank: int = attrs.field(default=0, validator=v.ge(0))
     lora_experts: bool = False  # also put adapters on routed experts
     logprob_forwards: int = attrs.field(default=0, validator=v.ge(0))
+    recompute_old_logprob: bool = False  # verl: actor.compute_log_prob before the update
+    reference_model: bool = False  # a frozen reference forward for the KL term
+    critic: bool = False  # PPO value model (same size and layout as the actor)
+    virtual_pipeline_stages: int = attrs.field(default=1, validator=_pos_int)  # Megatron VPP
+    ulysses_sp: int = attrs.field(default=1, validator=_pos_int)  # verl ulysses_sequence_parallel_size
+    fsdp_shard_size: int | None = attrs.field(default=None, validator=v.optional(_pos_int))  # HSDP (verl fsdp_size)
+    max_tokens_per_gpu: int | None = attrs.field(default=None, validator=v.optional(_pos_int))  # dynamic bsz
     comm_efficiency: float = attrs.field(default=0.7, validator=_eff)
     comm_overlap: float = attrs.field(default=0.0, validator=v.and_(v.ge(0.0), v.le(1.0)))
     optimizer_bandwidth_efficiency: float = attrs.field(default=0.7, validator=_eff)
@@ -73,9 +98,18 @@ class AnalyticalTraining:
     domain: ValidityDomain = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        per = self.tp * self.pp * self.cp
+        per = self.tp * self.pp * self.cp * self.ulysses_sp
         if self.gpus % per:
-            raise CostModelError(f"training gpus={self.gpus} is not divisible by tp*pp*cp={per}")
+            raise CostModelError(f"training gpus={self.gpus} is not divisible by tp*pp*cp*ulysses_sp={per}")
+        if self.ulysses_sp > 1 and self.model.heads % (self.tp * self.ulysses_sp):
+            raise CostModelError(f"ulysses_sp={self.ulysses_sp}: the {self.model.heads} attention heads of "
+                                 f"{self.model.name} must divide over tp*ulysses_sp={self.tp * self.ulysses_sp}")
+        if self.fsdp_shard_size is not None:
+            if self.zero_stage != 3:
+                raise CostModelError("fsdp_shard_size (HSDP) needs zero_stage=3 (FSDP full sharding)")
+            if self._shard_group % self.fsdp_shard_size:
+                raise CostModelError(f"fsdp_shard_size={self.fsdp_shard_size} must divide the "
+                                     f"{self._shard_group} data-parallel ranks")
         if self.ep > 1 and not self.model.is_moe:
             raise CostModelError(f"ep={self.ep} needs an MoE model; {self.model.name} is dense")
         if self.ep > 1 and (self.dp * self.cp * self.tp) % self.ep:
@@ -99,12 +133,22 @@ class AnalyticalTraining:
 
     @property
     def dp(self) -> int:
-        return self.gpus // (self.tp * self.pp * self.cp)
+        return self.gpus // (self.tp * self.pp * self.cp * self.ulysses_sp)
 
     @property
     def _shard_group(self) -> int:
-        """Ranks the gradients and optimizer states are reduced and sharded over (DP x CP)."""
-        return self.dp * self.cp
+        """Ranks the gradients are reduced over (DP x CP x Ulysses SP)."""
+        return self.dp * self.cp * self.ulysses_sp
+
+    @property
+    def _zero_group(self) -> int:
+        """Ranks the ZeRO states are sharded over: the HSDP shard group, else all of DP x CP x SP."""
+        return self.fsdp_shard_size or self._shard_group
+
+    @property
+    def _seq_split(self) -> int:
+        """Ranks one sequence is split over (context parallel x Ulysses)."""
+        return self.cp * self.ulysses_sp
 
     def params_per_gpu(self) -> float:
         """Model parameters one GPU holds before ZeRO-3 sharding (experts split by EP, else TP)."""
@@ -123,7 +167,7 @@ class AnalyticalTraining:
 
     def _static_bytes(self) -> float:
         """Weights, gradients, optimizer states and reserve: everything but activations."""
-        n = self._shard_group
+        n = self._zero_group
         weights = self.params_per_gpu() * self.param_dtype_bytes / (n if self.zero_stage >= 3 else 1)
         trainable = self.trainable_params_per_gpu()
         grads = trainable * self.grad_dtype_bytes / (n if self.zero_stage >= 2 else 1)
@@ -140,8 +184,11 @@ class AnalyticalTraining:
             return self._static_bytes()
         m = self.model
         lens = sorted(seq_lens, reverse=True)
-        tokens_mb = sum(lens[: self.micro_batch_size]) / self.cp  # the heaviest micro-batch
-        n_micro = self._micro_batches(len(seq_lens))
+        if self.max_tokens_per_gpu is None:
+            tokens_mb = sum(lens[: self.micro_batch_size]) / self._seq_split  # the heaviest micro-batch
+        else:  # dynamic batch size: micro-batches packed up to the token budget (or one longer sample)
+            tokens_mb = max(lens[0], min(self.max_tokens_per_gpu, sum(lens) / self.dp)) / self._seq_split
+        n_micro = self._micro_batches(seq_lens)
         in_flight = min(self.pp, n_micro)
         layers_here = m.layers / self.pp
         full_layer = self._layer_activation_bytes_per_token() * tokens_mb
@@ -157,22 +204,89 @@ class AnalyticalTraining:
         if not seq_lens:
             return self.overhead_s
         self.domain.check("seq_len", max(seq_lens))
-        m = self.model
-        fwd = [s * m.flops_per_token(s / 2) for s in seq_lens]  # causal: mean context s/2
-        per_rank = max(sum(fwd) / self.dp, max(fwd))
-        passes = (3 if self.lora_rank == 0 else 2) + int(self.activation_checkpointing) + self.logprob_forwards
-        compute = passes * per_rank / (self.tp * self.pp * self.cp * self.gpu.bf16_flops_per_s * self.mfu)
+        passes = self._update_passes() + self._forward_passes()
+        compute = passes * self._rank_flops(seq_lens) / self._flops_per_s()
         if self.pp > 1:
-            compute *= 1 + (self.pp - 1) / self._micro_batches(len(seq_lens))
-        tokens_per_rank = sum(seq_lens) / self.dp
-        t = compute + self._activation_comm_time(tokens_per_rank, passes)
+            compute *= self._bubble(seq_lens)
+        t = compute + self._activation_comm_time(sum(seq_lens) / self.dp, passes)
         t += (1 - self.comm_overlap) * self.grad_sync_time() + self.optimizer_time() + self.overhead_s
+        if self.critic:
+            t += self._critic_time(seq_lens)
         return finite_nonneg("analytical step_time", t)
+
+    def phases(self, seq_lens: list[int]) -> dict[str, float]:
+        """Seconds of each phase of one step, in the order a trainer runs them; they sum to
+        `step_time` (up to rounding). Phases a configuration does not run are 0."""
+        names = ("old_log_prob", "ref_forward", "log_prob_forwards", "critic_update", "actor_update",
+                 "pipeline_bubble", "grad_sync", "optimizer", "overhead")
+        out = dict.fromkeys(names, 0.0)
+        out["overhead"] = self.overhead_s
+        if not seq_lens:
+            return out
+        self.domain.check("seq_len", max(seq_lens))
+        unit = self._pass_compute(seq_lens)
+        stretch = self._bubble(seq_lens) - 1.0
+        comm = self._activation_comm_time(sum(seq_lens) / self.dp, 1)
+        forwards = {"old_log_prob": int(self.recompute_old_logprob), "ref_forward": int(self.reference_model),
+                    "log_prob_forwards": self.logprob_forwards}
+        for name, n in forwards.items():
+            out[name] = n * (unit + comm)
+        upd = self._update_passes()
+        out["actor_update"] = upd * (unit + comm)
+        bubble_passes = upd + sum(forwards.values())
+        if self.critic:
+            critic_passes = 1 + upd  # value forward, then forward/backward of the critic
+            out["critic_update"] = (critic_passes * (unit + comm) + (1 - self.comm_overlap) * self.grad_sync_time()
+                                    + self.optimizer_time())
+            bubble_passes += critic_passes
+        out["pipeline_bubble"] = bubble_passes * unit * stretch
+        out["grad_sync"] = (1 - self.comm_overlap) * self.grad_sync_time()
+        out["optimizer"] = self.optimizer_time()
+        return out
 
     # -- pieces --------------------------------------------------------------------------------
 
-    def _micro_batches(self, n_samples: int) -> int:
+    def _micro_batches(self, seq_lens: list[int] | int) -> int:
+        """Micro-batches per DP rank: samples / micro_batch_size, or with a token budget
+        (``max_tokens_per_gpu``, verl's use_dynamic_bsz) the rank's tokens over the budget."""
+        n_samples = seq_lens if isinstance(seq_lens, int) else len(seq_lens)
+        if self.max_tokens_per_gpu is not None and not isinstance(seq_lens, int):
+            per_rank = sum(seq_lens) / self.dp / self._seq_split
+            return max(1, math.ceil(per_rank / self.max_tokens_per_gpu))
         return max(1, math.ceil(n_samples / (self.dp * self.micro_batch_size)))
+
+    def _update_passes(self) -> int:
+        """Forward-equivalent passes of one training update: forward + backward (activation and
+        weight gradients; LoRA's frozen base needs no weight gradients) + recompute."""
+        return (3 if self.lora_rank == 0 else 2) + int(self.activation_checkpointing)
+
+    def _forward_passes(self) -> int:
+        return self.logprob_forwards + int(self.recompute_old_logprob) + int(self.reference_model)
+
+    def _rank_flops(self, seq_lens: list[int]) -> float:
+        """Forward FLOPs of the busiest DP rank (at least its longest sample)."""
+        m = self.model
+        fwd = [s * m.flops_per_token(s / 2) for s in seq_lens]  # causal: mean context s/2
+        return max(sum(fwd) / self.dp, max(fwd))
+
+    def _flops_per_s(self) -> float:
+        return self.tp * self.pp * self.cp * self.ulysses_sp * self.gpu.bf16_flops_per_s * self.mfu
+
+    def _pass_compute(self, seq_lens: list[int]) -> float:
+        """Seconds of one forward pass over the batch on the busiest DP rank (no bubble)."""
+        return self._rank_flops(seq_lens) / self._flops_per_s()
+
+    def _bubble(self, seq_lens: list[int]) -> float:
+        """1F1B stretch ``1 + (pp - 1) / (m * vpp)`` (1 without pipeline parallelism)."""
+        if self.pp <= 1:
+            return 1.0
+        return 1 + (self.pp - 1) / (self._micro_batches(seq_lens) * self.virtual_pipeline_stages)
+
+    def _critic_time(self, seq_lens: list[int]) -> float:
+        passes = 1 + self._update_passes()
+        t = passes * self._pass_compute(seq_lens) * self._bubble(seq_lens)
+        t += self._activation_comm_time(sum(seq_lens) / self.dp, passes)
+        return t + (1 - self.comm_overlap) * self.grad_sync_time() + self.optimizer_time()
 
     def _layer_activation_bytes_per_token(self) -> float:
         """Bytes one token leaves for backward in one layer (flash attention, sequence parallel):
@@ -192,14 +306,27 @@ class AnalyticalTraining:
     def _activation_comm_time(self, tokens_per_rank: float, passes: int) -> float:
         m = self.model
         t = 0.0
-        act = tokens_per_rank / self.cp * m.hidden * self.param_dtype_bytes
+        act = tokens_per_rank / (self.cp * self.ulysses_sp) * m.hidden * self.param_dtype_bytes
         if self.tp > 1:  # 2 all-gathers + 2 reduce-scatters per layer and pass ~ 2 all-reduces
-            t += passes * 2 * (m.layers / self.pp) * 2 * (self.tp - 1) / self.tp * act / self._bw(self.tp)
+            tp_bw = self.gpu.collective_bytes_per_s(self.tp) * self.comm_efficiency
+            t += passes * 2 * (m.layers / self.pp) * 2 * (self.tp - 1) / self.tp * act / tp_bw
         if self.ep > 1:
             moe_layers = m.n_moe_layers / self.pp
             t += passes * 2 * moe_layers * (self.ep - 1) / self.ep * act * m.experts_per_token / self._bw(self.ep)
         if self.pp > 1:
             t += passes * (self.pp - 1) * act / self._bw(self.tp * self.pp)
+        if self.cp > 1:
+            # Ring attention: per layer and forward pass, cp - 1 hops of this rank's K/V chunk.
+            kv = tokens_per_rank / self.cp * m.n_full_attention / self.pp * m.kv_elements_per_token_per_layer()
+            kv *= self.param_dtype_bytes / (1 if m.is_mla else self.tp)
+            t += passes * (self.cp - 1) * kv / self._bw(self.tp * self.cp)
+        if self.ulysses_sp > 1:
+            # Ulysses: all-to-alls swap the sequence split for a head split before attention (q, k,
+            # v) and back after it (the output), per layer and pass; (sp-1)/sp of it leaves the GPU.
+            sp = self.ulysses_sp
+            width = m.heads * m.head_dim + m.kv_heads * (m.head_dim + m.value_head_dim) + m.heads * m.value_head_dim
+            vol = tokens_per_rank / (self.cp * sp) * width * self.param_dtype_bytes / self.tp
+            t += passes * m.n_full_attention / self.pp * (sp - 1) / sp * vol / self._bw(self.tp * sp)
         return t
 
     def grad_sync_time(self) -> float:
@@ -218,10 +345,22 @@ class AnalyticalTraining:
             gathered = self.params_per_gpu() * self.param_dtype_bytes
             gathers = 2 + int(self.activation_checkpointing)
             volume = frac * (grads + gathers * gathered)
-        return volume / self._bw(self.gpus)
+        # The DP x CP group: ranks tp apart (Megatron order tp, cp, dp, pp), NCCL rings over every
+        # NIC its members have in a node.
+        eff = self.comm_efficiency
+        if self.fsdp_shard_size is None or self.fsdp_shard_size == n:
+            return volume / (self.gpu.collective_bytes_per_s(n, stride=self.tp) * eff)
+        # HSDP: gathers and reduce-scatter inside a shard group, then the shards' gradients are
+        # all-reduced across the replicas (ranks shard-size apart).
+        s = self.fsdp_shard_size
+        inner = volume * ((s - 1) / s) / frac if s > 1 else 0.0
+        r = n // s
+        outer = 2 * (r - 1) / r * grads / s
+        return (inner / (self.gpu.collective_bytes_per_s(s, stride=self.tp) * eff)
+                + outer / (self.gpu.collective_bytes_per_s(r, stride=self.tp * s) * eff))
 
     def optimizer_time(self) -> float:
-        shard = self.trainable_params_per_gpu() / (self._shard_group if self.zero_stage >= 1 else 1)
+        shard = self.trainable_params_per_gpu() / (self._zero_group if self.zero_stage >= 1 else 1)
         bw = self.gpu.hbm_bytes_per_s * self.optimizer_bandwidth_efficiency
         return shard * ADAM_TRAFFIC_BYTES_PER_PARAM / bw
 

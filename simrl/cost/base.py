@@ -3,8 +3,14 @@
 Units: seconds, tokens, bytes. A cost model is built once when a run starts (from a family
 name or a fitted artifact) and then queried in the simulation loop with no file I/O.
 Every model carries a `ValidityDomain`; queries outside it are counted (and warned once per
-dimension), or raise `OutOfDomainError` in strict mode. No model ever falls back silently to
-another one.
+dimension with a `CostModelWarning`), or raise `OutOfDomainError` in strict mode. No model ever
+falls back silently to another one.
+
+A rollout model whose iteration time is exactly ``a + b*batch + c*kv + p*prefill`` may also
+expose ``linear_coefficients() -> LinearForm`` (`simrl.cost.linear`); a training model whose
+step time is exactly ``a + per_token*tokens`` (and has no memory limit to check) may expose
+``linear_coefficients() -> (a, per_token)``. The fast path (`simrl_fast.lowering`) asks for
+these instead of checking types, so any family that lowers to the linear form reaches it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,14 @@ class OutOfDomainError(ValueError):
 
 class CostModelError(ValueError):
     """A cost model cannot be built or cannot answer (e.g. the layout does not fit memory)."""
+
+
+class CostModelWarning(UserWarning):
+    """A cost model is used outside what it was fitted for (domain, GPU); the run goes on.
+
+    The category lets a CLI print these as one-line warnings (no source line) and lets tests
+    and users filter them; ``cost.strict=true`` turns the same conditions into errors.
+    """
 
 
 @attrs.define
@@ -52,6 +66,7 @@ class ValidityDomain:
             warnings.warn(
                 f"{self.model}: {dim}={value:g} outside validity domain [{lo:g}, {hi:g}] "
                 "(further queries counted in the run report)",
+                CostModelWarning,
                 stacklevel=3,
             )
             self.counts[dim] = 0
@@ -75,6 +90,15 @@ class ValidityDomain:
 
     def to_dict(self) -> dict:
         return {d: [lo, hi] for d, (lo, hi) in sorted(self.ranges.items())}
+
+    def outside(self) -> dict:
+        """How far the queries so far left the domain: total count and, per dimension, the
+        count, the range and the worst value (for the run's cost-provenance table)."""
+        return {
+            "queries_outside": sum(self.counts.values()),
+            "dimensions": {d: {"queries": n, "range": list(self.ranges[d]), "worst_value": self.worst[d]}
+                           for d, n in sorted(self.counts.items())},
+        }
 
 
 @runtime_checkable

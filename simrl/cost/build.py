@@ -1,10 +1,25 @@
-"""Build a run's cost models from its configuration: family registries, knob checking, artifacts.
+"""Build a run's cost models from its configuration, and say where each came from.
 
 `build_costs(cfg)` turns ``cfg.cost`` (a family name or a ``*.json`` artifact path per model, plus
-knob dicts) and the deployment layout into a `Costs` record. Built-in families: rollout
-``roofline`` and ``linear``; training ``analytical``, ``fixed`` and ``constant``; weight sync ``nccl``, ``checkpoint_engine``,
-``filesystem``, ``lora`` and ``fixed``. Other modules add families with `register_rollout_family`
-/ `register_training_family` / `register_weight_sync_family`; a factory takes
+knob dicts) and the deployment layout into a `Costs` record. Families are the objects of
+`simrl.cost.registry` (one per family, in the module of its model). Built-in families built from
+knobs: rollout ``roofline`` and ``linear``; training ``analytical``, ``fixed`` and ``constant``;
+weight sync ``nccl``, ``checkpoint_engine``, ``filesystem``, ``lora`` and ``fixed``. Fitted
+families come as artifacts (``srl-regress fit``): rollout ``composed``, ``distserve``, ``psrl``,
+``roofline``; training ``fixed``, ``linear``, ``analytical``, ``hydraulis``, ``fsdp``; weight sync
+``fitted``.
+
+An artifact is checked before it is used: its family and coefficients (`registry.read`), the
+layout a layout-specific fit belongs to (``fitted_for`` model / tp / pp: another one is an error),
+and the GPU it was fitted on (another GPU is a `CostModelWarning`, an error under
+``cost.strict``). Knobs are not accepted beside an artifact (they would be silently unused).
+
+`Costs.provenance()` says, per role, which family answered, from what (knobs or an artifact and
+the data it was fitted on), for which GPU and layout, and how many queries left its validity
+domain; the run report renders it as the cost-provenance table.
+
+Plug-ins add knob-built families with `register_rollout_family` /
+`register_training_family` / `register_weight_sync_family`; a factory takes
 ``(cfg: SimConfig, knobs: dict)`` and returns the model (use `check_knobs` to reject unknown knobs).
 Layout values (GPU, TP, PP, ...) come from ``cfg.deployment``; knobs are the rest of a family's
 keyword arguments.
@@ -17,29 +32,52 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from simrl.cost.analytical import AnalyticalTraining, FixedTraining
+from simrl.cost import registry
 from simrl.cost.architectures import model_arch
+from simrl.cost.artifact import ArtifactError
 from simrl.cost.base import CostModelError, RolloutCost, TrainingCost, ValidityDomain, WeightSyncCost
-from simrl.cost.linear import ConstantTraining, LinearRollout
-from simrl.cost.roofline import RooflineRollout
-from simrl.cost.weight_sync import WEIGHT_SYNC_DEFAULTS, WeightSync
+from simrl.cost.family import (  # noqa: F401  (check_knobs / knob_names: the plug-in API)
+    KnobFamily,
+    check_fitted_for,
+    check_gpu,
+    check_knobs,
+    fitted_gpu,
+    knob_names,
+    run_layout,
+)
 
 if TYPE_CHECKING:
     from simrl.config import SimConfig
 
 Factory = Callable[["SimConfig", dict[str, Any]], Any]
+ROLES = ("rollout", "training", "weight_sync")
 
-_FAMILIES: dict[str, dict[str, Factory]] = {"rollout": {}, "training": {}, "weight_sync": {}}
+
+@attrs.frozen
+class CostSource:
+    """Where one role's cost model came from (the static half of a cost-provenance row)."""
+
+    role: str
+    family: str
+    spec: str  # the configured value: a family name or the artifact path
+    basis: str  # what the model is
+    data: str  # what it was fitted on ("not fitted: ..." for knob-built families)
+    n_observations: int = 0
+    fitted_gpu: str | None = None  # GPU of the fit's observations (None: not fitted / unknown)
+    fitted_for: dict[str, Any] = attrs.field(factory=dict)  # model / gpu / tp / pp of a layout-specific fit
+    run_gpu: str = ""
+    run_layout: dict[str, Any] = attrs.field(factory=dict)  # the run's model / tp / pp for this role
 
 
 @attrs.define
 class Costs:
-    """The three cost models of a run."""
+    """The three cost models of a run, and where each came from."""
 
     rollout: RolloutCost
     training: TrainingCost
     weight_sync: WeightSyncCost
     offload_s: float = 0.0  # offload + reload of both sides per step, charged when colocated
+    sources: dict[str, CostSource] = attrs.field(factory=dict)  # by role; empty when built in code
 
     def domains(self) -> list[ValidityDomain]:
         return [self.rollout.domain, self.training.domain, self.weight_sync.domain]
@@ -48,13 +86,24 @@ class Costs:
         """Every out-of-domain record so far, all three models (for the run report)."""
         return [rec for d in self.domains() for rec in d.report()]
 
+    def provenance(self) -> list[dict]:
+        """Per role: family, source, what it was fitted on, fitted-for vs run GPU and layout, and
+        the out-of-domain queries so far (for the run report's cost-provenance table)."""
+        rows = []
+        for role in ROLES:
+            model = getattr(self, role)
+            src = self.sources.get(role)
+            if src is None:  # built in code (tests, benchmarks): say so instead of guessing
+                src = CostSource(role=role, family=type(model).__name__, spec="(constructed in code)",
+                                 basis="", data="(constructed in code)")
+            rows.append({**attrs.asdict(src), **model.domain.outside()})
+        return rows
 
-# -- registries ----------------------------------------------------------------------------------
+
+# -- plug-in registration ------------------------------------------------------------------------
 
 def _register(section: str, name: str, factory: Factory) -> None:
-    if name.endswith(".json"):
-        raise ValueError(f"family name {name!r} may not end in .json (reserved for artifact paths)")
-    _FAMILIES[section][name] = factory
+    registry.register(KnobFamily(section, name, factory))
 
 
 def register_rollout_family(name: str, factory: Factory) -> None:
@@ -70,129 +119,76 @@ def register_weight_sync_family(name: str, factory: Factory) -> None:
 
 
 def families(section: str) -> list[str]:
-    """Registered family names of ``section`` ('rollout', 'training' or 'weight_sync')."""
-    return sorted(_FAMILIES[section])
-
-
-def check_knobs(section: str, family: str, knobs: dict[str, Any], valid: list[str] | set[str]) -> None:
-    """Raise `CostModelError` naming ``cost.<section>_knobs.<name>`` for the first unknown knob."""
-    unknown = sorted(set(knobs) - set(valid))
-    if unknown:
-        raise CostModelError(
-            f"cost.{section}_knobs.{unknown[0]}: unknown knob for {section} family {family!r}; "
-            f"valid knobs: {', '.join(sorted(valid)) or '(none)'}"
-        )
-
-
-def knob_names(cls: type, layout: set[str]) -> list[str]:
-    """An attrs class's constructor keywords minus those the layout supplies."""
-    return sorted(a.alias for a in attrs.fields(cls) if a.init and a.alias not in layout)
-
-
-def _construct(section: str, family: str, cls: type, knobs: dict[str, Any], **layout: Any) -> Any:
-    check_knobs(section, family, knobs, knob_names(cls, set(layout)))
-    try:
-        return cls(**layout, **knobs)
-    except CostModelError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise CostModelError(f"cost.{section}_knobs ({section} family {family!r}): {exc}") from None
-
-
-# -- built-in families ---------------------------------------------------------------------------
-
-def _roofline(cfg: SimConfig, knobs: dict[str, Any]) -> RooflineRollout:
-    r = cfg.deployment.rollout
-    return _construct(
-        "rollout", "roofline", RooflineRollout, knobs, model=cfg.deployment.model, gpu=r.gpu, tp=r.tp,
-        pp=r.pp, dp=r.dp, ep=r.ep, gpu_memory_utilization=r.gpu_memory_utilization,
-        kv_capacity_tokens=r.kv_capacity_tokens, max_num_seqs=r.max_num_seqs,
-        max_num_batched_tokens=r.max_num_batched_tokens, strict=cfg.cost.strict,
-    )
-
-
-def _analytical(cfg: SimConfig, knobs: dict[str, Any]) -> AnalyticalTraining:
-    t = cfg.deployment.training
-    return _construct(
-        "training", "analytical", AnalyticalTraining, knobs, model=cfg.deployment.model, gpu=t.gpu,
-        gpus=t.gpus, tp=t.tp, pp=t.pp, cp=t.cp, ep=t.ep, micro_batch_size=t.micro_batch_size,
-        activation_checkpointing=t.activation_checkpointing, zero_stage=t.zero_stage, strict=cfg.cost.strict,
-    )
-
-
-def _fixed_training(cfg: SimConfig, knobs: dict[str, Any]) -> FixedTraining:
-    if "step_s" not in knobs:
-        raise CostModelError("cost.training_knobs.step_s: required for training family 'fixed' (seconds per step)")
-    return _construct("training", "fixed", FixedTraining, knobs, strict=cfg.cost.strict)
-
-
-def _weight_sync_factory(mode: str) -> Factory:
-    def build(cfg: SimConfig, knobs: dict[str, Any]) -> WeightSync:
-        check_knobs("weight_sync", mode, knobs, WEIGHT_SYNC_DEFAULTS[mode])
-        knobs = dict(knobs)
-        lora_rank = cfg.cost.training_knobs.get("lora_rank", 0)
-        if mode == "lora" and "rank" not in knobs and lora_rank:
-            knobs["rank"] = lora_rank  # publish the adapter the trainer trains
-        return WeightSync(mode, cfg.deployment.model, strict=cfg.cost.strict, **knobs)
-
-    return build
-
-
-def _linear_rollout(cfg: SimConfig, knobs: dict[str, Any]) -> LinearRollout:
-    return _construct("rollout", "linear", LinearRollout, dict(knobs))
-
-
-def _constant_training(cfg: SimConfig, knobs: dict[str, Any]) -> ConstantTraining:
-    return _construct("training", "constant", ConstantTraining, dict(knobs))
-
-
-register_rollout_family("roofline", _roofline)
-register_rollout_family("linear", _linear_rollout)  # closed form; what simrl_fast supports
-register_training_family("analytical", _analytical)
-register_training_family("fixed", _fixed_training)
-register_training_family("constant", _constant_training)
-for _mode in WEIGHT_SYNC_DEFAULTS:
-    register_weight_sync_family(_mode, _weight_sync_factory(_mode))
+    """Family names ``cost.<section>=NAME`` accepts ('rollout', 'training' or 'weight_sync')."""
+    return registry.names(section, from_knobs=True)
 
 
 # -- artifacts and assembly ----------------------------------------------------------------------
 
-def _load_artifact(section: str, path: str, cfg: SimConfig) -> Any:
+def load_artifact(section: str, path: str, cfg: SimConfig) -> tuple[Any, dict]:
+    """(model, artifact) for ``cost.<section>=path``: family, coefficients, layout and GPU checked.
+
+    Malformed coefficients the family's check did not catch still end as an `ArtifactError`
+    naming the file, never as a KeyError inside the engine."""
+    art, fam = registry.read(path)
+    if art["target"] != section:
+        raise ArtifactError(f"{path}: target is {art['target']!r}, expected {section!r} (cost.{section})")
+    check_fitted_for(art.get("fitted_for") or {}, fam.layout_keys, cfg, section, path)
+    check_gpu(fitted_gpu(art), cfg, section, path)
     try:
-        from simrl.cost import artifact
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("simrl."):
-            raise
-        raise CostModelError(
-            f"cost.{section}={path!r}: fitted cost-model artifacts are not supported yet "
-            f"({exc.name} is missing); use a built-in family"
-        ) from None
-    loader = getattr(artifact, f"load_{section}_artifact", None)
-    if loader is None:
-        raise CostModelError(f"cost.{section}={path!r}: artifacts are not supported for {section} models")
-    return loader(path, cfg)
+        return fam.build(art, cfg), art
+    except CostModelError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise ArtifactError(f"{path}: coefficients of {section} family {fam.name!r} are malformed "
+                            f"({type(exc).__name__}: {exc})") from None
+
+
+def _source(section: str, spec: str, fam_name: str, basis: str, art: dict | None, cfg: SimConfig) -> CostSource:
+    run = {k: v for k, (v, _) in run_layout(cfg, section).items()}
+    run_gpu = run.pop("gpu")
+    if art is None:
+        given = f"cost.{section}_knobs" if getattr(cfg.cost, f"{section}_knobs") else "the family's defaults"
+        data, n, gpu, ff = f"none (not fitted; built from {given})", 0, None, {}
+    else:
+        prov = art["provenance"]
+        data = str(prov.get("label") or "fitted (no label)")
+        files = prov.get("observation_files") or []
+        if files:
+            data += f" [{', '.join(str(f) for f in files)}]"
+        n, gpu, ff = int(prov.get("n_observations") or 0), fitted_gpu(art), dict(art.get("fitted_for") or {})
+    return CostSource(role=section, family=fam_name, spec=spec, basis=basis, data=data, n_observations=n,
+                      fitted_gpu=gpu, fitted_for=ff, run_gpu=str(run_gpu), run_layout=run)
 
 
 _PROTOCOLS = {"rollout": RolloutCost, "training": TrainingCost, "weight_sync": WeightSyncCost}
 
 
-def _build_one(section: str, cfg: SimConfig) -> Any:
-    family: str = getattr(cfg.cost, section)
+def _build_one(section: str, cfg: SimConfig) -> tuple[Any, CostSource]:
+    spec: str = getattr(cfg.cost, section)
     knobs: dict[str, Any] = getattr(cfg.cost, f"{section}_knobs")
-    if family.endswith(".json"):
-        model = _load_artifact(section, family, cfg)
+    if spec.endswith(".json"):
+        if knobs:
+            raise CostModelError(f"cost.{section}_knobs.{sorted(knobs)[0]}: knobs are not used with an artifact "
+                                 f"(cost.{section}={spec}); remove them or use a built-in family")
+        model, art = load_artifact(section, spec, cfg)
+        fam = registry.family(section, art["family"])
+        fam_name, basis = fam.name, fam.fitted_basis or fam.basis
     else:
-        factory = _FAMILIES[section].get(family)
-        if factory is None:
+        names = families(section)
+        if spec not in names:
+            fitted = registry.names(section, fittable=True, from_knobs=False)
+            hint = f"; {spec!r} is fitted: give its artifact path" if spec in fitted else ""
             raise CostModelError(
-                f"cost.{section}: unknown family {family!r}; expected one of: "
-                f"{', '.join(families(section))}, or the path of a fitted artifact (*.json)"
+                f"cost.{section}: unknown family {spec!r}; expected one of: {', '.join(names)}, "
+                f"or the path of a fitted artifact (*.json){hint}"
             )
-        model = factory(cfg, dict(knobs))
+        fam = registry.family(section, spec)
+        model, art, fam_name, basis = fam.build(None, cfg), None, spec, fam.basis
     if not isinstance(model, _PROTOCOLS[section]):
-        raise CostModelError(f"cost.{section}={family!r} built a {type(model).__name__}, not a {section} cost model")
+        raise CostModelError(f"cost.{section}={spec!r} built a {type(model).__name__}, not a {section} cost model")
     model.domain.strict = cfg.cost.strict
-    return model
+    return model, _source(section, spec, fam_name, basis, art, cfg)
 
 
 def colocated_offload_s(cfg: SimConfig, rollout: Any = None, training: Any = None) -> float:
@@ -216,9 +212,11 @@ def colocated_offload_s(cfg: SimConfig, rollout: Any = None, training: Any = Non
 
 def build_costs(cfg: SimConfig) -> Costs:
     """Build the rollout, training and weight-sync models of a run (once, before it starts)."""
-    rollout = _build_one("rollout", cfg)
-    training = _build_one("training", cfg)
+    rollout, r_src = _build_one("rollout", cfg)
+    training, t_src = _build_one("training", cfg)
     # The policy may fix the placement (e.g. trl sync, slime sync): the offload cost is known
     # either way, and the engine charges it only when the run is colocated.
     offload = colocated_offload_s(cfg, rollout, training)
-    return Costs(rollout=rollout, training=training, weight_sync=_build_one("weight_sync", cfg), offload_s=offload)
+    weight_sync, w_src = _build_one("weight_sync", cfg)
+    return Costs(rollout=rollout, training=training, weight_sync=weight_sync, offload_s=offload,
+                 sources={"rollout": r_src, "training": t_src, "weight_sync": w_src})

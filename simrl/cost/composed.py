@@ -19,11 +19,22 @@ from ``iteration`` observations. Dense full-attention models only; others raise
 from __future__ import annotations
 
 import attrs
+import numpy as np
 
-from simrl.cost.architectures import ModelArch
+from simrl.cost.architectures import ModelArch, model_arch
+from simrl.cost.artifact import ArtifactError, domain_of
 from simrl.cost.base import CostModelError, ValidityDomain, finite_nonneg
-from simrl.cost.hardware import GPUSpec
-from simrl.cost.kerneldb import DTYPE_BYTES, CollectiveModel, KernelDB, LayerShape, gemm_work
+from simrl.cost.family import FamilyBase, rollout_kv_tokens, rollout_name, value_range
+from simrl.cost.hardware import GPUSpec, gpu_spec
+from simrl.cost.kerneldb import (
+    DTYPE_BYTES,
+    CollectiveModel,
+    KernelDB,
+    LayerShape,
+    fit_collectives,
+    fit_kernel_db,
+    gemm_work,
+)
 
 LAYER_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
              "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
@@ -108,3 +119,64 @@ class ComposedRollout:
 
     def kv_capacity_tokens(self) -> int:
         return self.kv_tokens
+
+
+class ComposedFamily(FamilyBase):
+    """Fitted from ``operator`` and ``collective`` observations; predicts any dense model from its
+    shape, so it has no layout keys (TP is in its validity domain)."""
+
+    target, name, fittable = "rollout", "composed", True
+    basis = "kernel-DB operator times summed per layer + analytical attention + TP/PP communication"
+    coefficients = {"kernel_db": "object", "collectives": "object", "cpu_overhead_s": "number",
+                    "attention_flops_fraction": "number", "attention_bytes_fraction": "number"}
+
+    def check(self, coefficients, where):
+        super().check(coefficients, where)
+        ops = coefficients["kernel_db"].get("operators")
+        if not isinstance(ops, dict) or "mlp_down_proj" not in ops:
+            raise ArtifactError(f"{where}: coefficients.kernel_db.operators.mlp_down_proj: missing (the LM head "
+                                "is priced with it; fit on data that has the MLP GEMMs)")
+
+    def fit(self, obs, opts):
+        tables = opts.get("with_tables", True)
+        ops = [o for o in obs if o.kind == "operator"]
+        db = fit_kernel_db(ops, with_tables=tables)
+        coefs = {"kernel_db": db.to_dict(tables),
+                 "collectives": {k: c.to_dict() for k, c in fit_collectives(obs).items()},
+                 "cpu_overhead_s": float(opts.get("cpu_overhead_s", 0.0)),
+                 "attention_flops_fraction": float(opts.get("attention_flops_fraction", 0.75)),
+                 "attention_bytes_fraction": float(opts.get("attention_bytes_fraction", 1.0))}
+        return coefs, {"num_tokens": value_range([o.inputs["num_tokens"] for o in ops]),
+                       "tp": value_range([o.inputs["tp"] for o in ops])}
+
+    def predict(self, art, obs, opts):
+        coefs = art["coefficients"]
+        db = KernelDB.from_dict(coefs["kernel_db"])
+        colls = {k: CollectiveModel.from_dict(c) for k, c in coefs["collectives"].items()}
+        f = db.predict_physics if opts.get("physics_only") else db.predict
+        pred, act, grp = [], [], []
+        for o in obs:
+            if o.kind == "operator" and o.name in db.coefficients:
+                pred.append(f(o.name, LayerShape.from_inputs(o.inputs), o.inputs["num_tokens"], int(o.inputs["tp"])))
+            elif o.kind == "collective" and (c := colls.get(f"{o.name}/{int(o.inputs['num_workers'])}")) \
+                    and c.matches(o):
+                pred.append(c.predict(o.inputs["size_bytes"]))
+            else:
+                continue
+            act.append(o.value)
+            grp.append(o.name)
+        return np.array(pred), np.array(act), grp
+
+    def build(self, art, cfg) -> ComposedRollout:
+        if art is None:
+            return super().build(art, cfg)
+        coefs, ro = art["coefficients"], cfg.deployment.rollout
+        return ComposedRollout(
+            db=KernelDB.from_dict(coefs["kernel_db"]), arch=model_arch(cfg.deployment.model), gpu=gpu_spec(ro.gpu),
+            tp=ro.tp, pp=ro.pp, collectives={k: CollectiveModel.from_dict(c) for k, c in coefs["collectives"].items()},
+            cpu_overhead_s=coefs["cpu_overhead_s"], attention_flops_fraction=coefs["attention_flops_fraction"],
+            attention_bytes_fraction=coefs["attention_bytes_fraction"], kv_tokens=rollout_kv_tokens(art, cfg),
+            domain=domain_of(art, rollout_name(self.name, cfg), cfg.cost.strict))
+
+
+FAMILY = ComposedFamily()

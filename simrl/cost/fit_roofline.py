@@ -1,4 +1,8 @@
-"""The fitted `roofline` rollout family: the analytical `RooflineRollout` with its knobs fitted.
+"""The `roofline` rollout family: the analytical `RooflineRollout`, its knobs given or fitted.
+
+``cost.rollout=roofline`` builds it from the deployment layout and ``cost.rollout_knobs``
+(efficiencies, overheads; the defaults are assumptions, not fits). An artifact of this family
+holds fitted knobs.
 
 Two sources of observations, used in this order:
 
@@ -20,7 +24,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from simrl.cost.architectures import model_arch
+from simrl.cost.artifact import domain_of
 from simrl.cost.base import CostModelError, ValidityDomain
+from simrl.cost.family import FamilyBase, construct, knobs_of, rollout_name
 from simrl.cost.fitting import levenberg_marquardt, nonneg_lstsq
 from simrl.cost.hardware import gpu_spec
 from simrl.cost.kerneldb import DTYPE_BYTES, KNOWN_OPS
@@ -126,6 +132,7 @@ def _knobs(coefs: dict) -> dict:
 
 
 def roofline_predictions(art: dict, obs: Sequence[Observation], **opts):
+    opts = {k: v for k, v in opts.items() if k != "physics_only"}
     coefs = art["coefficients"]
     ff = art.get("fitted_for", {})
     gpu = opts.get("gpu") or ff.get("gpu") or "H100"
@@ -159,3 +166,40 @@ def build_fitted_roofline(art: dict, cfg, dom: ValidityDomain) -> RooflineRollou
         lo, hi = rr.domain.ranges.get(d, rng)
         rr.domain.ranges[d] = (max(lo, rng[0]), min(hi, rng[1]))
     return rr
+
+
+def build_roofline(cfg, knobs: dict) -> RooflineRollout:
+    """`RooflineRollout` for ``cfg.deployment`` with ``knobs`` (``cost.rollout_knobs``)."""
+    r = cfg.deployment.rollout
+    return construct(
+        "rollout", "roofline", RooflineRollout, knobs, model=cfg.deployment.model, gpu=r.gpu, tp=r.tp,
+        pp=r.pp, dp=r.dp, ep=r.ep, gpu_memory_utilization=r.gpu_memory_utilization,
+        kv_capacity_tokens=r.kv_capacity_tokens, max_num_seqs=r.max_num_seqs,
+        max_num_batched_tokens=r.max_num_batched_tokens, strict=cfg.cost.strict,
+    )
+
+
+class RooflineFamily(FamilyBase):
+    """From knobs (analytical, default efficiencies) or from an artifact of fitted efficiencies.
+    A fit from iteration observations belongs to one model and TP (its ``fitted_for``)."""
+
+    target, name, fittable, from_knobs = "rollout", "roofline", True, True
+    layout_keys = ("model", "tp", "pp")
+    basis = ("analytical roofline per operator class on the busiest GPU + TP all-reduces + overheads "
+             "(efficiencies assumed)")
+    fitted_basis = "the analytical roofline with its efficiencies (and overheads) fitted"
+    coefficients = {k: "number" for k in DEFAULTS}
+
+    def fit(self, obs, opts):
+        return fit_roofline(obs, opts)
+
+    def predict(self, art, obs, opts):
+        return roofline_predictions(art, obs, **opts)
+
+    def build(self, art, cfg) -> RooflineRollout:
+        if art is None:
+            return build_roofline(cfg, knobs_of(cfg, "rollout"))
+        return build_fitted_roofline(art, cfg, domain_of(art, rollout_name(self.name, cfg), cfg.cost.strict))
+
+
+FAMILY = RooflineFamily()

@@ -30,12 +30,13 @@ import attrs
 import numpy as np
 
 from simrl.cost.architectures import ModelArch, model_arch
+from simrl.cost.artifact import ArtifactError, domain_of
 from simrl.cost.base import CostModelError, ValidityDomain, finite_nonneg
+from simrl.cost.family import FamilyBase, construct, knobs_of
 from simrl.cost.fitting import nonneg_lstsq
 from simrl.cost.hardware import GPUSpec, gpu_spec
 from simrl.cost.observations import Observation
 
-FAMILIES = ("fixed", "linear", "analytical", "hydraulis", "fsdp")
 STATE_BYTES_PER_PARAM = 16.0  # bf16 params + fp32 grads/master + Adam moments (mixed precision)
 
 
@@ -84,35 +85,16 @@ def train_flops(seq_lens: Sequence[float], lay: TrainingLayout) -> float:
     return mult * sum(lay.arch.flops_per_token(context=s / 2.0) * s for s in seq_lens)
 
 
+def _compute_s(s: np.ndarray, lay: TrainingLayout) -> float:
+    return train_flops(s, lay) / (lay.gpus * lay.gpu.bf16_flops_per_s)
+
+
 def time_features(family: str, seq_lens: Sequence[float], lay: TrainingLayout) -> np.ndarray:
-    s = np.asarray(seq_lens, float)
-    if family == "fixed":
-        return np.array([1.0])
-    if family == "linear":
-        return np.array([1.0, s.sum()])
-    compute_s = train_flops(s, lay) / (lay.gpus * lay.gpu.bf16_flops_per_s)
-    if family == "analytical":
-        return np.array([1.0, compute_s])
-    if family == "hydraulis":
-        dp, warm, smax = lay.dp, lay.pp - 1, s.max()
-        return np.array([(s**2).sum() / dp + warm * smax**2, s.sum() / dp + warm * smax, s.size / dp + warm])
-    if family == "fsdp":
-        n = lay.dp
-        comm_s = 3.0 * lay.arch.weight_bytes(2) / (lay.tp * lay.pp) * (n - 1) / n / lay.gpu.link_bytes_per_s(n)
-        return np.array([1.0, compute_s, comm_s, -min(compute_s, comm_s)])
-    raise CostModelError(f"unknown training family {family!r}; expected one of {', '.join(FAMILIES)}")
+    return training_family(family).time_features(np.asarray(seq_lens, float), lay)
 
 
 def memory_features(family: str, seq_lens: Sequence[float], lay: TrainingLayout) -> np.ndarray:
-    smax = float(max(seq_lens))
-    if family == "hydraulis":
-        return np.array([1.0, smax, lay.zero_fraction()])
-    if family == "fsdp":
-        state = STATE_BYTES_PER_PARAM * lay.arch.total_params / (lay.dp * lay.tp * lay.pp)
-        act = smax * lay.arch.hidden * lay.arch.layers / (lay.tp * lay.pp)
-        ckpt = lay.activation_checkpointing
-        return np.array([1.0, state, 0.0 if ckpt else act, act if ckpt else 0.0])
-    return np.array([1.0, smax])
+    return training_family(family).memory_features(np.asarray(seq_lens, float), lay)
 
 
 def _fit_group(family: str, rows: list[tuple[list[float], TrainingLayout, float, str]]) -> dict:
@@ -133,8 +115,7 @@ def _fit_group(family: str, rows: list[tuple[list[float], TrainingLayout, float,
 def fit_training(family: str, obs: Sequence[Observation], model: str | None = None,
                  gpu: str | None = None) -> dict:
     """Coefficients of one training family; hydraulis fits one set per (tp, pp) strategy."""
-    if family not in FAMILIES:
-        raise CostModelError(f"unknown training family {family!r}; expected one of {', '.join(FAMILIES)}")
+    fam = training_family(family)
     rows = []
     for o in obs:
         if o.kind != "training_step":
@@ -143,7 +124,7 @@ def fit_training(family: str, obs: Sequence[Observation], model: str | None = No
         rows.append(([float(x) for x in o.inputs["seq_lens"]], lay, o.value, o.quantity))
     if not rows:
         raise CostModelError(f"{family}: no training_step observations")
-    if family == "hydraulis":
+    if fam.per_strategy:
         groups: dict[str, list] = defaultdict(list)
         for r in rows:
             groups[r[1].strategy].append(r)
@@ -163,7 +144,7 @@ def training_domain(obs: Sequence[Observation], name: str) -> dict[str, list[flo
         vals["activation_checkpointing"].append(float(bool(o.inputs.get("activation_checkpointing", True))))
         for k in ("tp", "pp", "dp"):
             vals[k].append(float(o.inputs[k]))
-    return {k: [float(min(v)), float(max(v))] for k, v in vals.items()}  # [lo, hi], as artifacts store it
+    return {k: [float(min(v)), float(max(v))] for k, v in vals.items()}  # lists: the artifact's JSON form
 
 
 @attrs.define
@@ -180,7 +161,7 @@ class FittedTraining:
 
     def __attrs_post_init__(self):
         coefs = self.coefficients
-        if self.family == "hydraulis":
+        if training_family(self.family).per_strategy:
             strat = self.layout.strategy
             if strat not in coefs["strategies"]:
                 raise CostModelError(f"hydraulis artifact has no strategy {strat} "
@@ -214,3 +195,179 @@ class FittedTraining:
 
     def memory_capacity_bytes(self) -> float:
         return self.capacity_bytes
+
+    def linear_coefficients(self) -> tuple[float, float] | None:
+        """(a, per_token) when the step time is exactly ``a + per_token * tokens`` and no fitted
+        memory model has to be checked per batch (``fixed`` and ``linear`` without memory)."""
+        if self._mem is not None:
+            return None
+        return training_family(self.family).linear_terms(self._time)
+
+
+# -- the families ----------------------------------------------------------------------------
+
+class TrainingFamily(FamilyBase):
+    """A fitted training family: step time (and peak memory) linear in a few features."""
+
+    target, fittable = "training", True
+    per_strategy = False  # one coefficient set per (tp, pp) strategy
+    n_time: int
+    n_memory = 2
+
+    def time_features(self, s: np.ndarray, lay: TrainingLayout) -> np.ndarray:
+        raise NotImplementedError
+
+    def memory_features(self, s: np.ndarray, lay: TrainingLayout) -> np.ndarray:
+        return np.array([1.0, float(s.max())])
+
+    def linear_terms(self, time_coefs: np.ndarray) -> tuple[float, float] | None:
+        """(a, per_token) if the step time is ``a + per_token * tokens`` for every layout."""
+        return None
+
+    def fit(self, obs, opts):
+        return fit_training(self.name, obs, opts.get("model"), opts.get("gpu")), training_domain(obs, self.name)
+
+    def predict(self, art, obs, opts):
+        coefs = art["coefficients"]
+        pred, act, grp = [], [], []
+        for o in obs:
+            if o.kind != "training_step":
+                continue
+            lay = layout_from_inputs(o.inputs, o.provenance, opts.get("model"), opts.get("gpu"))
+            c = coefs["strategies"].get(lay.strategy) if self.per_strategy else coefs
+            key = "time" if o.quantity == "time" else "memory"
+            if c is None or c.get(key) is None:
+                continue
+            s = np.asarray(o.inputs["seq_lens"], float)
+            feat = self.time_features(s, lay) if key == "time" else self.memory_features(s, lay)
+            pred.append(max(float(feat @ np.asarray(c[key])), 0.0))
+            act.append(o.value)
+            grp.append(f"step_{key}")
+        return np.array(pred), np.array(act), grp
+
+    def check(self, coefficients, where):
+        sets = coefficients.get("strategies") if self.per_strategy else {"": coefficients}
+        if not isinstance(sets, dict) or not sets:
+            raise ArtifactError(f"{where}: coefficients.strategies: expected a non-empty object")
+        for strat, c in sets.items():
+            key = f"coefficients.strategies.{strat}" if strat else "coefficients"
+            if not isinstance(c, dict):
+                raise ArtifactError(f"{where}: {key}: expected an object")
+            for name, n in (("time", self.n_time), ("memory", self.n_memory)):
+                v = c.get(name)
+                if v is None and name == "memory":
+                    continue
+                if not isinstance(v, list) or len(v) != n or not all(
+                        isinstance(x, int | float) and not isinstance(x, bool) for x in v):
+                    raise ArtifactError(f"{where}: {key}.{name}: expected a list of {n} numbers "
+                                        f"(the {self.name} features), got {v!r:.60}")
+
+    def build(self, art, cfg):
+        if art is None:
+            return super().build(art, cfg)
+        tr = cfg.deployment.training
+        lay = TrainingLayout(arch=model_arch(cfg.deployment.model), gpu=gpu_spec(tr.gpu), tp=tr.tp, pp=tr.pp,
+                             dp=tr.dp, zero_stage=tr.zero_stage, activation_checkpointing=tr.activation_checkpointing)
+        dom = domain_of(art, f"training/{self.name}[{cfg.deployment.model}]", cfg.cost.strict)
+        return FittedTraining(self.name, art["coefficients"], lay, lay.gpu.hbm_bytes, domain=dom)
+
+
+class FixedFamily(TrainingFamily):
+    """time = a. From knobs: ``cost.training=fixed cost.training_knobs.step_s=S``."""
+
+    name, n_time, from_knobs, layout_keys = "fixed", 1, True, ("model",)
+    basis = "constant step time given as cost.training_knobs.step_s"
+    fitted_basis = "constant step time fitted on training steps of one layout"
+
+    def time_features(self, s, lay):
+        return np.array([1.0])
+
+    def linear_terms(self, time_coefs):
+        return float(time_coefs[0]), 0.0
+
+    def build(self, art, cfg):
+        if art is not None:
+            return super().build(art, cfg)
+        from simrl.cost.analytical import FixedTraining
+
+        knobs = knobs_of(cfg, "training")
+        if "step_s" not in knobs:
+            raise CostModelError("cost.training_knobs.step_s: required for training family 'fixed' (seconds per step)")
+        return construct("training", "fixed", FixedTraining, knobs, strict=cfg.cost.strict)
+
+
+class LinearTrainingFamily(TrainingFamily):
+    name, n_time, layout_keys = "linear", 2, ("model",)
+    basis = "a + b*tokens fitted on training steps of one layout"
+
+    def time_features(self, s, lay):
+        return np.array([1.0, s.sum()])
+
+    def linear_terms(self, time_coefs):
+        return float(time_coefs[0]), float(time_coefs[1])
+
+
+class AnalyticalFamily(TrainingFamily):
+    """From knobs: `simrl.cost.analytical.AnalyticalTraining` (first principles, MFU assumed).
+    From an artifact: a + FLOPs / (GPUs * peak) / MFU with ``a`` and ``1/MFU`` fitted."""
+
+    name, n_time, from_knobs = "analytical", 2, True
+    basis = ("first principles: FLOPs / (GPUs x peak BF16) / MFU + gradient sync + optimizer + overhead; "
+             "memory: weights, states, activations (MFU and efficiencies assumed)")
+    fitted_basis = "a + training FLOPs / (GPUs x peak BF16) / MFU, a and 1/MFU fitted"
+
+    def time_features(self, s, lay):
+        return np.array([1.0, _compute_s(s, lay)])
+
+    def build(self, art, cfg):
+        if art is not None:
+            return super().build(art, cfg)
+        from simrl.cost.analytical import AnalyticalTraining
+
+        t = cfg.deployment.training
+        return construct(
+            "training", "analytical", AnalyticalTraining, knobs_of(cfg, "training"), model=cfg.deployment.model,
+            gpu=t.gpu, gpus=t.gpus, tp=t.tp, pp=t.pp, cp=t.cp, ep=t.ep, micro_batch_size=t.micro_batch_size,
+            activation_checkpointing=t.activation_checkpointing, zero_stage=t.zero_stage, strict=cfg.cost.strict,
+        )
+
+
+class HydraulisFamily(TrainingFamily):
+    name, n_time, n_memory, per_strategy = "hydraulis", 3, 3, True
+    basis = "per (tp, pp): sum f(s)/dp + (pp-1) f(s_max), f quadratic in sequence length"
+
+    def time_features(self, s, lay):
+        dp, warm, smax = lay.dp, lay.pp - 1, s.max()
+        return np.array([(s**2).sum() / dp + warm * smax**2, s.sum() / dp + warm * smax, s.size / dp + warm])
+
+    def memory_features(self, s, lay):
+        return np.array([1.0, float(s.max()), lay.zero_fraction()])
+
+
+class FsdpFamily(TrainingFamily):
+    name, n_time, n_memory = "fsdp", 4, 4
+    basis = "a + compute/MFU + comm/eff - overlap*min(compute, comm) (FSDP / ZeRO-3)"
+
+    def time_features(self, s, lay):
+        n = lay.dp
+        compute_s = _compute_s(s, lay)
+        comm_s = 3.0 * lay.arch.weight_bytes(2) / (lay.tp * lay.pp) * (n - 1) / n / lay.gpu.link_bytes_per_s(n)
+        return np.array([1.0, compute_s, comm_s, -min(compute_s, comm_s)])
+
+    def memory_features(self, s, lay):
+        smax = float(s.max())
+        state = STATE_BYTES_PER_PARAM * lay.arch.total_params / (lay.dp * lay.tp * lay.pp)
+        act = smax * lay.arch.hidden * lay.arch.layers / (lay.tp * lay.pp)
+        ckpt = lay.activation_checkpointing
+        return np.array([1.0, state, 0.0 if ckpt else act, act if ckpt else 0.0])
+
+
+FAMILIES = (FixedFamily(), LinearTrainingFamily(), AnalyticalFamily(), HydraulisFamily(), FsdpFamily())
+_BY_NAME = {f.name: f for f in FAMILIES}
+
+
+def training_family(name: str) -> TrainingFamily:
+    fam = _BY_NAME.get(name)
+    if fam is None:
+        raise CostModelError(f"unknown training family {name!r}; expected one of {', '.join(_BY_NAME)}")
+    return fam

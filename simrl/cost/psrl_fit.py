@@ -3,18 +3,22 @@
 A real run's per-iteration telemetry (running requests, resident KV tokens, prefilled tokens,
 iteration time) arrives as ``iteration`` observations; the model is
 ``a + b * batch + c * kv_tokens + d * prefill_tokens`` seconds, fitted by non-negative least
-squares on relative error (so short decode iterations weigh as much as long prefills).
+squares on relative error (so short decode iterations weigh as much as long prefills). The
+fitted model is a `LinearRollout` (``d`` is its ``p``) carrying the fit's validity domain and the
+layout it was fitted for, so the fast path can run it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import attrs
 import numpy as np
 
-from simrl.cost.base import CostModelError, ValidityDomain, finite_nonneg
+from simrl.cost.artifact import domain_of
+from simrl.cost.base import CostModelError
+from simrl.cost.family import FamilyBase, iteration_domain, kv_probe, rollout_kv_tokens, rollout_name
 from simrl.cost.fitting import nonneg_lstsq
+from simrl.cost.linear import LinearRollout
 from simrl.cost.observations import Observation
 
 COEFS = ("a_s", "b_s_per_seq", "c_s_per_kv_token", "d_s_per_prefill_token")
@@ -34,20 +38,42 @@ def fit_psrl(obs: Sequence[Observation]) -> dict[str, float]:
     return {k: float(v) for k, v in zip(COEFS, x, strict=True)}
 
 
-@attrs.define
-class PsrlRollout:
-    """``a + b*batch + c*kv + d*prefill`` seconds per iteration, fitted from telemetry."""
+def linear_rollout(coefs: dict, kv_tokens: int, **kw) -> LinearRollout:
+    """The `LinearRollout` of psrl coefficients (``d_s_per_prefill_token`` is ``p``)."""
+    return LinearRollout(a=float(coefs["a_s"]), b=float(coefs["b_s_per_seq"]), c=float(coefs["c_s_per_kv_token"]),
+                         p=float(coefs["d_s_per_prefill_token"]), kv_tokens=int(kv_tokens), **kw)
 
-    coefficients: dict[str, float]
-    kv_tokens: int
-    domain: ValidityDomain = attrs.field(factory=lambda: ValidityDomain("rollout/psrl"))
 
-    def iteration_time(self, batch_size: int, kv_tokens: int, prefill_tokens: int) -> float:
-        for dim, val in (("batch_size", batch_size), ("kv_tokens", kv_tokens), ("prefill_tokens", prefill_tokens)):
-            self.domain.check(dim, val)
-        c = self.coefficients
-        x = _row(batch_size, kv_tokens, prefill_tokens)
-        return finite_nonneg("psrl iteration_time", float(x @ np.array([c[k] for k in COEFS])))
+class PsrlFamily(FamilyBase):
+    target, name, fittable = "rollout", "psrl", True
+    layout_keys = ("model", "tp", "pp")
+    fit_requires = ("model", "tp")
+    basis = "linear a + b*batch + c*kv + d*prefill fitted (NNLS) on iteration telemetry of one layout"
+    coefficients = {**{k: "number" for k in COEFS}, "kv_capacity_tokens": "number?"}
 
-    def kv_capacity_tokens(self) -> int:
-        return self.kv_tokens
+    def fit(self, obs, opts):
+        coefs = fit_psrl(obs)
+        kv = kv_probe(obs, opts.get("tp", 1), opts.get("pp", 1))
+        if kv is not None:
+            coefs["kv_capacity_tokens"] = kv
+        return coefs, iteration_domain(obs)
+
+    def predict(self, art, obs, opts):
+        m = linear_rollout(art["coefficients"], 1)
+        pred, act = [], []
+        for o in obs:
+            if o.kind == "iteration":
+                i = o.inputs
+                pred.append(m.iteration_time(int(i["batch_size"]), int(i["kv_tokens"]), int(i["prefill_tokens"])))
+                act.append(o.value)
+        return np.array(pred), np.array(act), ["iteration"] * len(pred)
+
+    def build(self, art, cfg) -> LinearRollout:
+        if art is None:
+            return super().build(art, cfg)
+        dom = domain_of(art, rollout_name(self.name, cfg), cfg.cost.strict)
+        ff = {k: v for k, v in (art.get("fitted_for") or {}).items() if k in ("model", "gpu", "tp", "pp")}
+        return linear_rollout(art["coefficients"], rollout_kv_tokens(art, cfg), domain=dom, fitted_for=ff)
+
+
+FAMILY = PsrlFamily()

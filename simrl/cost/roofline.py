@@ -4,15 +4,22 @@ An iteration is the sum of per-operator-class rooflines on the busiest GPU, each
 ``max(FLOPs / (peak * compute_efficiency), bytes / (HBM bandwidth * bandwidth_efficiency))``:
 
 - linear projections (GEMMs): all dense weights are read once per iteration per TP shard; MoE
-  layers read only the experts the iteration's tokens touch (expected count under uniform routing);
-  2 FLOPs per active parameter per token (prefill tokens included, so big prefills go compute-bound);
-- decode attention: reads the resident KV of the batch (4 FLOPs per head dim per cached token);
+  layers read only the experts the iteration's tokens touch, ``E * (1 - (1 - k/E)^T)`` per layer for
+  T tokens (uniform top-k routing; under EP, T is the whole EP group's batch), plus shared experts,
+  router and attention; 2 FLOPs per active parameter per token (prefill tokens included, so big
+  prefills go compute-bound). Under EP the busiest rank carries ``expert_load_imbalance`` times the
+  mean routed load (the expected maximum under uniform routing, or a measured ``moe_imbalance``);
+- decode attention: reads the resident KV of the batch (2 FLOPs per q/k and per v head dim per
+  cached token; MLA in the absorbed form, over the compressed latent, which every TP rank holds;
+  sliding-window layers read at most the window per sequence and, as in vLLM's hybrid KV manager,
+  reserve a window per sequence instead of growing with the context);
 - prefill attention: causal over the new chunk (compute-bound);
 - linear-attention layers (Gated DeltaNet): read and write each sequence's fixed recurrent state;
 - elementwise work (norms, activations, residuals): activation bytes, memory-bound.
 
 Plus communication: two ring all-reduces of the token activations per layer over TP (NVLink inside
-a node, the NIC across), two all-to-alls per MoE layer under EP, one activation send per pipeline
+a node, the NIC across), two all-to-alls per MoE layer under EP (dispatch and combine of k copies
+per token, scaled by the load imbalance), one activation send per pipeline
 boundary; each collective pays ``allreduce_latency_s``. Pipeline parallelism runs the batch as up
 to ``pp`` micro-batches (vLLM's virtual engines): an iteration costs ``pp`` stage times of one
 micro-batch. DP ranks inside an instance split the batch evenly. A fixed CPU/launch overhead
@@ -73,6 +80,8 @@ class RooflineRollout:
     kv_dtype_bytes: float = attrs.field(default=2.0, validator=v.gt(0.0))
     nontorch_reserve_bytes: float = attrs.field(default=1.5 * GiB, validator=_nonneg)  # NCCL, cuBLAS, graphs
     activation_reserve_bytes: float | None = None  # None: derived from max_num_batched_tokens
+    moe_imbalance: float | None = attrs.field(default=None, validator=v.optional(v.ge(1.0)))
+    compute_dtype: str = attrs.field(default="bf16", validator=v.in_(("bf16", "fp8")))  # GEMM peak used
     strict: bool = False
     domain: ValidityDomain = attrs.field(init=False)
     weight_bytes_per_gpu: float = attrs.field(init=False)
@@ -117,8 +126,18 @@ class RooflineRollout:
 
     def _kv_bytes_per_token_per_gpu(self) -> float:
         m = self.model
+        layers = m.n_full_attention / self.pp
+        if m.is_mla:  # one latent per token, replicated on every TP rank (vLLM MLA backends)
+            return layers * m.kv_elements_per_token_per_layer() * self.kv_dtype_bytes
         kv_heads_here = math.ceil(m.kv_heads / self.tp)  # replicated when tp > kv_heads
-        return 2 * (m.n_full_attention / self.pp) * kv_heads_here * m.head_dim * self.kv_dtype_bytes
+        return layers * kv_heads_here * (m.head_dim + m.value_head_dim) * self.kv_dtype_bytes
+
+    def _swa_fraction(self) -> float:
+        """Share of the attention layers that slide (keep only the last ``sliding_window`` tokens)."""
+        m = self.model
+        if not m.sliding_window or not m.sliding_window_layers or not m.n_full_attention:
+            return 0.0
+        return m.sliding_window_layers / m.n_full_attention
 
     def _state_bytes_per_seq_per_gpu(self) -> float:
         return self.model.linear_state_bytes_per_seq(self.kv_dtype_bytes) / (self.tp * self.pp)
@@ -140,6 +159,10 @@ class RooflineRollout:
         reserve = self.nontorch_reserve_bytes + self._activation_reserve_per_gpu()
         free = budget - self.weight_bytes_per_gpu - reserve
         states = math.ceil(self.max_num_seqs / self.dp) * self._state_bytes_per_seq_per_gpu()
+        swa = self._swa_fraction()
+        if swa:  # vLLM's hybrid KV manager: sliding layers hold at most a window per sequence
+            states += (math.ceil(self.max_num_seqs / self.dp) * self.model.sliding_window
+                       * swa * self._kv_bytes_per_token_per_gpu())
         free -= states
         if free <= 0:
             raise CostModelError(
@@ -149,7 +172,7 @@ class RooflineRollout:
                 f"{reserve / GiB:.1f} GiB activation/runtime reserve, {states / GiB:.1f} GiB recurrent states "
                 f"for max_num_seqs={self.max_num_seqs}; raise tp/pp or the utilization"
             )
-        per_tok = self._kv_bytes_per_token_per_gpu()
+        per_tok = self._kv_bytes_per_token_per_gpu() * (1 - swa)
         if per_tok == 0:  # no full-attention layer: capacity is bounded by states, not tokens
             return 2**40
         return int(self.dp * free // per_tok)
@@ -177,14 +200,36 @@ class RooflineRollout:
 
     def _roof(self, flops: float, bytes_: float) -> float:
         return max(
-            flops / (self.gpu.bf16_flops_per_s * self.compute_efficiency),
+            flops / (self.gpu.flops_per_s(self.compute_dtype) * self.compute_efficiency),
             bytes_ / (self.gpu.hbm_bytes_per_s * self.bandwidth_efficiency),
         )
 
     def _experts_touched(self, tokens: float) -> float:
-        """Expected distinct experts a layer's ``tokens`` select (uniform top-k routing)."""
+        """Expected distinct experts a layer's ``tokens`` select (uniform top-k routing):
+        ``E * (1 - (1 - k/E)^tokens)``; each expert is missed by one token with probability 1 - k/E."""
         m = self.model
         return m.num_experts * (1.0 - (1.0 - m.experts_per_token / m.num_experts) ** tokens)
+
+    def expert_load_imbalance(self, ep_tokens: float) -> float:
+        """Busiest EP rank's routed-token load over the mean (1 without expert parallelism).
+
+        ``moe_imbalance`` when given (a measured max/mean, e.g. from expert-load telemetry);
+        otherwise the expected maximum of ``ep`` ranks under uniform routing: ``T*k`` assignments
+        land binomially on the ranks, mean ``mu = T*k/ep``, and the largest of ``ep`` is about
+        ``mu + sqrt(2 ln(ep) * mu * (1 - 1/ep))``. Real routers are skewed beyond this; DeepSeek's
+        EPLB exists to bring them back towards it.
+        """
+        if self.ep <= 1 or ep_tokens <= 0:
+            return 1.0
+        if self.moe_imbalance is not None:
+            return self.moe_imbalance
+        mu = ep_tokens * self.model.experts_per_token / self.ep
+        return 1.0 + math.sqrt(2.0 * math.log(self.ep) * (1.0 - 1.0 / self.ep) / mu)
+
+    def _ep_tokens(self, tokens: float) -> float:
+        """Tokens the EP group routes when one rank holds ``tokens``: EP spans the DP ranks, so
+        their batches meet in the experts."""
+        return tokens * (self.dp if self.ep > 1 else 1)
 
     def gemm_time(self, tokens: float, layers: float, with_lm_head: bool = False) -> float:
         """Seconds for the linear projections of ``layers`` layers over ``tokens`` on one GPU."""
@@ -196,8 +241,10 @@ class RooflineRollout:
         bytes_ = dense_w * self.weight_dtype_bytes
         if m.is_moe and tokens > 0:
             moe_layers = m.n_moe_layers * frac
-            ep_tokens = tokens * (self.dp if self.ep > 1 else 1)
-            flops += 2 * tokens * m.experts_per_token * m.expert_params * moe_layers / self._expert_shards
+            ep_tokens = self._ep_tokens(tokens)
+            # Each rank computes its share of the group's token-expert pairs; the busiest rank more.
+            imb = self.expert_load_imbalance(ep_tokens)
+            flops += 2 * ep_tokens * imb * m.experts_per_token * m.expert_params * moe_layers / self._expert_shards
             touched = self._experts_touched(ep_tokens)
             bytes_ += touched * m.expert_params * moe_layers / self._expert_shards * self.weight_dtype_bytes
         if with_lm_head:
@@ -221,11 +268,22 @@ class RooflineRollout:
         head = m.vocab * m.hidden / self.tp / self.pp
         t += self._roof(2 * head * sampled, head * dt)
         # Decode attention over resident KV; prefill attention causal within the chunk.
+        swa = self._swa_fraction()
+        if swa:
+            # Sliding layers attend to (and read) at most the window: per sequence of the decode
+            # batch min(mean context, window); a prefill chunk's tokens min(chunk, window) each.
+            window = m.sliding_window
+            ctx = kv_tokens / decode_seqs if decode_seqs > 0 else 0.0
+            kv_eff = kv_tokens * (1 - swa) + swa * decode_seqs * min(ctx, window)
+            pf_sq = prefill_tokens**2 * (1 - swa) + swa * prefill_tokens * min(prefill_tokens, window)
+        else:
+            kv_eff, pf_sq = kv_tokens, prefill_tokens**2
         if kv_tokens > 0 and full > 0:
-            t += self._roof(4 * full * heads * m.head_dim * kv_tokens,
-                            kv_tokens * self._kv_bytes_per_token_per_gpu())
+            qk, vd = m.decode_attention_dims()  # MLA: absorbed, over the latent
+            t += self._roof(2 * full * heads * (qk + vd) * kv_eff,
+                            kv_eff * self._kv_bytes_per_token_per_gpu())
         if prefill_tokens > 0 and full > 0:
-            t += self._roof(2 * full * heads * m.head_dim * prefill_tokens**2,
+            t += self._roof(full * heads * (m.head_dim + m.value_head_dim) * pf_sq,
                             prefill_tokens * self._kv_bytes_per_token_per_gpu())
         if lin > 0 and tokens > 0:
             v_heads = math.ceil(m.linear_value_heads / self.tp)
@@ -248,9 +306,13 @@ class RooflineRollout:
             bw = self.gpu.link_bytes_per_s(self.tp) * self.comm_efficiency
             t += 2 * layers * (2 * (self.tp - 1) / self.tp * act / bw + lat)
         if self.ep > 1:
+            # Dispatch and combine all-to-alls: each token's k hidden-state copies leave for the
+            # ranks holding its experts ((ep-1)/ep of them off this GPU) and come back; the busiest
+            # rank receives ``imbalance`` times the mean.
             bw = self.gpu.link_bytes_per_s(self.ep) * self.comm_efficiency
             moe_layers = m.n_moe_layers * layers / m.layers
-            t += 2 * moe_layers * ((self.ep - 1) / self.ep * act * m.experts_per_token / bw + lat)
+            imb = self.expert_load_imbalance(self._ep_tokens(tokens))
+            t += 2 * moe_layers * ((self.ep - 1) / self.ep * act * m.experts_per_token * imb / bw + lat)
         if self.pp > 1:
             bw = self.gpu.link_bytes_per_s(self.tp * self.pp) * self.comm_efficiency
             t += act / bw + lat

@@ -123,6 +123,7 @@ def summarise(sim: Simulation) -> Report:
         for i in sim.instances
     )
     domain = tuple(getattr(sim.costs, "domain_reports", lambda: [])())
+    provenance = tuple(getattr(sim.costs, "provenance", lambda: [])())
     return Report(
         schema=REPORT_SCHEMA,
         run_name=run_name(sim.cfg),
@@ -135,4 +136,5 @@ def summarise(sim: Simulation) -> Report:
         instances=instances,
         domain_warnings=domain,
         diagnosis=sim.diagnosis,
+        cost_provenance=provenance,
     )

@@ -3,6 +3,7 @@
 import pytest
 
 from simrl.cost.analytical import AnalyticalTraining, FixedTraining
+from simrl.cost.architectures import model_arch
 from simrl.cost.base import CostModelError, OutOfDomainError, TrainingCost
 
 BATCH = [1536] * 256  # 32 groups x 8 samples x 1.5k tokens
@@ -98,3 +99,142 @@ def test_fixed_training():
     f = FixedTraining(step_s=12.5)
     assert f.step_time(BATCH) == 12.5
     assert f.peak_memory_bytes(BATCH) < f.memory_capacity_bytes()
+
+
+# -- phases -----------------------------------------------------------------------------------------
+
+# Qwen3-8B: 8,190,735,360 params; matmul params 7,568,106,496 (total - embedding 151936 x 4096 -
+# 73 RMSNorms x 4096). Forward FLOPs per token at mean causal context 1024: 2 x 7,568,106,496 +
+# 4 x 36 x 32 x 128 x 1024 = 15,740,192,768.
+F_1024 = 2 * 7_568_106_496 + 4 * 36 * 32 * 128 * 1024
+SEQS = [2048] * 8
+
+
+def test_phases_by_hand_grpo_with_old_logprob_and_reference():
+    from simrl.cost.analytical import AnalyticalTraining
+
+    t = AnalyticalTraining("qwen3-8b", "H100", gpus=8, recompute_old_logprob=True, reference_model=True)
+    ph = t.phases(SEQS)
+    # dp = 8: one 2048-token sample per rank; one forward = 2048 x F / (989e12 x 0.4) = 0.0814861 s.
+    unit = 2048 * F_1024 / (989e12 * 0.4)
+    assert unit == pytest.approx(0.0814861, abs=1e-7)
+    assert ph["old_log_prob"] == pytest.approx(unit) and ph["ref_forward"] == pytest.approx(unit)
+    assert ph["actor_update"] == pytest.approx(4 * unit)  # forward + backward (2) + recompute
+    # ZeRO-1 over 8 GPUs (NVLink 450 GB/s x 0.7): reduce-scatter fp32 grads + all-gather bf16 params,
+    # 7/8 x 8,190,735,360 x (4 + 2) B / 315e9 = 0.136513 s.
+    assert ph["grad_sync"] == pytest.approx(7 / 8 * 8_190_735_360 * 6 / 315e9)
+    # Adam on 1/8 of the parameters, 30 B each through HBM at 3.35e12 x 0.7: 0.0130981 s.
+    assert ph["optimizer"] == pytest.approx(8_190_735_360 / 8 * 30 / (3.35e12 * 0.7))
+    assert ph["overhead"] == 0.2 and ph["pipeline_bubble"] == 0 and ph["critic_update"] == 0
+    assert sum(ph.values()) == pytest.approx(t.step_time(SEQS), rel=1e-12)
+    # The default (no recompute, no reference) keeps its step time: 2 fewer forwards.
+    base = AnalyticalTraining("qwen3-8b", "H100", gpus=8)
+    assert t.step_time(SEQS) - base.step_time(SEQS) == pytest.approx(2 * unit)
+    assert list(base.phases(SEQS)) == ["old_log_prob", "ref_forward", "log_prob_forwards", "critic_update",
+                                       "actor_update", "pipeline_bubble", "grad_sync", "optimizer", "overhead"]
+
+
+def test_ppo_critic_phase_by_hand():
+    from simrl.cost.analytical import AnalyticalTraining
+
+    t = AnalyticalTraining("qwen3-8b", "H100", gpus=8, critic=True)
+    ph = t.phases(SEQS)
+    unit = 2048 * F_1024 / (989e12 * 0.4)
+    # Value forward + forward/backward/recompute of a same-size critic, its ZeRO-1 sync and Adam step.
+    expected = 5 * unit + 7 / 8 * 8_190_735_360 * 6 / 315e9 + 8_190_735_360 / 8 * 30 / (3.35e12 * 0.7)
+    assert ph["critic_update"] == pytest.approx(expected)
+    assert sum(ph.values()) == pytest.approx(t.step_time(SEQS), rel=1e-12)
+
+
+def test_pipeline_bubble_phase_by_hand():
+    from simrl.cost.analytical import AnalyticalTraining
+
+    # pp=2 on 8 GPUs: dp=4, 8 samples -> m = 2 micro-batches per rank, stretch (pp-1)/m = 0.5.
+    t = AnalyticalTraining("qwen3-8b", "H100", gpus=8, pp=2)
+    ph = t.phases(SEQS)
+    unit = 2 * 2048 * F_1024 / (2 * 989e12 * 0.4)  # two samples per rank, half the layers
+    assert ph["pipeline_bubble"] == pytest.approx(4 * unit * 0.5)
+    # Each pass sends the rank's activations once across the stage boundary:
+    # 4096 tokens x 4096 x 2 B = 33,554,432 B over NVLink x 0.7.
+    assert ph["actor_update"] == pytest.approx(4 * (unit + 33_554_432 / 315e9))
+    # Interleaved schedule with 2 virtual stages halves the bubble.
+    vpp = AnalyticalTraining("qwen3-8b", "H100", gpus=8, pp=2, virtual_pipeline_stages=2)
+    assert vpp.phases(SEQS)["pipeline_bubble"] == pytest.approx(ph["pipeline_bubble"] / 2)
+    assert sum(ph.values()) == pytest.approx(t.step_time(SEQS), rel=1e-12)
+
+
+def test_context_parallel_ring_attention_traffic_by_hand():
+    from simrl.cost.analytical import AnalyticalTraining
+
+    cp1 = AnalyticalTraining("qwen3-8b", "H100", gpus=8, cp=2)
+    # dp = 4: 4096 tokens per DP group, 2048 per CP rank. Per pass: (cp-1) x 2048 tokens x 36 layers
+    # x 8 KV heads x (128 + 128) x 2 B = 301,989,888 B over NVLink x 0.7.
+    ring = 2048 * 36 * 8 * 256 * 2 / 315e9
+    no_ring = cp1._activation_comm_time(4096, 1) - ring
+    assert no_ring == pytest.approx(0.0, abs=1e-12)
+    assert cp1._activation_comm_time(4096, 4) == pytest.approx(4 * ring)
+
+
+def test_data_parallel_scaling_is_sublinear_across_nodes():
+    from simrl.cost.analytical import AnalyticalTraining
+
+    seqs = [2048] * 64
+    t8 = AnalyticalTraining("qwen3-8b", "H100", gpus=8).step_time(seqs)
+    t16 = AnalyticalTraining("qwen3-8b", "H100", gpus=16).step_time(seqs)
+    # Twice the GPUs halve the compute, but the gradient sync grows ((n-1)/n) and leaves NVLink
+    # (450 GB/s) for 8 NICs per node (8 x 50 = 400 GB/s), so the step is short of twice as fast.
+    assert t8 / 2 < t16 < t8
+    g8 = AnalyticalTraining("qwen3-8b", "H100", gpus=8).grad_sync_time()
+    g16 = AnalyticalTraining("qwen3-8b", "H100", gpus=16).grad_sync_time()
+    assert g16 / g8 == pytest.approx((15 / 16) / (7 / 8) * 450 / 400)
+    # A DP group at stride TP = 8 has one member per node: one NIC (50 GB/s).
+    g_tp8 = AnalyticalTraining("qwen3-32b", "H100", gpus=16, tp=8).grad_sync_time()
+    per_gpu = model_arch("qwen3-32b").total_params / 8
+    assert g_tp8 == pytest.approx(1 / 2 * per_gpu * 6 / (50e9 * 0.7))
+
+
+def test_ulysses_sequence_parallel_by_hand():
+    t = AnalyticalTraining("qwen3-8b", "H100", gpus=8, ulysses_sp=2)
+    assert (t.dp, t._shard_group) == (4, 8)
+    # Compute: 4 DP ranks x 2 SP ranks split the 8 sequences like 8 DP ranks.
+    assert t._pass_compute(SEQS) == pytest.approx(AnalyticalTraining("qwen3-8b", "H100", gpus=8)._pass_compute(SEQS))
+    # Per layer and pass, all-to-alls of q (32x128), k and v (8x(128+128)) and o (32x128) = 10,240
+    # elements for 4096 / 2 = 2048 tokens in BF16 = 41,943,040 B; half leaves the GPU; 36 layers
+    # over NVLink x 0.7: 36 x 0.5 x 41,943,040 / 315e9 = 2.3967 ms.
+    assert t._activation_comm_time(4096, 1) == pytest.approx(36 * 0.5 * 41_943_040 / 315e9)
+    with pytest.raises(CostModelError, match="ulysses_sp"):
+        AnalyticalTraining("qwen3-8b", "H100", gpus=24, ulysses_sp=3)  # 32 heads over 3 ranks
+    with pytest.raises(CostModelError, match="not divisible"):
+        AnalyticalTraining("qwen3-8b", "H100", gpus=8, ulysses_sp=3)
+
+
+def test_hsdp_shards_inside_a_group_and_all_reduces_across_by_hand():
+    p = 8_190_735_360
+    hsdp = AnalyticalTraining("qwen3-8b", "H100", gpus=16, zero_stage=3, fsdp_shard_size=8)
+    full = AnalyticalTraining("qwen3-8b", "H100", gpus=16, zero_stage=3)
+    # Inside the 8-GPU shard group (NVLink x 0.7): reduce-scatter fp32 grads + 3 bf16 gathers
+    # (forward, backward, recompute): 7/8 x 10 B x P / 315e9 = 0.227521 s. Across the 2 replicas,
+    # ranks 8 apart (one NIC, 50 GB/s x 0.7): all-reduce of the 1/8 gradient shard, 2 x 1/2 x 4P/8.
+    inner = 7 / 8 * 10 * p / 315e9
+    outer = 4 * p / 8 / 35e9
+    assert hsdp.grad_sync_time() == pytest.approx(inner + outer)
+    # Full sharding over 16 GPUs uses 8 NICs per node: 15/16 x 10 P / (400e9 x 0.7).
+    assert full.grad_sync_time() == pytest.approx(15 / 16 * 10 * p / 280e9)
+    # HSDP holds twice the sharded state of full sharding over 16.
+    assert hsdp.state_bytes_per_gpu() == pytest.approx(2 * full.state_bytes_per_gpu())
+    with pytest.raises(CostModelError, match="zero_stage=3"):
+        AnalyticalTraining("qwen3-8b", "H100", gpus=16, zero_stage=1, fsdp_shard_size=8)
+    with pytest.raises(CostModelError, match="must divide"):
+        AnalyticalTraining("qwen3-8b", "H100", gpus=16, zero_stage=3, fsdp_shard_size=3)
+
+
+def test_dynamic_batch_size_sets_micro_batches_by_tokens():
+    # pp=2 on 8 GPUs: 4 DP ranks, 4096 tokens each. A 1024-token budget makes 4 micro-batches
+    # (bubble 1/4) where micro_batch_size=1 makes 2 (bubble 1/2).
+    dyn = AnalyticalTraining("qwen3-8b", "H100", gpus=8, pp=2, max_tokens_per_gpu=1024)
+    fixed = AnalyticalTraining("qwen3-8b", "H100", gpus=8, pp=2)
+    assert dyn._bubble(SEQS) == 1.25 and fixed._bubble(SEQS) == 1.5
+    # A sample longer than the budget is its own micro-batch: memory as for one 2048-token sample.
+    assert dyn.peak_memory_bytes(SEQS) == pytest.approx(fixed.peak_memory_bytes(SEQS), rel=0.02)
+    big = AnalyticalTraining("qwen3-8b", "H100", gpus=8, pp=2, max_tokens_per_gpu=8192)
+    assert big.peak_memory_bytes(SEQS) > dyn.peak_memory_bytes(SEQS)

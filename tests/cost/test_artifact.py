@@ -5,16 +5,20 @@ import json
 import pytest
 
 from simrl.config import load_config
-from simrl.cost.artifact import (
-    ArtifactError,
-    load_rollout_artifact,
-    load_training_artifact,
-    read_artifact,
-    write_artifact,
-)
+from simrl.cost.artifact import ArtifactError, read_artifact, write_artifact
 from simrl.cost.base import RolloutCost, TrainingCost
+from simrl.cost.build import load_artifact
 from simrl.cost.fit import fit_artifact
 from simrl.cost.observations import make
+from simrl.cost.registry import read
+
+
+def load_rollout_artifact(path, cfg):
+    return load_artifact("rollout", str(path), cfg)[0]
+
+
+def load_training_artifact(path, cfg):
+    return load_artifact("training", str(path), cfg)[0]
 
 PROV = {"hardware": "H100", "source": "synthetic", "date": "2026-01-01"}
 
@@ -44,6 +48,11 @@ def test_round_trip(tmp_path, psrl_art):
     (lambda a: a["coefficients"].update(a_s=float("nan")), "coefficients.a_s: not a finite"),
     (lambda a: a["coefficients"].update(b_s_per_seq=-1.0), "coefficients.b_s_per_seq: negative"),
     (lambda a: a.update(family="nope"), "family"),
+    (lambda a: a.update(family="linear"), "family: 'linear' is not a fitted rollout family"),
+    (lambda a: a["coefficients"].pop("c_s_per_kv_token"), "coefficients.c_s_per_kv_token: missing"),
+    (lambda a: a["coefficients"].update(a_s="fast"), "coefficients.a_s: expected a number, got str"),
+    (lambda a: a["coefficients"].update(a_s=[1.0]), "coefficients.a_s: expected a number, got list"),
+    (lambda a: a.update(fitted_for=[1]), "fitted_for: expected an object"),
     (lambda a: a["validity_domain"].update(kv_tokens=[5, 1]), "validity_domain.kv_tokens"),
 ])
 def test_corruptions_are_rejected_with_file_and_key(tmp_path, psrl_art, mutate, needle):
@@ -51,7 +60,7 @@ def test_corruptions_are_rejected_with_file_and_key(tmp_path, psrl_art, mutate, 
     p = tmp_path / "bad.json"
     p.write_text(json.dumps(psrl_art).replace("NaN", "NaN"))
     with pytest.raises(ArtifactError) as exc:
-        read_artifact(p)
+        read(p)  # the format (read_artifact), then the family and its coefficients
     assert str(p) in str(exc.value) and needle in str(exc.value)
 
 

@@ -1,11 +1,7 @@
 """build_costs: families, knobs, strict mode, artifacts, plug-in families, domain reports."""
 
-import sys
-import types
-
 import pytest
 
-import simrl.cost
 from simrl.config import load_config
 from simrl.cost.analytical import AnalyticalTraining, FixedTraining
 from simrl.cost.base import CostModelError, OutOfDomainError, RolloutCost, TrainingCost, WeightSyncCost
@@ -108,38 +104,44 @@ def test_offload_is_charged_when_the_policy_colocates():
     assert offloads("policy=sync", "policy.batch_groups=8") == [0.0]
 
 
-def test_artifact_path_without_artifact_module(monkeypatch):
-    monkeypatch.setitem(sys.modules, "simrl.cost.artifact", None)
-    monkeypatch.delattr(simrl.cost, "artifact", raising=False)
-    with pytest.raises(CostModelError, match="not supported yet"):
+def test_artifact_path_is_loaded_checked_and_strict_applies(tmp_path):
+    from simrl.cost.artifact import write_artifact
+    from simrl.cost.fit import fit_artifact
+    from simrl.cost.linear import LinearRollout
+    from simrl.cost.observations import make
+
+    obs = [make("iteration", 1e-3 + 1e-5 * b + 2e-5 * p, "s",
+                {"batch_size": b, "kv_tokens": 10 * b, "prefill_tokens": p},
+                {"hardware": "H100", "source": "synthetic", "date": "2026-01-01"})
+           for b, p in [(1, 0), (8, 0), (64, 512), (0, 1024), (32, 64)]]
+    path = tmp_path / "rollout.json"
+    write_artifact(path, fit_artifact("psrl", obs, model="qwen3-8b", tp=1))
+    c = build(f"cost.rollout={path}", "cost.strict=true")
+    assert isinstance(c.rollout, LinearRollout) and c.rollout.domain.strict
+    assert c.sources["rollout"].spec == str(path) and c.sources["rollout"].family == "psrl"
+    with pytest.raises(CostModelError, match="cost.rollout_knobs.a: knobs are not used with an artifact"):
+        build(f"cost.rollout={path}", "cost.rollout_knobs.a=1")
+    with pytest.raises(CostModelError, match="cannot read"):
         build("cost.rollout=fitted/rollout.json")
 
 
-def test_artifact_path_calls_the_loader(monkeypatch):
-    seen = []
-
-    def load_rollout_artifact(path, cfg):
-        seen.append(path)
-        return RooflineRollout("qwen3-8b", "H100", kv_capacity_tokens=1234)
-
-    fake = types.ModuleType("simrl.cost.artifact")
-    fake.load_rollout_artifact = load_rollout_artifact
-    monkeypatch.setitem(sys.modules, "simrl.cost.artifact", fake)
-    monkeypatch.setattr(simrl.cost, "artifact", fake, raising=False)
-    c = build("cost.rollout=fitted/rollout.json", "cost.strict=true")
-    assert seen == ["fitted/rollout.json"]
-    assert c.rollout.kv_capacity_tokens() == 1234 and c.rollout.domain.strict
+def test_fitted_only_family_by_name_points_to_artifacts():
+    with pytest.raises(CostModelError, match="'psrl' is fitted: give its artifact path"):
+        build("cost.rollout=psrl")
 
 
-def test_registered_family_plugs_in(monkeypatch):
-    from simrl.cost import build as build_mod
+def test_registered_family_plugs_in():
+    from simrl.cost import registry
 
-    monkeypatch.setitem(build_mod._FAMILIES["rollout"], "tiny", None)  # restored after the test
-    register_rollout_family("tiny", lambda cfg, knobs: RooflineRollout(cfg.deployment.model, "H200", **knobs))
-    assert "tiny" in families("rollout")
-    assert build("cost.rollout=tiny").rollout.gpu.name == "H200"
-    register_rollout_family("tiny", lambda cfg, knobs: object())
-    with pytest.raises(CostModelError, match="not a rollout cost model"):
-        build("cost.rollout=tiny")
-    with pytest.raises(ValueError):
-        register_rollout_family("x.json", lambda cfg, knobs: None)
+    try:
+        register_rollout_family("tiny", lambda cfg, knobs: RooflineRollout(cfg.deployment.model, "H200", **knobs))
+        assert "tiny" in families("rollout")
+        assert build("cost.rollout=tiny").rollout.gpu.name == "H200"
+        register_rollout_family("tiny", lambda cfg, knobs: object())
+        with pytest.raises(CostModelError, match="not a rollout cost model"):
+            build("cost.rollout=tiny")
+        with pytest.raises(ValueError):
+            register_rollout_family("x.json", lambda cfg, knobs: None)
+    finally:
+        registry.unregister("rollout", "tiny")
+    assert "tiny" not in families("rollout")

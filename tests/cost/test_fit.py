@@ -5,11 +5,25 @@ import pytest
 
 from simrl.config import load_config
 from simrl.cost.architectures import model_arch
+from simrl.cost.artifact import write_artifact
 from simrl.cost.base import OutOfDomainError
-from simrl.cost.fit import build_rollout, build_training, build_weight_sync, fit_artifact
+from simrl.cost.fit import fit_artifact
 from simrl.cost.fit_training import TrainingLayout, memory_features, time_features
 from simrl.cost.hardware import gpu_spec
 from simrl.cost.observations import make
+from simrl.cost.registry import family
+
+
+def build_rollout(art, cfg):
+    return family("rollout", art["family"]).build(art, cfg)
+
+
+def build_training(art, cfg):
+    return family("training", art["family"]).build(art, cfg)
+
+
+def build_weight_sync(art, cfg):
+    return family("weight_sync", art["family"]).build(art, cfg)
 
 PROV = {"hardware": "H100", "source": "synthetic", "date": "2026-01-01"}
 RNG = np.random.default_rng(0)
@@ -71,8 +85,9 @@ LAY = dict(arch=model_arch("qwen3-8b"), gpu=gpu_spec("H100"))
     ("fsdp", [1.0, 2.2, 1.3, 0.8], [5e9, 1.0, 34.0, 2.0],
      [TrainingLayout(**LAY, dp=d, zero_stage=3, activation_checkpointing=c) for d in (2, 8) for c in (True, False)]),
 ])
-def test_training_families_recover_coefficients(family, t, m, layouts):
+def test_training_families_recover_coefficients(family, t, m, layouts, tmp_path):
     art = fit_artifact(family, _training_obs(family, np.array(t), np.array(m), layouts))
+    write_artifact(tmp_path / "a.json", art)  # the validity domain is written as [lo, hi] lists
     c = art["coefficients"]["strategies"]["tp2_pp2"] if family == "hydraulis" else art["coefficients"]
     assert np.allclose(c["time"], t, rtol=1e-3)
     assert np.allclose(c["memory"], m, rtol=1e-3, atol=1e-6 * max(m))
