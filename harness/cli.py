@@ -28,6 +28,8 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except BenchError as exc:
             abort(str(exc), exc.exit_code)
+        except KeyboardInterrupt:  # between runs of a suite; a run itself turns signals into `aborted`
+            abort("interrupted", 130)
 
 
 @click.group(cls=_Group)
@@ -131,18 +133,24 @@ def run_cmd(suite, backend, workload, gpus, runtime, python_, skyrl_source, hf_c
         click.echo(f"suite {suite}: {sum(m['status'] == 'valid' for _, m in done)}/{len(plan_mod.plan(suite))} valid")
         if ok:
             click.echo("compare with: bench report " + " ".join(str(d) for d, _ in done))
-        sys.exit(0 if ok else 1)
+        sys.exit(0 if ok else _exit_code([m for _, m in done]))
     _, man = run_one(req, echo)
-    sys.exit(0 if man["status"] == "valid" else 1)
+    sys.exit(0 if man["status"] == "valid" else _exit_code([man]))
+
+
+def _exit_code(manifests: list[dict]) -> int:
+    """130 when a signal interrupted the last run (as a shell reports Ctrl-C), else 1."""
+    last = manifests[-1] if manifests else {}
+    return 130 if any(r.startswith("interrupted by") for r in last.get("reasons", [])) else 1
 
 
 @main.command("validate")
 @click.argument("results_dir", type=click.Path(exists=True, file_okay=False))
 def validate_cmd(results_dir: str) -> None:
     """Re-run every validation check on a results directory; exit 0 only when VALID."""
-    from harness.validate import validate
+    from harness.validate import validate_or_error
 
-    verdict = validate(Path(results_dir))
+    verdict = validate_or_error(Path(results_dir))
     for c in verdict["checks"]:
         click.echo(f"{'PASS' if c['passed'] else 'FAIL'}  {c['check']:20s} {c['detail']}")
     click.echo(verdict["verdict"])
@@ -189,4 +197,4 @@ def k8s_cmd(ctx) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="bench")

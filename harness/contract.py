@@ -5,7 +5,10 @@ rank_intervals) and ``turns.jsonl`` (finish, completion_tokens, group, trajector
 seconds on one monotonic clock; rates are per second unless the name says otherwise.
 
 Headline window H = (c_15, c_20]. Trainer busy time is the length of the union of every
-rank's native intervals, so concurrent ranks are not double counted.
+rank's native intervals, so concurrent ranks are not double counted. Trainer rates (trainer
+tokens/s, duty, rank skew) are reported only when every update in the window carries native
+per-rank intervals (``rank_intervals_native``); otherwise they are None and the window says
+``trainer_rates: "not native"``, so a copied or simulated interval never reaches a headline.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ def window_rates(updates: list[dict], turns: list[dict], first: int, last: int) 
     trajs = sum(int(u["trajectories"]) for u in sel)
     inside = [t for t in turns if t.get("finish") is not None and t0 < float(t["finish"]) <= t1]
     sampled_tokens = sum(int(t["completion_tokens"]) for t in inside)
+    native = all(bool(u.get("rank_intervals_native")) for u in sel)
     busy = union_length(iv for u in sel for iv in update_intervals(u))
     skews = [s for s in (rank_skew(u) for u in sel) if s is not None]
     return {
@@ -84,11 +88,12 @@ def window_rates(updates: list[dict], turns: list[dict], first: int, last: int) 
         "sampled_tokens": sampled_tokens,
         "sampled_tokens_per_s": sampled_tokens / span,
         "sampled_calls_per_s": len(inside) / span,
-        "trainer_busy_s": busy,
-        "trainer_tokens_per_s": tokens / busy if busy > 0 else None,
-        "trainer_duty": busy / span,
-        "rank_skew_max_s": max(skews) if skews else None,
-        "rank_skew_mean_s": statistics.fmean(skews) if skews else None,
+        "trainer_rates": "native" if native else "not native",
+        "trainer_busy_s": busy if native else None,
+        "trainer_tokens_per_s": tokens / busy if native and busy > 0 else None,
+        "trainer_duty": busy / span if native else None,
+        "rank_skew_max_s": max(skews) if native and skews else None,
+        "rank_skew_mean_s": statistics.fmean(skews) if native and skews else None,
     }
 
 
@@ -110,8 +115,10 @@ def results(updates: list[dict], turns: list[dict], staleness_bound: int) -> dic
     per_update = []
     for k in sorted(by_k):
         u, prev = by_k[k], by_k.get(k - 1)
+        native = bool(u.get("rank_intervals_native"))
         per_update.append({"k": k, "e2e_s": float(u["c_k"]) - float(prev["c_k"]) if prev else None,
-                           "trainer_busy_s": union_length(update_intervals(u)), "rank_skew_s": rank_skew(u)})
+                           "trainer_busy_s": union_length(update_intervals(u)) if native else None,
+                           "rank_skew_s": rank_skew(u) if native else None})
     return {
         "headline": window_rates(updates, turns, HEADLINE_FIRST, HEADLINE_LAST),
         "measured": window_rates(updates, turns, WARMUP_UPDATES + 1, TOTAL_UPDATES),

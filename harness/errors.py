@@ -17,3 +17,9 @@ class GpuBusy(BenchError):
     """A requested GPU has compute processes or memory in use."""
 
     exit_code = 4
+
+
+class ManifestError(BenchError):
+    """A manifest that cannot be read as one: not a JSON object, or a field of the wrong type."""
+
+    exit_code = 2

@@ -59,10 +59,13 @@ def pod_script(o: K8sOptions) -> str:
     extra += " --skyrl-cuda-compat" if o.skyrl_cuda_compat else ""
     runs = " ".join(WORKLOADS)
     return "\n".join([
-        "set -uo pipefail", f"mkdir -p {WORK}/out", f"until [ -f {WORK}/release ]; do sleep 2; done",
+        # Any failed check stops the pod at once (set -e), recording its exit code for the collector.
+        "set -euo pipefail", f"mkdir -p {WORK}/out",
+        f"trap 'rc=$?; echo \"$rc\" > {WORK}/done; echo \"pod check failed: exit $rc at line $LINENO\" >&2' ERR",
+        f"until [ -f {WORK}/release ]; do sleep 2; done",
         '[ "$BENCH_PYTHON_SHA256" = "$EXPECTED_SOURCE_SHA256" ] || { echo "baked Python hash differs" >&2; exit 3; }',
         '[ "$BENCH_RECIPE_SHA256" = "$EXPECTED_RECIPE_SHA256" ] || { echo "baked recipe hash differs" >&2; exit 3; }',
-        f"nvidia-smi -L > {WORK}/out/nvidia-smi-L.txt && ls /dev/nvidia-uvm >/dev/null",
+        f"nvidia-smi -L > {WORK}/out/nvidia-smi-L.txt", "ls /dev/nvidia-uvm >/dev/null",
         "python -c 'import torch; x = torch.ones(1024, device=\"cuda\"); assert float(x.sum()) == 1024.0' "
         f"> {WORK}/out/cuda_smoke.txt 2>&1",
         "rc=0",

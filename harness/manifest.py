@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from harness import pins as P
+from harness.errors import ManifestError
 from harness.recipes import ROOT
 
 SCHEMA = "bench.manifest.v1"
@@ -57,7 +58,7 @@ def skeleton(*, run_id: str, suite: str | None, backend: str, workload: str, run
             "run_id": run_id, "lease_id": None, "suite": suite, "backend": backend, "workload": workload,
             "runtime": runtime, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "created_at_unix": time.time(), "argv": list(argv), "harness_commit": commit, "dirty": dirty,
-            "backend_commit": P.ART_COMMIT if backend == "art" else P.SKYRL_COMMIT,
+            "backend_commit": P.source_id(backend),
             "backend_version": None, "container_image_digest": None,
             "requested_recipe_sha256": requested_recipe_sha256, "recipe_sha256_baked": None,
             "python_sha256": python_sha256, "host": socket.gethostname(), "platform": platform.platform(),
@@ -78,6 +79,60 @@ def skeleton(*, run_id: str, suite: str | None, backend: str, workload: str, run
         "status": "running",
         "reasons": [],
     }
+
+
+_NUM = (int, float)
+_OPT_STR = (str, type(None))
+# The type of every field validation or the report reads, by dotted path; checked when present.
+TYPES: dict[str, type | tuple] = {
+    **REQUIRED, "evidence": dict, "clock": (dict, type(None)), "worker": dict, "backend_outcome": dict,
+    "identity.run_id": str, "identity.lease_id": _OPT_STR, "identity.backend": str, "identity.workload": str,
+    "identity.runtime": str, "identity.skyrl_batch_size": (int, type(None)), "identity.created_at_unix": _NUM,
+    "identity.backend_started_unix": _NUM, "identity.backend_finished_unix": _NUM,
+    "model.lora": dict, "model.lora.rank": int, "model.revision": str, "model.snapshot": dict,
+    "workload.name": str, "workload.seed": int, "workload.groups": int, "workload.schedule_sha256": str,
+    "workload.knobs": dict, "workload.group_size": (int, type(None)),
+    "pipeline.groups_per_update": int, "pipeline.staleness_bound": int, "pipeline.trainer_ranks": int,
+    "hardware.occupancy_before": dict, "hardware.occupancy_after": dict, "hardware.trainer_uuids": list,
+    "hardware.inference_uuids": list, "lease.lease_id": str, "lease.run_id": str, "lease.gpu_uuids": list,
+    "lease.verified_at_end": dict, "results.headline": dict, "results.measured": dict,
+    "results.secondary": dict, "results.per_update": list, "backend_outcome.exit_code": int,
+    "clock.kind": str, "clock.origin_unix": _NUM, "clock.end_s": _NUM,
+}
+
+
+def _type_name(typ) -> str:
+    names = [t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,))]
+    return " or ".join("null" if n == "NoneType" else {"dict": "object", "list": "array", "str": "string",
+                                                        "int": "integer", "float": "number"}.get(n, n)
+                       for n in names)
+
+
+def load(path: Path) -> dict:
+    """The manifest at ``path``; not JSON, not an object, or a mistyped field is a ManifestError naming both."""
+    import json
+
+    try:
+        man = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}: cannot read the manifest ({exc})") from exc
+    except ValueError as exc:
+        raise ManifestError(f"{path}: not JSON ({exc})") from exc
+    if not isinstance(man, dict):
+        raise ManifestError(f"{path}: the top level must be an object, got {type(man).__name__}")
+    for dotted, typ in TYPES.items():
+        node, ok = man, True
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                ok = False
+                break
+            node = node[part]
+        if not ok:
+            continue
+        is_bool = isinstance(node, bool)
+        if not isinstance(node, typ) or (is_bool and bool not in (typ if isinstance(typ, tuple) else (typ,))):
+            raise ManifestError(f"{path}: key {dotted!r} must be {_type_name(typ)}, got {type(node).__name__}")
+    return man
 
 
 def problems(manifest: dict) -> list[str]:

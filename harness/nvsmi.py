@@ -153,9 +153,21 @@ def resolve(spec: str, gpus: list[GpuInfo], count: int = GPUS_PER_RUN) -> list[G
 
 
 def occupancy(uuids: list[str], threshold_mib: int = MEMORY_USED_THRESHOLD_MIB) -> dict:
-    """A snapshot of the given GPUs: processes, memory used, and the problems that make them busy."""
-    gpus = {g.uuid: g for g in list_gpus()}
-    apps = compute_apps()
+    """A snapshot of the given GPUs: the raw nvidia-smi output, and what it says (see `judge`).
+
+    The raw ``--query-gpu`` and ``--query-compute-apps`` stdout is kept so validation can
+    recompute the verdict from the snapshot itself rather than trust the recorded flag.
+    """
+    raw = {"query_gpu": run([f"--query-gpu={','.join(GPU_FIELDS)}", FORMAT]),
+           "query_compute_apps": run([f"--query-compute-apps={','.join(APP_FIELDS)}", FORMAT])}
+    return {"time_unix": time.time(), "threshold_mib": threshold_mib, "raw": raw,
+            **judge(raw, uuids, threshold_mib)}
+
+
+def judge(raw: dict, uuids: list[str], threshold_mib: int) -> dict:
+    """What a raw snapshot says about ``uuids``: per-GPU rows, problems, and clean = no problems."""
+    gpus = {g.uuid: g for g in parse_gpus(raw.get("query_gpu", ""))}
+    apps = parse_apps(raw.get("query_compute_apps", ""))
     rows, problems = [], []
     for uuid in uuids:
         g = gpus.get(uuid)
@@ -172,13 +184,7 @@ def occupancy(uuids: list[str], threshold_mib: int = MEMORY_USED_THRESHOLD_MIB) 
         elif g.memory_used_mib > threshold_mib:
             problems.append(f"GPU {g.index} {uuid}: {g.memory_used_mib} MiB used > {threshold_mib} MiB threshold")
         rows.append({"uuid": uuid, "index": g.index, "memory_used_mib": g.memory_used_mib, "processes": procs})
-    return {
-        "time_unix": time.time(),
-        "threshold_mib": threshold_mib,
-        "gpus": rows,
-        "clean": not problems,
-        "problems": problems,
-    }
+    return {"gpus": rows, "clean": not problems, "problems": problems}
 
 
 def require_idle(uuids: list[str], when: str) -> dict:

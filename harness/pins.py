@@ -10,9 +10,29 @@ from __future__ import annotations
 from typing import Any
 
 ART_REPO = "https://github.com/OpenPipe/ART.git"
-ART_COMMIT = "2ebfc1c2a38dbeeaeefac998323b476989602942"
 SKYRL_REPO = "https://github.com/NovaSky-AI/SkyRL.git"
-SKYRL_COMMIT = "52063b6567a350e02d326699cd7d0f380bbad466"
+# The commits the specification names. Neither could be reached here, so the drivers, the
+# recipes (scripts/setup_*.sh) and the manifests use the sources in UPSTREAM below instead.
+SPEC_ART_COMMIT = "2ebfc1c2a38dbeeaeefac998323b476989602942"
+SPEC_SKYRL_COMMIT = "52063b6567a350e02d326699cd7d0f380bbad466"
+# The sources each driver was checked against (scripts/check_upstream_api.py; its output is
+# harness/pins_api_check.json) and that scripts/setup_*.sh install. ART: the newest release,
+# openpipe-art 0.5.18 (sdist from PyPI; the GitHub snapshot reachable here stops in June 2025).
+# SkyRL: the newest snapshot reachable here, a9564572e (the commit bench-contract.md cites).
+UPSTREAM = {
+    "art": {"repo": ART_REPO, "package": "openpipe-art", "version": "0.5.18",
+            "archive": "openpipe_art-0.5.18.tar.gz",
+            "sha256": "c1555143564b2dd26945ea5f8eb1ea9e2eae47d989c3de2e04bb88e8ffefe29a", "root": "src",
+            "files": ["src/art/model.py", "src/art/trajectories.py", "src/art/dev/model.py",
+                      "src/art/dev/engine.py", "src/art/local/backend.py", "src/art/megatron/runtime/backend.py",
+                      "src/art/megatron/provider.py", "src/art/megatron/lora.py",
+                      "src/art/pipeline_trainer/trainer.py"]},
+    "skyrl": {"repo": SKYRL_REPO, "commit": "a9564572eb8e91076be43c1bd5e4615e3de17265", "root": ".",
+              "files": ["skyrl/train/config/config.py", "skyrl/train/entrypoints/main_base.py",
+                        "skyrl/train/fully_async_trainer.py", "skyrl/train/utils/metrics.py",
+                        "skyrl/train/generators/base.py",
+                        "skyrl/backends/skyrl_train/inference_servers/base.py", "skyrl/train/utils/utils.py"]},
+}
 MODEL = "Qwen/Qwen3.5-35B-A3B"
 MODEL_REVISION = "59d61f3ce65a6d9863b86d2e96597125219dc754"
 DTYPE = "bf16"
@@ -64,13 +84,11 @@ def pipeline_settings(backend: str, skyrl_batch_size: int = 4) -> dict[str, Any]
             "min_batch_size": 4,
             "max_batch_size": 4,
             "staleness_bound": 4,  # max_steps_off_policy
-            "mean_policy_age_limit": 4,
             "workers": 16,
-            "autotune": "online",
-            "in_flight_updates": True,
-            "routing_replay": True,
+            "autotune": "none (openpipe-art 0.5.18 has no autotuner; the batch is pinned directly)",
+            "rollout_weights_mode": "lora",
             "packed_sequence_target": MAX_SEQ_LENGTH,
-            "parallel": {"tp": 1, "cp": 2, "ep": 2, "dp": 1},
+            "parallel": {"tp": 1, "cp": 1, "ep": 2, "dp": 2},  # openpipe-art 0.5.18 has no CP knob
             "trainer_ranks": TRAINER_GPUS,
             "inference_gpus": GPUS_PER_RUN - TRAINER_GPUS,
             "eval": False,
@@ -97,15 +115,33 @@ def pipeline_settings(backend: str, skyrl_batch_size: int = 4) -> dict[str, Any]
 
 
 def groups_needed(settings: dict[str, Any]) -> int:
-    """Prompt groups the schedule must cover: all updates plus what can be in flight or buffered."""
+    """Prompt groups the schedule must cover, so no group is ever sampled twice.
+
+    The trained groups (B per update) plus everything that can be in flight or buffered when the
+    last update trains: up to B x (S + 1) generated groups waiting (SkyRL's buffer bound; ART's
+    queue holds S x B) and one group per rollout worker; then twice that tail again for groups
+    discarded as stale or zero-variance and replaced (ART discards and refills; the simulated
+    ART tool_history run samples 80 groups beyond the 80 it trains). A run that still exhausts
+    the schedule stops with an error rather than sample a group twice.
+    """
     b = settings["groups_per_update"]
-    return b * (TOTAL_UPDATES + settings["staleness_bound"] + 1) + settings["workers"]
+    tail = b * (settings["staleness_bound"] + 1) + settings["workers"]
+    return b * TOTAL_UPDATES + 3 * tail
+
+
+def source_id(backend: str) -> str:
+    """The upstream source a backend runs from, as the manifest records it."""
+    up = UPSTREAM[backend]
+    return f"{up['package']}=={up['version']}" if "version" in up else up["commit"]
 
 
 def pins() -> dict[str, str]:
     return {
-        "art_commit": ART_COMMIT,
-        "skyrl_commit": SKYRL_COMMIT,
+        "art_source": source_id("art"),
+        "art_sdist_sha256": UPSTREAM["art"]["sha256"],
+        "skyrl_commit": source_id("skyrl"),
+        "spec_art_commit": SPEC_ART_COMMIT,
+        "spec_skyrl_commit": SPEC_SKYRL_COMMIT,
         "model": MODEL,
         "model_revision": MODEL_REVISION,
     }

@@ -113,12 +113,18 @@ def _image_id(image: str, engine: str) -> str | None:
 
 
 def container_run_command(image: str, uuids: list[str], run_dir: Path, hf_cache: str | None,
-                          cuda_compat: bool, engine: str = "docker") -> list[str]:
-    """docker run for the worker: only the run dir and the HF cache are mounted, nothing else."""
+                          cuda_compat: bool, engine: str = "docker", name: str | None = None) -> list[str]:
+    """docker run for the worker: only the run dir and the HF cache are mounted, nothing else.
+
+    The HF cache is mounted read-only at its host path, so the run dir's ``model`` symlink to the
+    pinned snapshot resolves the same inside the container. ``name`` lets the controller stop it.
+    """
     cmd = [engine, "run", "--rm", "--gpus", f'"device={",".join(uuids)}"', "--ipc=host", "--shm-size=64g",
            "-v", f"{run_dir}:{run_dir}", "-e", "CUDA_DEVICE_ORDER=PCI_BUS_ID"]
+    if name:
+        cmd += ["--name", name]
     if hf_cache:
-        cmd += ["-v", f"{hf_cache}:/hf_home", "-e", "HF_HOME=/hf_home"]
+        cmd += ["-v", f"{hf_cache}:{hf_cache}:ro", "-e", f"HF_HOME={hf_cache}"]
     if cuda_compat:
         cmd += ["-e", "SKYRL_USE_CUDA_COMPAT=1"]
     return [*cmd, image, "python", "-m", "harness.worker", "--context", str(Path(run_dir) / "context.json")]

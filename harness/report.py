@@ -1,6 +1,9 @@
 """Summaries of one run (summary.json / summary.md) and the comparison table across runs.
 
-Rank-1 LoRA runs are supplemental and always land in a separate table from rank 8.
+Rank-1 LoRA runs are supplemental and always land in a separate table from rank 8. `bench
+report` re-validates each directory and shows the figures recomputed from its evidence, with
+the fresh verdict, never the manifest's recorded numbers. Trainer columns are blank ("-")
+where the per-rank intervals were not native.
 """
 
 from __future__ import annotations
@@ -8,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.errors import BenchError
-from harness.fsio import read_json
 
 COLUMNS = (
     ("updates/h", "updates_per_hour", "{:.2f}"),
@@ -27,9 +29,12 @@ def _fmt(fmt: str, v) -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def summary(man: dict) -> dict:
+def summary(man: dict, verdict: dict | None = None) -> dict:
+    """One run's summary; with ``verdict`` (a fresh `validate`), its recomputed figures and verdict."""
     ident, res = man["identity"], man.get("results", {})
-    return {
+    if verdict is not None:
+        res = verdict.get("recomputed") or {}
+    out = {
         "run_id": ident["run_id"], "backend": ident["backend"], "workload": ident["workload"],
         "runtime": ident["runtime"], "lora_rank": man["model"]["lora"]["rank"],
         "groups_per_update": man["pipeline"].get("groups_per_update"),
@@ -37,6 +42,9 @@ def summary(man: dict) -> dict:
         "reasons": man.get("reasons", []), "headline": res.get("headline", {}),
         "measured": res.get("measured", {}), "secondary": res.get("secondary", {}),
     }
+    if verdict is not None:
+        out["verdict"], out["reasons"] = verdict["verdict"], verdict["reasons"]
+    return out
 
 
 def summary_markdown(s: dict) -> str:
@@ -56,15 +64,20 @@ def summary_markdown(s: dict) -> str:
 
 
 def load_summaries(dirs: list[Path]) -> list[dict]:
+    """Summaries re-validated now: figures recomputed from each directory's evidence."""
+    from harness import manifest as M
+    from harness.validate import validate
+
     out = []
     for d in dirs:
         path = Path(d) / "manifest.json"
         if not path.exists():
             raise BenchError(f"{d}: not a results directory (no manifest.json)")
+        man = M.load(path)
         try:
-            out.append(summary(read_json(path)))
-        except (ValueError, KeyError) as exc:
-            raise BenchError(f"{d}: manifest unreadable ({exc})") from exc
+            out.append(summary(man, validate(Path(d))))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BenchError(f"{path}: manifest unusable ({type(exc).__name__}: {exc})") from exc
     return out
 
 
@@ -86,4 +99,7 @@ def comparison_markdown(summaries: list[dict]) -> str:
     invalid = [s for s in summaries if s["verdict"] != "VALID"]
     if invalid:
         parts.append("Runs not VALID are shown for completeness; do not compare their rates.")
+    if any(s["headline"].get("trainer_rates") == "not native" for s in summaries):
+        parts.append("Trainer columns are '-' where the backend gave no native per-rank intervals "
+                     "(trainer rates not native; excluded from the headline).")
     return "\n".join(parts) + "\n"

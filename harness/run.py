@@ -1,17 +1,23 @@
 """One benchmark run, start to finish, and the serial comparison suite.
 
 Order of a run: fresh results dir (printed) -> manifest ``running`` -> runtime preflight (the
-container's baked hashes; before any lease) -> resolve ``--gpus`` to UUIDs -> lease all four
-GPUs -> occupancy check -> workload schedule -> backend -> occupancy check -> lease verified ->
-contract results -> validation -> lease released -> manifest with status valid / invalid /
-aborted. Whatever fails, the directory keeps the manifest and run.log saying why.
+container's baked hashes, the model snapshot at the pinned revision linked as ``<run>/model``;
+before any lease) -> resolve ``--gpus`` to UUIDs -> lease all four GPUs -> occupancy check ->
+workload schedule -> backend (the worker's pid and process group recorded) -> occupancy check ->
+lease verified -> evidence hashed -> contract results -> validation -> lease released ->
+manifest with status valid / invalid / aborted. Whatever fails, the directory keeps the
+manifest and run.log saying why. SIGINT, SIGTERM and SIGHUP abort the run the same way: the
+worker's process group is killed, the status is ``aborted`` with the signal as the reason, and
+the run's own lease is released.
 """
 
 from __future__ import annotations
 
 import hashlib
 import shutil
+import signal
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -19,7 +25,7 @@ from pathlib import Path
 
 import attrs
 
-from harness import contract, nvsmi, recipes, report, validate
+from harness import contract, model_snapshot, nvsmi, recipes, report, validate
 from harness import manifest as M
 from harness import pins as P
 from harness.backends.base import RunContext
@@ -30,6 +36,29 @@ from harness.lease import LeaseStore
 from harness.plan import plan
 from harness.runlog import RunLog
 from harness.workload_source import describe, generate
+
+EVIDENCE_FILES = ("updates.jsonl", "turns.jsonl")
+
+
+class Interrupted(BaseException):
+    """A signal asked the controller to stop; like KeyboardInterrupt, no driver code swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def evidence_record(run_dir: Path) -> dict:
+    """sha256, line and byte counts of each evidence file (None for a file never written)."""
+    out = {}
+    for name in EVIDENCE_FILES:
+        path = Path(run_dir) / name
+        if path.exists():
+            data = path.read_bytes()
+            out[name] = {"sha256": hashlib.sha256(data).hexdigest(), "lines": data.count(b"\n"), "bytes": len(data)}
+        else:
+            out[name] = None
+    return out
 
 
 @attrs.frozen
@@ -66,6 +95,9 @@ def check_request(req: RunRequest) -> None:
         raise BenchError("--skyrl-batch-size must be 4 or 1")
     if req.backend != "skyrl" and (req.skyrl_batch_size != 4 or req.skyrl_source or req.skyrl_cuda_compat):
         raise BenchError("--skyrl-batch-size, --skyrl-source and --skyrl-cuda-compat apply to --backend skyrl only")
+    if req.backend == "art" and req.runtime != "sim" and req.rank != 1:
+        raise BenchError(f"ART {P.UPSTREAM['art']['version']}'s Megatron backend trains LoRA rank 1 only "
+                         "(art/megatron/lora.py LORA_RANK): run real ART with --rank 1 (the sim models either rank)")
     if req.runtime == "native":
         if not req.python:
             raise BenchError("--runtime native needs --python (the backend environment's interpreter)")
@@ -116,6 +148,7 @@ class _Run:
                               settings=self.settings,
                               requested_recipe_sha256=recipes.recipe_sha256(req.backend),
                               python_sha256=recipes.python_sha256())
+        self.man["identity"]["skyrl_batch_size"] = req.skyrl_batch_size if req.backend == "skyrl" else None
         self.save()
 
     def save(self) -> None:
@@ -136,6 +169,10 @@ class _Run:
             from harness import backends
 
             backends.load(req.backend, "sim")
+        if req.runtime != "sim":  # the simulator loads no weights
+            self.man["model"]["snapshot"] = model_snapshot.link(self.dir, req.hf_cache)
+            self.log.info(f"model {self.man['model']['snapshot']['link']} -> {self.man['model']['snapshot']['target']}")
+        self.save()
         self.log.info(f"preflight ok ({req.runtime})")
 
     def reserve(self) -> list[str]:
@@ -170,10 +207,19 @@ class _Run:
                          workload_params={"groups": groups, "group_size": None, "knobs": {}},
                          trainer_uuids=uuids[: P.TRAINER_GPUS], inference_uuids=uuids[P.TRAINER_GPUS:],
                          skyrl_batch_size=req.skyrl_batch_size, skyrl_cuda_compat=req.skyrl_cuda_compat,
-                         python=req.python, skyrl_source=req.skyrl_source, hf_cache=req.hf_cache)
+                         python=req.python, skyrl_source=req.skyrl_source, hf_cache=req.hf_cache,
+                         lease_id=self.lease["lease_id"],
+                         model_path=str(self.dir / model_snapshot.LINK_NAME) if req.runtime != "sim" else None)
         self.log.info(f"backend {req.backend} ({req.runtime}) on workload {req.workload}, {groups} groups, "
                       f"schedule {self.man['workload']['schedule_sha256'][:12]}")
-        outcome = execute(ctx, self.log, image=self.man["identity"].get("container_image"))
+        self.man["identity"]["backend_started_unix"] = time.time()
+        self.save()
+        try:
+            outcome = execute(ctx, self.log, image=self.man["identity"].get("container_image"),
+                              on_start=self.worker_started)
+        finally:
+            self.man["identity"]["backend_finished_unix"] = time.time()
+        self.man["clock"] = outcome.clock
         self.man["backend_outcome"] = outcome.to_dict()
         self.man["pipeline"]["native_config"] = outcome.native_config
         self.man["identity"]["backend_version"] = outcome.backend_version
@@ -184,6 +230,11 @@ class _Run:
         if outcome.exit_code != 0:
             raise BenchError(f"backend exited with code {outcome.exit_code}")
 
+    def worker_started(self, info: dict) -> None:
+        self.man["worker"] = {k: info[k] for k in ("pid", "pgid", "started_unix", "container")}
+        self.save()
+        self.log.info(f"worker pid {info['pid']} in its own process group {info['pgid']}")
+
     def results(self) -> None:
         ev = self.dir / "updates.jsonl"
         updates = list(read_jsonl(ev)) if ev.exists() else []
@@ -193,6 +244,7 @@ class _Run:
         self.man["results"]["autotuner"] = autotuner
 
     def finish(self, aborted: list[str]) -> dict:
+        self.man["evidence"] = evidence_record(self.dir)
         try:
             self.results()
         except (OSError, ValueError, KeyError) as exc:
@@ -202,7 +254,7 @@ class _Run:
         self.save()
         wl = self.workload
         verdict = validate.validate(self.dir, workload_loader=(lambda _s: wl) if wl is not None else None)
-        self.man["validation"] = verdict
+        self.man["validation"] = {k: v for k, v in verdict.items() if k != "recomputed"}
         if not aborted:
             self.man["status"] = "valid" if verdict["verdict"] == "VALID" else "invalid"
             self.man["reasons"] = verdict["reasons"]
@@ -222,21 +274,48 @@ class _Run:
         return self.man
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _raise_interrupted(signum, _frame):
+    raise Interrupted(signum)
+
+
+def _install(handler) -> dict:
+    """Set ``handler`` for the stop signals (main thread only); returns the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+
+
 def run_one(req: RunRequest, echo=print) -> tuple[Path, dict]:
     check_request(req)
-    run = _Run(req, echo)
-    aborted: list[str] = []
+    previous = _install(_raise_interrupted)
     try:
-        run.preflight()
-        uuids = run.reserve()
-        run.run_backend(uuids)
-    except BenchError as exc:
-        aborted.append(str(exc))
-        run.log.error(str(exc))
-    except Exception as exc:  # noqa: BLE001 - recorded as an aborted run, with the traceback in run.log
-        aborted.append(f"{type(exc).__name__}: {exc}")
-        run.log.error(traceback.format_exc())
-    man = run.finish(aborted)
+        try:
+            run = _Run(req, echo)
+        except Interrupted as exc:
+            raise BenchError(f"interrupted by {exc} before the run started (no lease was taken)") from None
+        aborted: list[str] = []
+        try:
+            run.preflight()
+            uuids = run.reserve()
+            run.run_backend(uuids)
+        except Interrupted as exc:
+            _install(signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+            aborted.append(f"interrupted by {exc}: the worker's process group was stopped and the lease released")
+            run.log.error(f"interrupted by {exc}")
+        except BenchError as exc:
+            aborted.append(str(exc))
+            run.log.error(str(exc))
+        except Exception as exc:  # noqa: BLE001 - recorded as an aborted run, with the traceback in run.log
+            aborted.append(f"{type(exc).__name__}: {exc}")
+            run.log.error(traceback.format_exc())
+        _install(signal.SIG_IGN)
+        man = run.finish(aborted)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
     echo(f"{man['status'].upper()}: {run.dir}" + ("" if man["status"] == "valid" else
                                                  " -- " + "; ".join(man["reasons"][:3])))
     return run.dir, man

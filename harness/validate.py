@@ -1,25 +1,100 @@
 """Run validation (bench-contract.md section 6): named checks over a results dir, then a verdict.
 
-Each check returns ``{check, passed, detail}``; the verdict is VALID only when all pass.
-Run at the end of every run (before the lease is released) and by `bench validate`.
+Validation recomputes, never reads. Limits (groups per update, trainer ranks, staleness bound,
+memory threshold) come from `pins`, not from the manifest; the manifest's copy must equal them.
+Every headline and measured figure is recomputed from the evidence and must equal the
+manifest's; GPU hygiene is recomputed from the raw nvidia-smi snapshots; the evidence files
+must hash to the sha256 the controller recorded and every line must name this run and lease, in
+sequence. Timestamps must lie inside the run and agree with each other: a trained group's calls
+finish before its update's batch is handed over, and a call that began on policy version v
+arrived after update v finished training. Every call of every trained group has exactly one finished turn
+record of its scheduled prompt and completion length with ``finish_reason == "length"``; no
+group is trained twice. Each check returns ``{check, passed, detail}``; VALID only when all pass.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import re
 from pathlib import Path
 
-from harness import contract
+from harness import contract, model_snapshot, nvsmi
 from harness import manifest as M
-from harness.fsio import read_json, read_jsonl
+from harness import pins as P
+from harness.errors import BenchError
+from harness.fsio import read_jsonl
 from harness.pins import HEADLINE_FIRST, HEADLINE_LAST, INTERVAL_EPSILON_S, TOTAL_UPDATES, WARMUP_UPDATES
 
 LOG_ERROR = re.compile(r"Traceback \(most recent call last\)|^\S*\s*(ERROR|CRITICAL)\b|\bFATAL\b", re.M)
+WALL_SLACK_S = 2.0  # clock slack between the controller's and the worker's wall clocks
+EVIDENCE_FILES = ("updates.jsonl", "turns.jsonl")
 
 
 def _check(name: str, problems: list[str], ok_detail: str = "ok") -> dict:
     return {"check": name, "passed": not problems,
             "detail": ok_detail if not problems else "; ".join(problems[:8]) + (" ..." if len(problems) > 8 else "")}
+
+
+def pinned_settings(man: dict) -> dict:
+    ident = man["identity"]
+    return P.pipeline_settings(ident["backend"], ident.get("skyrl_batch_size") or 4)
+
+
+def check_pins(man: dict, run_dir: Path) -> list[str]:
+    """The manifest's limits, pins and contract are the pinned ones (validation uses the pinned copy)."""
+    out = []
+    try:
+        settings = pinned_settings(man)
+    except ValueError as exc:
+        return [f"no pinned settings for this run: {exc}"]
+    for key, want in settings.items():
+        if man["pipeline"].get(key) != want:
+            out.append(f"pipeline.{key} is {man['pipeline'].get(key)!r}, pinned {want!r}")
+    for key, want in P.pins().items():
+        if man["pins"].get(key) != want:
+            out.append(f"pins.{key} is {man['pins'].get(key)!r}, pinned {want!r}")
+    for key, want in P.CONTRACT.items():
+        if man["contract"].get(key) != want:
+            out.append(f"contract.{key} is {man['contract'].get(key)!r}, pinned {want!r}")
+    if man["model"].get("revision") != P.MODEL_REVISION or man["model"].get("name") != P.MODEL:
+        out.append(f"model {man['model'].get('name')}@{man['model'].get('revision')} is not the pinned "
+                   f"{P.MODEL}@{P.MODEL_REVISION}")
+    if man["identity"].get("runtime") != "sim" and not man["model"].get("snapshot"):
+        out.append("no run-local model snapshot recorded (model.snapshot)")
+    out += model_snapshot.check(run_dir, man["model"].get("snapshot"))
+    return out
+
+
+def check_evidence(run_dir: Path, man: dict, lines: dict[str, list[dict]]) -> list[str]:
+    """sha256 and line counts as recorded; every line names this run and lease, in sequence."""
+    out = []
+    rec = man.get("evidence") or {}
+    run_id, lease_id = man["identity"].get("run_id"), man["identity"].get("lease_id")
+    if man["lease"].get("lease_id") != lease_id:
+        out.append("identity.lease_id differs from lease.lease_id")
+    for name in EVIDENCE_FILES:
+        path = run_dir / name
+        want = rec.get(name)
+        if not isinstance(want, dict) or not isinstance(want.get("sha256"), str):
+            out.append(f"evidence.{name}: no sha256 recorded")
+            continue
+        data = path.read_bytes() if path.exists() else b""
+        if hashlib.sha256(data).hexdigest() != want["sha256"]:
+            out.append(f"{name}: sha256 differs from the one recorded when the backend finished")
+        n_lines = data.count(b"\n")
+        if n_lines != want.get("lines"):
+            out.append(f"{name}: {n_lines} lines, {want.get('lines')} recorded")
+        for i, row in enumerate(lines[name]):
+            if row.get("run_id") != run_id or row.get("lease_id") != lease_id:
+                out.append(f"{name} line {i + 1}: run/lease {row.get('run_id')}/{row.get('lease_id')} is not this "
+                           f"run's {run_id}/{lease_id}")
+                break
+            if row.get("seq") != i:
+                out.append(f"{name} line {i + 1}: sequence number {row.get('seq')!r}, expected {i} "
+                           "(a replayed, duplicated or reordered line)")
+                break
+    return out
 
 
 def check_updates(updates: list[dict]) -> list[str]:
@@ -33,6 +108,8 @@ def check_updates(updates: list[dict]) -> list[str]:
             out.append(f"update {u['k']}: need d_k <= train_end <= publish_end")
         if float(u["c_k"]) != float(u["publish_end"]):
             out.append(f"update {u['k']}: c_k != publish_end")
+        if int(u.get("policy_version", -1)) != int(u["k"]):
+            out.append(f"update {u['k']}: publishes policy version {u.get('policy_version')}")
         if prev is not None and float(u["c_k"]) <= prev:
             out.append(f"update {u['k']}: c_k not strictly increasing")
         prev = float(u["c_k"])
@@ -48,6 +125,9 @@ def check_ranks(updates: list[dict], ranks: int) -> list[str]:
         missing = [r for r in range(ranks) if not ivs.get(str(r))]
         if missing:
             out.append(f"update {u['k']}: no intervals for trainer ranks {missing}")
+        extra = sorted(set(ivs) - {str(r) for r in range(ranks)})
+        if extra:
+            out.append(f"update {u['k']}: intervals for ranks {extra} beyond the pinned {ranks}")
         lo, hi = float(u["d_k"]) - INTERVAL_EPSILON_S, float(u["c_k"]) + INTERVAL_EPSILON_S
         for r, lst in ivs.items():
             for s, e in lst:
@@ -63,10 +143,22 @@ def check_counts(updates: list[dict], per_update: int) -> list[str]:
     for u in updates:
         if int(u["groups"]) != per_update:
             out.append(f"update {u['k']}: {u['groups']} groups, pinned {per_update}")
-        if int(u["trajectories"]) < int(u["groups"]) or int(u["tokens"]) <= 0:
-            out.append(f"update {u['k']}: trajectories/tokens inconsistent")
         if len(u.get("group_ids", [])) != int(u["groups"]):
             out.append(f"update {u['k']}: group_ids lists {len(u.get('group_ids', []))} groups")
+        if len(u.get("staleness", [])) != int(u["groups"]):
+            out.append(f"update {u['k']}: {len(u.get('staleness', []))} staleness values for {u['groups']} groups")
+    return out
+
+
+def check_groups_unique(updates: list[dict]) -> list[str]:
+    seen: dict[int, int] = {}
+    out = []
+    for u in updates:
+        for g in u.get("group_ids", []):
+            if int(g) in seen:
+                out.append(f"group {g} trained in update {seen[int(g)]} and again in update {u['k']}")
+            else:
+                seen[int(g)] = int(u["k"])
     return out
 
 
@@ -83,12 +175,18 @@ def check_endpoints(updates: list[dict], turns: list[dict]) -> list[str]:
     return out
 
 
-def check_schedule(man: dict, updates: list[dict], turns: list[dict], workload) -> list[str]:
+def check_trained_calls(updates: list[dict], turns: list[dict], workload) -> list[str]:
+    """Every call of every trained group: one finished record of its scheduled lengths, before d_k."""
     out = []
-    if workload.schedule_sha256() != man["workload"].get("schedule_sha256"):
-        out.append("schedule_sha256 does not recompute from the workload generator")
+    by_call: dict[tuple[int, int], list[dict]] = {}
+    for t in turns:
+        by_call.setdefault((int(t["trajectory"]), int(t["turn"])), []).append(t)
+    dup = [key for key, rows in by_call.items() if len(rows) > 1]
+    if dup:
+        out.append(f"{len(dup)} call(s) recorded more than once, e.g. trajectory {dup[0][0]} turn {dup[0][1]}")
     G = workload.n_groups
     for u in updates:
+        d_k = float(u["d_k"])
         gids = [int(g) for g in u.get("group_ids", [])]
         if any(not 0 <= g < G for g in gids):
             out.append(f"update {u['k']}: group ids outside the schedule")
@@ -96,10 +194,104 @@ def check_schedule(man: dict, updates: list[dict], turns: list[dict], workload) 
         trajs = sum(workload.group_size(g) for g in gids)
         toks = sum(int(workload.call_completion_tokens[c]) for g in gids for t in workload.group_trajs(g)
                    for c in workload.traj_calls(t))
-        disc = sum(int(v) for v in u.get("discards", {}).values())
-        if not disc and (int(u["trajectories"]) != trajs or int(u["tokens"]) != toks):
-            out.append(f"update {u['k']}: trained {u['trajectories']} traj/{u['tokens']} tokens, "
-                       f"schedule says {trajs}/{toks}")
+        if int(u["trajectories"]) != trajs or int(u["tokens"]) != toks:
+            out.append(f"update {u['k']}: trained {u['trajectories']} traj/{u['tokens']} tokens, the schedule of "
+                       f"its groups says {trajs}/{toks}")
+        for g in gids:
+            for t in workload.group_trajs(g):
+                for j, c in enumerate(workload.traj_calls(t)):
+                    rows = by_call.get((int(t), j))
+                    L, prompt = int(workload.call_completion_tokens[c]), int(workload.call_prompt_tokens[c])
+                    where = f"update {u['k']} group {g} trajectory {t} turn {j}"
+                    if not rows:
+                        out.append(f"{where}: no turn record")
+                        continue
+                    r = rows[0]
+                    if r.get("finish") is None or r.get("finish_reason") != "length":
+                        out.append(f"{where}: not finished by length (finish {r.get('finish')}, "
+                                   f"{r.get('finish_reason')})")
+                    elif float(r["finish"]) > d_k + INTERVAL_EPSILON_S:
+                        out.append(f"{where}: finished at {r['finish']} after its batch was handed over at {d_k}")
+                    if int(r.get("group", -1)) != g:
+                        out.append(f"{where}: recorded under group {r.get('group')}")
+                    if not int(r["completion_tokens"]) == int(r["forced_tokens"]) == L:
+                        out.append(f"{where}: {r['completion_tokens']} of forced {r['forced_tokens']} tokens, "
+                                   f"scheduled {L}")
+                    if not int(r["prompt_tokens"]) == int(r.get("scheduled_prompt_tokens", -1)) == prompt:
+                        out.append(f"{where}: prompt {r['prompt_tokens']} tokens, scheduled {prompt}")
+    return out
+
+
+def check_forced(turns: list[dict]) -> list[str]:
+    """Every finished call produced exactly its forced length; unfinished calls carry no length verdict."""
+    if not turns:
+        return ["no calls recorded in turns.jsonl"]
+    bad = [t for t in turns if (t.get("finish") is None) == (t.get("finish_reason") == "length")
+           or (t.get("finish") is not None and int(t["completion_tokens"]) != int(t["forced_tokens"]))]
+    return [f"{len(bad)} of {len(turns)} calls missed their forced length or are half-finished, e.g. trajectory "
+            f"{bad[0]['trajectory']} turn {bad[0]['turn']}: {bad[0]['completion_tokens']} of "
+            f"{bad[0]['forced_tokens']} ({bad[0].get('finish_reason')}, finish {bad[0].get('finish')})"] if bad else []
+
+
+def _times(updates: list[dict], turns: list[dict]):
+    for u in updates:
+        yield f"update {u['k']}", [float(u[x]) for x in ("d_k", "train_end", "publish_end", "c_k")] + [
+            float(v) for ivs in u.get("rank_intervals", {}).values() for iv in ivs for v in iv]
+    for t in turns:
+        yield f"trajectory {t['trajectory']} turn {t['turn']}", [
+            float(t[x]) for x in ("arrival", "first_token", "finish") if t.get(x) is not None]
+
+
+def check_timestamps(man: dict, updates: list[dict], turns: list[dict]) -> list[str]:
+    """Evidence times lie inside the run and agree: versions are published before calls start on them."""
+    out = []
+    ident, clock = man["identity"], man.get("clock") or {}
+    start, end = ident.get("backend_started_unix"), ident.get("backend_finished_unix")
+    if start is None or end is None:
+        return ["the backend's start/finish wall times are not recorded"]
+    for name, rows in (("updates.jsonl", updates), ("turns.jsonl", turns)):
+        for r in rows:
+            w = r.get("wall_time_unix")
+            if not isinstance(w, int | float) or not start - WALL_SLACK_S <= w <= end + WALL_SLACK_S:
+                out.append(f"{name}: a line written at {w}, outside the backend's run [{start}, {end}]")
+                break
+    kind = clock.get("kind")
+    if kind == "monotonic":
+        origin = clock.get("origin_unix")
+        if not isinstance(origin, int | float) or origin < start - WALL_SLACK_S:
+            return [*out, f"clock origin {origin} precedes the backend's start {start}"]
+        horizon = end - origin + WALL_SLACK_S
+        for u in updates:
+            if origin + float(u["c_k"]) > float(u["wall_time_unix"]) + WALL_SLACK_S:
+                out.append(f"update {u['k']}: c_k lies after its evidence line was written")
+    elif kind == "simulated":
+        horizon = clock.get("end_s")
+        if not isinstance(horizon, int | float):
+            return [*out, "simulated clock without end_s"]
+    else:
+        return [*out, f"unknown evidence clock {clock!r}"]
+    for where, ts in _times(updates, turns):
+        if any(not 0.0 <= t <= horizon for t in ts):
+            out.append(f"{where}: a time outside the run [0, {horizon:.3f}] s")
+            break
+    trained = {int(u["k"]): float(u["train_end"]) for u in updates}
+    for t in turns:
+        v = t.get("policy_version_start")
+        began = float(t["first_token"]) if t.get("first_token") is not None else float(t["arrival"])
+        if isinstance(v, int) and v >= 1 and v in trained and began < trained[v] - INTERVAL_EPSILON_S:
+            out.append(f"trajectory {t['trajectory']} turn {t['turn']}: began on policy {v} at {began}, "
+                       f"before update {v} finished training ({trained[v]})")
+            break
+        if t.get("finish") is not None and float(t["finish"]) < float(t["arrival"]):
+            out.append(f"trajectory {t['trajectory']} turn {t['turn']}: finished before it arrived")
+            break
+    return out
+
+
+def check_schedule(man: dict, turns: list[dict], workload) -> list[str]:
+    out = []
+    if workload.schedule_sha256() != man["workload"].get("schedule_sha256"):
+        out.append("schedule_sha256 does not recompute from the workload generator")
     for t in turns:
         tid, turn = int(t["trajectory"]), int(t["turn"])
         if not 0 <= tid < workload.n_trajectories or not 0 <= turn < len(workload.traj_calls(tid)):
@@ -109,36 +301,39 @@ def check_schedule(man: dict, updates: list[dict], turns: list[dict], workload) 
     return out
 
 
-def check_forced(turns: list[dict]) -> list[str]:
-    if not turns:
-        return ["no calls recorded in turns.jsonl"]
-    bad = [t for t in turns if t.get("finish") is not None
-           and (int(t["completion_tokens"]) != int(t["forced_tokens"]) or t["finish_reason"] != "length")]
-    return [f"{len(bad)} of {len(turns)} calls missed their forced length, e.g. trajectory "
-            f"{bad[0]['trajectory']} turn {bad[0]['turn']}: {bad[0]['completion_tokens']} of "
-            f"{bad[0]['forced_tokens']} ({bad[0]['finish_reason']})"] if bad else []
-
-
-def check_staleness(man: dict, updates: list[dict]) -> list[str]:
-    bound = int(man["pipeline"]["staleness_bound"])
+def check_staleness(backend: str, updates: list[dict], bound: int) -> list[str]:
+    """Against the pinned bound. ART discards stale groups, so a trained stale group is an error;
+    SkyRL logs a violation and trains the group, so violations are allowed and reported in the
+    (recomputed) secondary results, as the contract asks."""
     sec = contract.secondary(updates, bound)
-    reported = man.get("results", {}).get("secondary", {}).get("staleness_violations")
     if sec["staleness_max"] is None:
         return ["no staleness recorded"]
-    if sec["staleness_violations"] and reported != sec["staleness_violations"]:
-        return [f"max staleness {sec['staleness_max']} > bound {bound} and the {sec['staleness_violations']} "
-                "violations are not reported in results.secondary"]
+    if sec["staleness_violations"] and backend == "art":
+        return [f"{sec['staleness_violations']} trained group(s) staler than the pinned bound {bound} "
+                f"(max {sec['staleness_max']}); ART discards such groups"]
     return []
 
 
 def check_hygiene(man: dict) -> list[str]:
+    """Recompute each occupancy verdict from its raw nvidia-smi output, for the leased UUIDs."""
     out = []
+    uuids = man["lease"].get("gpu_uuids") or []
+    if sorted(uuids) != sorted(man["hardware"].get("trainer_uuids", []) + man["hardware"].get("inference_uuids", [])):
+        out.append("leased GPUs differ from the trainer + inference GPUs")
     for when in ("occupancy_before", "occupancy_after"):
         snap = man.get("hardware", {}).get(when)
         if not snap:
             out.append(f"hardware.{when} not recorded")
-        elif not snap.get("clean"):
-            out.append(f"{when}: " + "; ".join(snap.get("problems", ["not clean"])))
+            continue
+        raw = snap.get("raw")
+        if not isinstance(raw, dict):
+            out.append(f"hardware.{when}: no raw nvidia-smi output to recompute from")
+            continue
+        got = nvsmi.judge(raw, uuids, P.MEMORY_USED_THRESHOLD_MIB)
+        if not got["clean"]:
+            out.append(f"{when}: " + "; ".join(got["problems"]))
+        if bool(snap.get("clean")) != got["clean"]:
+            out.append(f"{when}: recorded clean={snap.get('clean')} but the snapshot says clean={got['clean']}")
     return out
 
 
@@ -152,6 +347,33 @@ def check_lease(man: dict) -> list[str]:
     return []
 
 
+def _differences(recorded, recomputed, path: str, out: list[str]) -> None:
+    if isinstance(recomputed, dict):
+        if not isinstance(recorded, dict):
+            out.append(f"{path}: recorded {recorded!r}")
+            return
+        for key in sorted(set(recomputed) | set(recorded)):
+            _differences(recorded.get(key), recomputed.get(key), f"{path}.{key}", out)
+    elif isinstance(recomputed, list):
+        if not isinstance(recorded, list) or len(recorded) != len(recomputed):
+            out.append(f"{path}: recorded {recorded!r}")
+            return
+        for i, (a, b) in enumerate(zip(recorded, recomputed, strict=True)):
+            _differences(a, b, f"{path}[{i}]", out)
+    elif isinstance(recomputed, float) and isinstance(recorded, int | float) and not isinstance(recorded, bool):
+        if not math.isclose(recorded, recomputed, rel_tol=1e-9, abs_tol=1e-12):
+            out.append(f"{path}: recorded {recorded}, recomputed {recomputed}")
+    elif recorded != recomputed:
+        out.append(f"{path}: recorded {recorded!r}, recomputed {recomputed!r}")
+
+
+def check_results(man: dict, recomputed: dict) -> list[str]:
+    out: list[str] = []
+    recorded = {k: v for k, v in man.get("results", {}).items() if k != "autotuner"}
+    _differences(recorded, recomputed, "results", out)
+    return out
+
+
 def check_container(man: dict) -> list[str]:
     ident = man["identity"]
     if ident.get("runtime") != "container":
@@ -162,16 +384,6 @@ def check_container(man: dict) -> list[str]:
     if not ident.get("container_image_digest"):
         out.append("container image digest not recorded")
     return out
-
-
-def check_autotuner(man: dict) -> list[str]:
-    ident = man["identity"]
-    if ident.get("backend") != "art" or ident.get("runtime") == "sim":
-        return []
-    tuner = man.get("results", {}).get("autotuner") or {}
-    if tuner.get("mode") != "online" or not tuner.get("healthy"):
-        return [f"ART autotuner unhealthy: {tuner.get('detail', 'no autotuner record')}"]
-    return []
 
 
 def check_log(run_dir: Path, man: dict) -> list[str]:
@@ -188,45 +400,76 @@ def check_log(run_dir: Path, man: dict) -> list[str]:
     return out
 
 
+def _read_evidence(run_dir: Path) -> dict[str, list[dict]]:
+    out = {}
+    for name in EVIDENCE_FILES:
+        path = run_dir / name
+        rows = list(read_jsonl(path)) if path.exists() else []
+        if any(not isinstance(r, dict) for r in rows):
+            raise ValueError(f"{path}: every line must be a JSON object")
+        out[name] = rows
+    return out
+
+
 def validate(run_dir: Path, workload_loader=None) -> dict:
-    """All checks on ``run_dir``; ``workload_loader(manifest_workload) -> Workload`` regenerates the schedule."""
+    """All checks on ``run_dir``; ``workload_loader(manifest_workload) -> Workload`` regenerates the schedule.
+
+    A manifest that is not an object or has a mistyped field raises `ManifestError` (exit 2).
+    The verdict carries ``recomputed``: the contract results recomputed from the evidence, which
+    is what `bench report` shows.
+    """
     run_dir = Path(run_dir)
-    try:
-        man = read_json(run_dir / "manifest.json")
-    except (OSError, ValueError) as exc:
-        return _verdict([_check("manifest", [f"manifest.json unreadable: {exc}"])])
+    man = M.load(run_dir / "manifest.json")
     checks = [_check("manifest", M.problems(man))]
     if man.get("status") == "aborted":
         checks.append(_check("not_aborted", ["run aborted: " + "; ".join(man.get("reasons", []))]))
     if not checks[0]["passed"]:
         return _verdict(checks)
     try:
-        updates = sorted(read_jsonl(run_dir / "updates.jsonl"), key=lambda u: int(u["k"]))
-        turns = list(read_jsonl(run_dir / "turns.jsonl"))
-    except (OSError, ValueError, KeyError) as exc:
+        lines = _read_evidence(run_dir)
+        updates = sorted(lines["updates.jsonl"], key=lambda u: int(u["k"]))
+        turns = lines["turns.jsonl"]
+        for u in updates:
+            for key in ("k", "d_k", "c_k", "train_end", "publish_end", "groups", "trajectories", "tokens"):
+                if not isinstance(u.get(key), int | float) or isinstance(u.get(key), bool):
+                    raise ValueError(f"updates.jsonl: update {u.get('k')!r} field {key!r} must be a number")
+        for t in turns:
+            for key in ("trajectory", "turn", "forced_tokens", "completion_tokens", "prompt_tokens", "arrival"):
+                if not isinstance(t.get(key), int | float) or isinstance(t.get(key), bool):
+                    raise ValueError(f"turns.jsonl: a line's field {key!r} must be a number")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         return _verdict([*checks, _check("evidence", [f"evidence unreadable: {exc}"])])
-    pipe = man["pipeline"]
+    try:
+        settings = pinned_settings(man)
+    except ValueError as exc:
+        return _verdict([*checks, _check("pinned_settings", [str(exc)])])
+    recomputed = contract.results(updates, turns, int(settings["staleness_bound"]))
     checks += [
+        _check("pinned_settings", check_pins(man, run_dir)),
+        _check("evidence", check_evidence(run_dir, man, lines)),
         _check("updates_complete", check_updates(updates)),
-        _check("trainer_ranks", check_ranks(updates, int(pipe["trainer_ranks"]))),
-        _check("counts", check_counts(updates, int(pipe["groups_per_update"]))),
+        _check("trainer_ranks", check_ranks(updates, int(settings["trainer_ranks"]))),
+        _check("counts", check_counts(updates, int(settings["groups_per_update"]))),
+        _check("groups_unique", check_groups_unique(updates)),
         _check("endpoints", check_endpoints(updates, turns)),
         _check("forced_lengths", check_forced(turns)),
+        _check("timestamps", check_timestamps(man, updates, turns)),
     ]
     try:
         workload = (workload_loader or _load_workload)(man["workload"])
-        checks.append(_check("schedule", check_schedule(man, updates, turns, workload)))
+        checks.append(_check("schedule", check_schedule(man, turns, workload)))
+        checks.append(_check("trained_calls", check_trained_calls(updates, turns, workload)))
     except Exception as exc:  # noqa: BLE001 - any failure to regenerate is itself the finding
         checks.append(_check("schedule", [f"cannot regenerate the workload: {exc}"]))
     checks += [
-        _check("staleness", check_staleness(man, updates)),
+        _check("staleness", check_staleness(man["identity"]["backend"], updates, int(settings["staleness_bound"]))),
         _check("gpu_hygiene", check_hygiene(man)),
         _check("lease_held", check_lease(man)),
+        _check("results_recomputed", check_results(man, recomputed)),
         _check("container_preflight", check_container(man)),
-        _check("art_autotuner", check_autotuner(man)),
         _check("run_log", check_log(run_dir, man)),
     ]
-    return _verdict(checks)
+    return _verdict(checks, recomputed)
 
 
 def _load_workload(section: dict):
@@ -236,6 +479,15 @@ def _load_workload(section: dict):
                     group_size=section.get("group_size"), **section.get("knobs", {}))
 
 
-def _verdict(checks: list[dict]) -> dict:
+def _verdict(checks: list[dict], recomputed: dict | None = None) -> dict:
     reasons = [f"{c['check']}: {c['detail']}" for c in checks if not c["passed"]]
-    return {"verdict": "INVALID" if reasons else "VALID", "checks": checks, "reasons": reasons}
+    return {"verdict": "INVALID" if reasons else "VALID", "checks": checks, "reasons": reasons,
+            "recomputed": recomputed}
+
+
+def validate_or_error(run_dir: Path) -> dict:
+    """`validate` for the CLI: a missing directory or manifest is a BenchError, not a traceback."""
+    if not (Path(run_dir) / "manifest.json").exists():
+        raise BenchError(f"{run_dir}: not a results directory (no manifest.json)")
+    return validate(run_dir)
+

@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# Provision a fresh native art environment under PREFIX ($1 or $RL_BENCH_ENV_ROOT) at the pinned commit,
+# Provision a fresh native art environment under PREFIX ($1 or $RL_BENCH_ENV_ROOT) from the ART source the
+# driver was checked against (harness/pins.py UPSTREAM["art"]: the openpipe-art 0.5.18 sdist, sha256-verified),
 # install this benchmark package into it, and record what was done in PREFIX/setup_manifests/.
-# It refuses a non-empty PREFIX: it never repairs or mutates an existing environment.
+# It refuses a non-empty PREFIX: it never repairs or mutates an existing environment. The sdist carries no
+# lockfile, so dependencies resolve at setup time; the frozen package list is recorded.
 set -euo pipefail
 PREFIX="${1:-${RL_BENCH_ENV_ROOT:?give PREFIX or set RL_BENCH_ENV_ROOT}}"
-COMMIT="2ebfc1c2a38dbeeaeefac998323b476989602942"
-REPO="https://github.com/OpenPipe/ART.git"
+VERSION="0.5.18"
+SHA256="c1555143564b2dd26945ea5f8eb1ea9e2eae47d989c3de2e04bb88e8ffefe29a"
+URL="https://files.pythonhosted.org/packages/source/o/openpipe-art/openpipe_art-${VERSION}.tar.gz"
+COMMIT="openpipe-art==${VERSION}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ -e "$PREFIX/art" ]; then echo "setup_art.sh: $PREFIX/art exists; use a fresh prefix" >&2; exit 2; fi
 command -v uv >/dev/null || { echo "setup_art.sh: uv is required" >&2; exit 2; }
-mkdir -p "$PREFIX/setup_manifests"
-git clone --filter=blob:none "$REPO" "$PREFIX/art"
-git -C "$PREFIX/art" checkout --detach "$COMMIT"
-test "$(git -C "$PREFIX/art" rev-parse HEAD)" = "$COMMIT"
-( cd "$PREFIX/art" && UV_PYTHON=3.12 uv sync --frozen --extra backend )
+mkdir -p "$PREFIX/setup_manifests" "$PREFIX/dl"
+curl -fsSL -o "$PREFIX/dl/openpipe_art-${VERSION}.tar.gz" "$URL"
+echo "$SHA256  $PREFIX/dl/openpipe_art-${VERSION}.tar.gz" | sha256sum -c -
+mkdir -p "$PREFIX/art"
+tar -xzf "$PREFIX/dl/openpipe_art-${VERSION}.tar.gz" -C "$PREFIX/art" --strip-components=1
+( cd "$PREFIX/art" && UV_PYTHON=3.11 uv sync --extra backend --extra megatron )
 uv pip install --python "$PREFIX/art/.venv/bin/python" --no-deps "$HERE"
 "$PREFIX/art/.venv/bin/python" - "$PREFIX" "$COMMIT" <<'PY'
 import json, platform, subprocess, sys, time

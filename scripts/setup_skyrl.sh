@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Provision a fresh native skyrl environment under PREFIX ($1 or $RL_BENCH_ENV_ROOT) at the pinned commit,
+# Provision a fresh native skyrl environment under PREFIX ($1 or $RL_BENCH_ENV_ROOT) at the commit the driver
+# was checked against (harness/pins.py UPSTREAM["skyrl"]),
 # install this benchmark package into it, and record what was done in PREFIX/setup_manifests/.
 # It refuses a non-empty PREFIX: it never repairs or mutates an existing environment.
 set -euo pipefail
 PREFIX="${1:-${RL_BENCH_ENV_ROOT:?give PREFIX or set RL_BENCH_ENV_ROOT}}"
-COMMIT="52063b6567a350e02d326699cd7d0f380bbad466"
+COMMIT="a9564572eb8e91076be43c1bd5e4615e3de17265"
 REPO="https://github.com/NovaSky-AI/SkyRL.git"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ -e "$PREFIX/skyrl" ]; then echo "setup_skyrl.sh: $PREFIX/skyrl exists; use a fresh prefix" >&2; exit 2; fi
@@ -13,7 +14,7 @@ mkdir -p "$PREFIX/setup_manifests"
 git clone --filter=blob:none "$REPO" "$PREFIX/skyrl"
 git -C "$PREFIX/skyrl" checkout --detach "$COMMIT"
 test "$(git -C "$PREFIX/skyrl" rev-parse HEAD)" = "$COMMIT"
-( cd "$PREFIX/skyrl" && UV_PYTHON=3.12 uv sync --frozen --extra vllm --extra mcore )
+( cd "$PREFIX/skyrl" && UV_PYTHON=3.12 uv sync --frozen --extra megatron )
 uv pip install --python "$PREFIX/skyrl/.venv/bin/python" --no-deps "$HERE"
 "$PREFIX/skyrl/.venv/bin/python" - "$PREFIX" "$COMMIT" <<'PY'
 import json, platform, subprocess, sys, time

@@ -12,15 +12,29 @@ in `simrl.policy.registry`, so presets in `presets/` extend the union without ed
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NewType
 
 import attrs
 import cattrs
 import yaml
 from attrs import validators as v
+from cattrs.errors import AttributeValidationNote
 
+from simrl.deployment_check import deployment_errors
 from simrl.policy.base import Policy
 from simrl.policy.registry import policy_class, policy_kinds
+from simrl.strictio import (
+    INT_MAX,
+    INT_MIN,
+    YamlInputError,
+    did_you_mean,
+    load_yaml_text,
+    read_utf8,
+    yaml_key_lines,
+)
+
+# Seconds where ``.inf`` means "no limit" (NaN is never accepted).
+HorizonS = NewType("HorizonS", float)
 
 
 class ConfigError(ValueError):
@@ -56,6 +70,19 @@ def _opt_pos(_inst, att, value):
         raise ValueError(f"{att.name} must be > 0 or null, got {value!r}")
 
 
+def _count(hi: int, lo: int = 1, optional: bool = False):
+    """An integer in [lo, hi] (or null when ``optional``): sizes that allocate are bounded, so a typo
+    such as ``instances=1000000000`` is an error, not an hour of memory growth."""
+
+    def check(_inst, att, value):
+        if value is None and optional:
+            return
+        if not lo <= value <= hi:
+            raise ValueError(f"{att.name} must be in [{lo}, {hi}]{' or null' if optional else ''}, got {value!r}")
+
+    return check
+
+
 @attrs.frozen
 class WorkloadConfig:
     """Which workload to run: a generator name and its knobs, or a trace file.
@@ -65,9 +92,9 @@ class WorkloadConfig:
     """
 
     generator: str = "rl_math"
-    groups: int = attrs.field(default=160, validator=_pos)
-    group_size: int | None = attrs.field(default=None, validator=_opt_pos)  # None: generator's own
-    seed: int | None = None  # None: the run seed
+    groups: int = attrs.field(default=160, validator=_count(50_000_000))
+    group_size: int | None = attrs.field(default=None, validator=_count(1_000_000, optional=True))  # None: generator's own
+    seed: int | None = attrs.field(default=None, validator=_count(INT_MAX, lo=0, optional=True))  # None: run seed
     trace: str | None = None  # path to a joint grouped workload trace (JSONL); overrides generator
     knobs: dict[str, Any] = attrs.field(factory=dict)
 
@@ -76,16 +103,16 @@ class WorkloadConfig:
 class RolloutConfig:
     """The rollout fleet: identical inference instances (vLLM-like engines)."""
 
-    instances: int = attrs.field(default=2, validator=_pos)
+    instances: int = attrs.field(default=2, validator=_count(100_000))
     gpu: Any = attrs.field(default="H100", validator=_gpu)  # name, YAML path or {name, flops, hbm_bytes, hbm_bw, ...}
-    tp: int = attrs.field(default=1, validator=_pos)
-    pp: int = attrs.field(default=1, validator=_pos)
-    dp: int = attrs.field(default=1, validator=_pos)
-    ep: int = attrs.field(default=1, validator=_pos)
-    max_num_seqs: int = attrs.field(default=256, validator=_pos)
-    kv_capacity_tokens: int | None = attrs.field(default=None, validator=_opt_pos)  # None: derive
+    tp: int = attrs.field(default=1, validator=_count(4096))
+    pp: int = attrs.field(default=1, validator=_count(4096))
+    dp: int = attrs.field(default=1, validator=_count(4096))
+    ep: int = attrs.field(default=1, validator=_count(4096))
+    max_num_seqs: int = attrs.field(default=256, validator=_count(1 << 20))
+    kv_capacity_tokens: int | None = attrs.field(default=None, validator=_count(1 << 40, optional=True))  # None: derive
     gpu_memory_utilization: float = attrs.field(default=0.9, validator=v.and_(v.gt(0.0), v.le(1.0)))
-    max_num_batched_tokens: int = attrs.field(default=8192, validator=_nonneg)  # 0: prefill unchunked
+    max_num_batched_tokens: int = attrs.field(default=8192, validator=_count(1 << 31, lo=0))  # 0: prefill unchunked
     kv_policy: str = attrs.field(default="on_demand", validator=v.in_(("reserve", "on_demand")))
     prefix_caching: bool = True
 
@@ -103,13 +130,13 @@ class RolloutConfig:
 class TrainingConfig:
     """The trainer: GPUs and their Megatron/FSDP-style layout. DP is derived."""
 
-    gpus: int = attrs.field(default=8, validator=_pos)
+    gpus: int = attrs.field(default=8, validator=_count(1_000_000))
     gpu: Any = attrs.field(default="H100", validator=_gpu)  # name, YAML path or {name, flops, hbm_bytes, hbm_bw, ...}
-    tp: int = attrs.field(default=1, validator=_pos)
-    pp: int = attrs.field(default=1, validator=_pos)
-    cp: int = attrs.field(default=1, validator=_pos)
-    ep: int = attrs.field(default=1, validator=_pos)
-    micro_batch_size: int = attrs.field(default=1, validator=_pos)
+    tp: int = attrs.field(default=1, validator=_count(4096))
+    pp: int = attrs.field(default=1, validator=_count(4096))
+    cp: int = attrs.field(default=1, validator=_count(4096))
+    ep: int = attrs.field(default=1, validator=_count(4096))
+    micro_batch_size: int = attrs.field(default=1, validator=_count(1 << 20))
     activation_checkpointing: bool = True
     zero_stage: int = attrs.field(default=1, validator=v.in_((0, 1, 2, 3)))
 
@@ -147,7 +174,7 @@ class RouterConfig:
         default="least_requests",
         validator=v.in_(("round_robin", "least_requests", "throughput_balance", "kv_cache_aware")),
     )
-    active_cap: int = attrs.field(default=0, validator=_nonneg)
+    active_cap: int = attrs.field(default=0, validator=_count(1 << 31, lo=0))
     cache_threshold: float = attrs.field(default=0.3, validator=v.and_(v.ge(0.0), v.le(1.0)))
     balance_abs_threshold: int = attrs.field(default=64, validator=_nonneg)
     balance_rel_threshold: float = attrs.field(default=1.5, validator=v.ge(1.0))
@@ -173,9 +200,9 @@ class CostConfig:
 
 @attrs.frozen
 class RunConfig:
-    seed: int = 0
-    training_steps: int = attrs.field(default=5, validator=_pos)
-    time_horizon_s: float = attrs.field(default=math.inf, validator=_pos)
+    seed: int = attrs.field(default=0, validator=_count(INT_MAX, lo=0))
+    training_steps: int = attrs.field(default=5, validator=_count(10_000_000))
+    time_horizon_s: HorizonS = attrs.field(default=math.inf, validator=_pos)
     output_dir: str = "outputs"
     name: str | None = None  # None: derived from the policy, model and a config hash
     telemetry: bool = True
@@ -193,21 +220,114 @@ class SimConfig:
     run: RunConfig = attrs.field(factory=RunConfig)
 
 
-# -- cattrs: tagged policy union, strict keys ------------------------------------------------
+# -- cattrs: tagged policy union, exact types, strict keys -----------------------------------
+
+class _Invalid(ValueError):
+    """A value of the wrong type or range; the message says what was expected."""
+
+
+def _show(value) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def _structure_int(value, _type):
+    if type(value) is not int:
+        hint = ""
+        if isinstance(value, float) and math.isfinite(value):
+            hint = "; write a whole number (a float is never truncated)"
+        elif isinstance(value, str):
+            hint = "; write it without quotes"
+        raise _Invalid(f"expected an integer, got {_show(value)}{hint}")
+    if not INT_MIN <= value <= INT_MAX:
+        raise _Invalid(f"expected an integer in the 64-bit range, got {value}")
+    return value
+
+
+def _structure_float(value, _type, allow_inf: bool = False):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        hint = "; write a number without quotes (1.5, 2e-3, .inf where no limit is allowed)" \
+            if isinstance(value, str) else ""
+        raise _Invalid(f"expected a number, got {_show(value)}{hint}")
+    value = float(value)
+    if math.isnan(value) or (math.isinf(value) and not (allow_inf and value > 0)):
+        raise _Invalid(f"expected a finite number, got {value}" + (" (.inf means no limit here; NaN never)"
+                                                                     if allow_inf else ""))
+    return value
+
+
+def _structure_bool(value, _type):
+    if type(value) is not bool:
+        hint = "; write true or false without quotes" if isinstance(value, str | int) else ""
+        raise _Invalid(f"expected true or false, got {_show(value)}{hint}")
+    return value
+
+
+def _structure_str(value, _type):
+    if type(value) is not str:
+        raise _Invalid(f"expected a string, got {_show(value)}; quote it if it is meant as text")
+    return value
+
+
+def _plain_error(value) -> tuple[str, str] | None:
+    """(relative path, message) of the first value in knobs data that is not plain and finite."""
+    if isinstance(value, dict):
+        for k, val in value.items():
+            if not isinstance(k, str):
+                return str(k), f"expected a string key, got {_show(k)}"
+            sub = _plain_error(val)
+            if sub is not None:
+                return (f"{k}.{sub[0]}" if sub[0] and not sub[0].startswith("[") else f"{k}{sub[0]}"), sub[1]
+    elif isinstance(value, list):
+        for i, val in enumerate(value):
+            sub = _plain_error(val)
+            if sub is not None:
+                return f"[{i}]" + (f".{sub[0]}" if sub[0] and not sub[0].startswith("[") else sub[0]), sub[1]
+    elif isinstance(value, float) and not math.isfinite(value):
+        return "", f"expected a finite number, got {value}"
+    elif isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
+        return "", f"expected an integer in the 64-bit range, got {value}"
+    elif value is not None and not isinstance(value, str | int | float | bool):
+        return "", f"expected plain data, got {_show(value)}"
+    return None
+
+
+def _structure_knobs(value, _type):
+    if not isinstance(value, dict):
+        raise _Invalid(f"expected a mapping of knob names to values, got {_show(value)}")
+    bad = _plain_error(value)
+    if bad is not None:
+        exc = _Invalid(bad[1])
+        exc.add_note(AttributeValidationNote("knob value", bad[0], None))
+        raise cattrs.ClassValidationError("While structuring knobs", [exc], dict)
+    return dict(value)
+
 
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(int, _structure_int)
+    conv.register_structure_hook(float, _structure_float)
+    # null (JSON has no infinity) and .inf both mean "no limit".
+    conv.register_structure_hook(HorizonS, lambda v, t: math.inf if v is None else _structure_float(v, t, True))
+    conv.register_structure_hook(bool, _structure_bool)
+    conv.register_structure_hook(str, _structure_str)
+    conv.register_structure_hook_func(lambda t: t == dict[str, Any], _structure_knobs)
 
     def structure_policy(obj, _type):
+        if isinstance(obj, str):
+            obj = {"kind": obj}  # `policy: NAME` (YAML) is `policy=NAME` (command line)
         if not isinstance(obj, dict):
-            raise ValueError(f"expected a mapping with a 'kind' key, got {type(obj).__name__}")
+            raise _Invalid(f"expected a policy name or a mapping with a 'kind' key, got {_show(obj)}")
         if "kind" not in obj:
-            raise ValueError(f"missing 'kind' (one of: {', '.join(policy_kinds())})")
+            raise _Invalid(f"missing 'kind' (one of: {', '.join(policy_kinds())})")
         kind = obj["kind"]
         try:
             cls = policy_class(kind)
-        except KeyError:
-            raise ValueError(f"unknown policy kind {kind!r}; expected one of: {', '.join(policy_kinds())}") from None
+        except (KeyError, TypeError):
+            raise _Invalid(f"unknown policy kind {kind!r}{did_you_mean(str(kind), policy_kinds())}; expected "
+                           f"one of: {', '.join(policy_kinds())} (`srl presets` lists them)") from None
         fields = {k: val for k, val in obj.items() if k != "kind"}
         return _structure_attrs_strict(fields, cls)
 
@@ -215,40 +335,55 @@ def _make_converter() -> cattrs.Converter:
         d = {a.name: conv.unstructure(getattr(obj, a.name)) for a in attrs.fields(type(obj))}
         return {"kind": obj.kind, **d}
 
-    def _structure_attrs_strict(fields: dict, cls: type):
+    def _structure_attrs_strict(fields, cls: type):
+        """One attrs class, every problem collected with the attribute it belongs to.
+
+        attrs validators run in ``__init__``, where cattrs cannot say which attribute failed,
+        so each knob's validator is first run on its own (the per-knob pass), then the class is
+        built (cross-field checks in ``__attrs_post_init__`` are reported at the class's path).
+        """
+        if not isinstance(fields, dict):
+            raise _Invalid(f"expected a mapping (a section of keys), got {_show(fields)}")
         attrs.resolve_types(cls)
-        names = {a.name for a in attrs.fields(cls)}
-        extra = sorted(set(fields) - names)
-        if extra:
-            raise cattrs.ForbiddenExtraKeysError("", cls, set(extra))
+        names = [a.name for a in attrs.fields(cls)]
+        errors: list[Exception] = []
+        for key in fields:
+            if key not in names:
+                exc = _Invalid(f"unknown key{did_you_mean(str(key), names)}; known keys: {', '.join(names)}")
+                exc.add_note(AttributeValidationNote(f"extra key {key}", str(key), None))
+                errors.append(exc)
         kwargs = {}
-        errors = []
         for a in attrs.fields(cls):
             if a.name not in fields:
                 continue
             try:
                 kwargs[a.name] = conv.structure(fields[a.name], a.type) if a.type is not None else fields[a.name]
             except Exception as exc:
-                exc.add_note(f"Structuring class {cls.__name__} @ attribute {a.name}")
+                exc.add_note(AttributeValidationNote(f"Structuring {cls.__name__}.{a.name}", a.name, a.type))
                 errors.append(exc)
         if errors:
             raise cattrs.ClassValidationError(f"While structuring {cls.__name__}", errors, cls)
-        # Run each knob's validator on its own first, so an error names the knob's path.
         for a in attrs.fields(cls):
             if a.validator is None or a.name not in kwargs:
                 continue
             try:
                 a.validator(None, a, kwargs[a.name])
             except (ValueError, TypeError) as exc:
-                exc.add_note(f"Structuring class {cls.__name__} @ attribute {a.name}")
+                exc.add_note(AttributeValidationNote(f"Validating {cls.__name__}.{a.name}", a.name, a.type))
                 errors.append(exc)
             except AttributeError:
                 pass  # a validator that needs the instance: checked at construction below
         if errors:
             raise cattrs.ClassValidationError(f"While structuring {cls.__name__}", errors, cls)
-        return cls(**kwargs)
+        try:
+            return cls(**kwargs)
+        except (ValueError, TypeError) as exc:
+            raise cattrs.ClassValidationError(f"While structuring {cls.__name__}", [exc], cls) from None
 
     conv.register_structure_hook_func(lambda t: t is Policy, structure_policy)
+    conv.register_structure_hook_func(
+        lambda t: isinstance(t, type) and attrs.has(t) and not issubclass(t, Policy), _structure_attrs_strict
+    )
     conv.register_unstructure_hook_func(
         lambda t: isinstance(t, type) and issubclass(t, Policy), unstructure_policy
     )
@@ -258,41 +393,34 @@ def _make_converter() -> cattrs.Converter:
 converter = _make_converter()
 
 
-def _flatten_errors(exc: BaseException, path: str = "") -> list[str]:
-    """Turn cattrs' nested exception groups into 'path: message' lines."""
-    msgs: list[str] = []
-    if isinstance(exc, cattrs.ClassValidationError | cattrs.IterableValidationError | ExceptionGroup):
-        for sub in exc.exceptions:
-            note = ""
-            for n in getattr(sub, "__notes__", []):
-                note = str(n)
-            key = ""
-            if note.startswith("Structuring class") and "@ attribute" in note:
-                key = note.split("@ attribute")[-1].strip()
-            elif note.startswith("Extra fields"):
-                key = ""
-            sub_path = f"{path}.{key}" if path and key else (key or path)
-            msgs.extend(_flatten_errors(sub, sub_path))
-        return msgs
-    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
-        return [f"{path + '.' if path else ''}{k}: unknown key" for k in sorted(exc.extra_fields)]
-    text = str(exc)
+def _format_exception(exc: BaseException, _type) -> str:
+    if isinstance(exc, KeyError):
+        return "missing required key"
+    if isinstance(exc, _Invalid):
+        return str(exc)
     args = getattr(exc, "args", ())
     if len(args) >= 2 and isinstance(args[1], attrs.Attribute):
-        # attrs validators raise (message, attribute, expected, value): name the key itself.
-        path = f"{path}.{args[1].name}" if path else args[1].name
-        text = str(args[0])
-    if isinstance(exc, KeyError):
-        text = "missing required key"
-    return [f"{path or '<root>'}: {text}"]
+        return str(args[0])  # attrs' own validators: (message, attribute, expected, value)
+    if isinstance(exc, ValueError | TypeError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def error_lines(exc: BaseException) -> list[str]:
+    """cattrs' errors as ``key.path: what was wrong`` lines (`cattrs.transform_error` paths)."""
+    out = []
+    for line in cattrs.transform_error(exc, path="$", format_exception=_format_exception):
+        msg, _, path = line.rpartition(" @ ")
+        path = path.removeprefix("$").removeprefix(".") or "<top level>"
+        out.append(f"{path}: {msg}")
+    return out
 
 
 def structure(data: dict) -> SimConfig:
     try:
         return converter.structure(data, SimConfig)
-    except Exception as exc:  # cattrs wraps everything in exception groups
-        lines = _flatten_errors(exc)
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+    except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(error_lines(exc))) from None
 
 
 def unstructure(cfg: SimConfig) -> dict:
@@ -303,11 +431,17 @@ def to_yaml(cfg: SimConfig) -> str:
     return yaml.safe_dump(unstructure(cfg), sort_keys=True, default_flow_style=False)
 
 
-def _parse_value(text: str) -> Any:
+def _parse_value(key: str, text: str) -> Any:
+    """An override's value, read as one YAML scalar or flow collection (``4``, ``true``, ``[1, 2]``)."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return load_yaml_text(text) if text.strip() else text
+    except YamlInputError as exc:
+        if text.lstrip()[:1] in "[{" or text.strip().startswith(("'", '"')):
+            raise ConfigError(f"override {key}={text}: {exc.message}; quote the whole value for a string") from None
         return text
+
+
+KNOB_SECTIONS = ("knobs", "rollout_knobs", "training_knobs", "weight_sync_knobs")
 
 
 def apply_override(data: dict, dotted: str) -> None:
@@ -318,59 +452,98 @@ def apply_override(data: dict, dotted: str) -> None:
     key = key.strip()
     if not key:
         raise ConfigError(f"override {dotted!r}: empty key")
-    value = _parse_value(raw)
     parts = key.split(".")
+    if any(not p for p in parts):
+        raise ConfigError(f"override {dotted!r}: empty part in the key path {key!r}")
+    value = _parse_value(key, raw)
     if parts == ["policy"]:
         if not isinstance(value, str):
-            raise ConfigError(f"policy={raw}: expected a policy kind name")
+            raise ConfigError(f"override policy={raw}: expected a policy kind name (`srl presets` lists them)")
         data["policy"] = {"kind": value}
         return
     node = data
     for i, p in enumerate(parts[:-1]):
         nxt = node.get(p)
-        if nxt is None and parts[i] in ("knobs", "rollout_knobs", "training_knobs", "weight_sync_knobs"):
-            nxt = {}
         if nxt is None:
-            nxt = {}
-            node[p] = nxt
+            nxt = node[p] = {}
+        if isinstance(nxt, str) and i == 0 and p == "policy":
+            nxt = node[p] = {"kind": nxt}
         if not isinstance(nxt, dict):
-            raise ConfigError(f"override {key}: {'.'.join(parts[: i + 1])} is not a section")
+            raise ConfigError(f"override {key}: {'.'.join(parts[: i + 1])} is a value, not a section")
         node = nxt
     node[parts[-1]] = value
+
+
+def check_deployment(cfg: SimConfig) -> None:
+    """Cross-field checks against the model and hardware (`simrl.deployment_check`)."""
+    errs = deployment_errors(cfg)
+    if errs:
+        raise ConfigError("impossible deployment:\n  " + "\n  ".join(errs))
 
 
 def default_data() -> dict:
     return unstructure(SimConfig())
 
 
+def read_config_file(path: str) -> tuple[dict, dict[str, int]]:
+    """The user's YAML file, strictly read (duplicate keys, non-UTF-8 bytes and aliases refused),
+    and the line of every key (for messages)."""
+    try:
+        text = read_utf8(path)
+        user = load_yaml_text(text)
+    except YamlInputError as exc:
+        where = f"{path}:{exc.line}" if exc.line else str(path)
+        raise ConfigError(f"{where}: {exc.message}") from None
+    if user is None:
+        return {}
+    if not isinstance(user, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections (deployment, workload, policy, router, cost, "
+                          f"run) at the top level, got {type(user).__name__}")
+    return user, yaml_key_lines(text)
+
+
+def _locate_in_file(path: str, lines: dict[str, int], message: str) -> str:
+    """Prefix each ``key.path: ...`` line of a config error with ``FILE:LINE:`` where the key is."""
+    out = []
+    for text in message.splitlines():
+        key = text.strip().partition(": ")[0]
+        while key and key not in lines:
+            key = key.rpartition(".")[0]
+        if key and text.startswith("  "):
+            out.append(f"  {path}:{lines[key]}: {text.strip()}")
+        else:
+            out.append(text)
+    if out and out[0] == message.splitlines()[0]:
+        out[0] = f"{path}: {out[0]}"
+    return "\n".join(out)
+
+
 def load_config(path: str | None = None, overrides: tuple[str, ...] | list[str] = ()) -> SimConfig:
     """Embedded default, then the YAML file (merged section by section), then overrides."""
     data = default_data()
     if path is not None:
+        user, lines = read_config_file(path)
         try:
-            with open(path, encoding="utf-8") as fh:
-                user = yaml.safe_load(fh)
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-        if user is None:
-            user = {}
-        if not isinstance(user, dict):
-            raise ConfigError(f"{path}: expected a mapping at the top level, got {type(user).__name__}")
-        _merge(data, user, path="")
+            _merge(data, user, path="")
+            check_deployment(structure(data))
+        except ConfigError as exc:
+            raise ConfigError(_locate_in_file(path, lines, str(exc))) from None
     # A policy override that only names the kind takes that kind's defaults; later
     # policy.x=... overrides then refine it.
     for ov in overrides:
         apply_override(data, ov)
-    return structure(data)
+    cfg = structure(data)
+    check_deployment(cfg)
+    return cfg
 
 
 def _merge(base: dict, user: dict, path: str) -> None:
     for k, val in user.items():
         here = f"{path}.{k}" if path else str(k)
-        if k == "policy":
-            base[k] = val  # a different kind replaces the whole section
+        if not isinstance(k, str):
+            raise ConfigError(f"{here}: keys must be strings, got {k!r}")
+        if k == "policy" and not path:
+            base[k] = {"kind": val} if isinstance(val, str) else val  # a kind replaces the whole section
         elif isinstance(val, dict) and isinstance(base.get(k), dict) and not k.endswith("knobs"):
             _merge(base[k], val, here)
         else:

@@ -1,7 +1,9 @@
 """Writing a run to ``outputs/<run-name>/``: resolved config, telemetry, report, plots.
 
-Every file is written atomically (temporary file in the same directory, fsync, rename), so
-a crash never leaves a half-written report. Same config and seed give byte-identical files.
+Every file is written atomically (temporary file in the same directory, fsync, rename), and
+`srl` builds the whole directory beside its final place and renames it in
+(`simrl.atomic.staged_dir`), so a crash never leaves a half-written report and a rerun never
+leaves the previous run's files beside the new ones. Same config and seed give byte-identical files.
 """
 
 from __future__ import annotations
@@ -80,9 +82,19 @@ def render_markdown(report: Report, plots: tuple[str, ...] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_run(cfg: SimConfig, report: Report, events: list[dict], samples: list[tuple]) -> Path:
-    """Write the run directory and return its path."""
-    out = Path(cfg.run.output_dir) / report.run_name
+def run_dir(cfg: SimConfig, report: Report) -> Path:
+    """Where a run's directory goes: ``<run.output_dir>/<run name>``."""
+    return Path(cfg.run.output_dir) / report.run_name
+
+
+def write_run(cfg: SimConfig, report: Report, events: list[dict], samples: list[tuple],
+              out: Path | None = None) -> Path:
+    """Write the run's files into ``out`` (default `run_dir`) and return it.
+
+    The CLI passes a staged directory (`simrl.atomic.staged_dir`) that replaces the run directory
+    whole once the plots are written too.
+    """
+    out = run_dir(cfg, report) if out is None else Path(out)
     atomic_write(out / "config.yaml", to_yaml(cfg))
     if cfg.run.telemetry:
         atomic_write(out / "telemetry.jsonl", telemetry_lines(events, samples))

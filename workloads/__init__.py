@@ -3,7 +3,7 @@
 Imports nothing else of the repository. `workloads.types` holds the array types;
 `generate(name, groups, seed, group_size=None, **knobs)` draws a registered synthetic workload,
 `workloads.trace` reads and writes the JSONL trace format, `workloads.splitwise` imports real
-request traces and `workloads.cli` is the `srl-workload` command.
+request traces; the `srl-workload` command is `simrl.cli.workload` (the CLI layer).
 """
 
 from workloads.registry import generate, generator_names, generator_spec

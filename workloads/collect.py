@@ -21,8 +21,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from workloads import strictio
 from workloads.trace import TraceError
-from workloads.trace_parse import json_lines
+from workloads.trace_parse import MAX_LATENCY_S, MAX_TOKENS, json_lines
 from workloads.types import CallSpec, GroupSpec, TrajectorySpec, Workload, build_workload
 
 
@@ -36,15 +37,16 @@ def _dig(rec: dict, *paths: tuple[str, ...]) -> dict:
     return {}
 
 
-def _number(path, line, field, value, integer: bool, minimum: float, required: bool = True):
+def _number(path, line, field, value, integer: bool, minimum: float, required: bool = True,
+            maximum: float = MAX_TOKENS):
     if value is None:
         if required:
             raise TraceError(path, line, field, "missing")
         return None
-    if isinstance(value, str):
+    if isinstance(value, str):  # OpenAI metadata values are strings
         try:
-            value = float(value)
-        except ValueError:
+            value = int(value) if integer and value.strip().lstrip("-").isdigit() else float(value)
+        except (ValueError, OverflowError):
             raise TraceError(path, line, field, f"expected a number, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise TraceError(path, line, field, f"expected a finite number, got {value!r}")
@@ -52,6 +54,10 @@ def _number(path, line, field, value, integer: bool, minimum: float, required: b
         raise TraceError(path, line, field, f"expected an integer, got {value!r}")
     if value < minimum:
         raise TraceError(path, line, field, f"expected a value >= {minimum}, got {value!r}")
+    if integer and not isinstance(value, int):
+        raise TraceError(path, line, field, f"expected an integer, got {value!r} (a float is never truncated)")
+    if value > maximum:
+        raise TraceError(path, line, field, f"expected a value <= {maximum:g}, got {value!r}")
     return int(value) if integer else float(value)
 
 
@@ -60,7 +66,16 @@ def _ident(path, line, field, value):
         raise TraceError(path, line, field, "missing (needed to place the call in its group)")
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise TraceError(path, line, field, f"expected an integer or string id, got {value!r}")
+    if isinstance(value, str) and (not value.strip() or len(value) > 256):
+        raise TraceError(path, line, field, f"expected a non-empty id of at most 256 characters, got {value[:40]!r}")
     return value
+
+
+# Shape (a): the fields read, and the other fields the harness's turns.jsonl carries (kept, unused).
+TURN_FIELDS = ("group", "trajectory", "sample", "turn", "prompt_tokens", "completion_tokens", "new_tokens",
+               "tool_latency_s", "reward", "cache_salted", "shared_prompt_tokens")
+HARNESS_TURN_FIELDS = ("forced_tokens", "finish_reason", "arrival", "first_token", "finish",
+                       "policy_version_start", "policy_version_end")
 
 
 def normalise_record(path, line: int, rec) -> dict:
@@ -69,6 +84,11 @@ def normalise_record(path, line: int, rec) -> dict:
         raise TraceError(path, line, None, "expected a JSON object")
     usage = _dig(rec, ("usage",), ("response", "usage"))
     meta = _dig(rec, ("metadata",), ("request", "metadata"))
+    if not usage:
+        try:
+            strictio.check_fields(rec, TURN_FIELDS + HARNESS_TURN_FIELDS)
+        except strictio.StrictInputError as exc:
+            raise TraceError(path, line, exc.field, exc.message + " (or an OpenAI log with 'usage')") from None
     src = {**meta, **usage} if usage else rec
     traj = src.get("trajectory", src.get("sample"))
     salted = src.get("cache_salted")
@@ -80,13 +100,14 @@ def normalise_record(path, line: int, rec) -> dict:
         "line": line,
         "group": _ident(path, line, "group", src.get("group")),
         "trajectory": _ident(path, line, "trajectory", traj),
-        "turn": _number(path, line, "turn", src.get("turn"), True, 0),
+        "turn": _number(path, line, "turn", src.get("turn"), True, 0, maximum=strictio.INT_MAX),
         "prompt_tokens": _number(path, line, "prompt_tokens", src.get("prompt_tokens"), True, 1),
         "completion_tokens": _number(path, line, "completion_tokens", src.get("completion_tokens"), True, 1),
         "new_tokens": _number(path, line, "new_tokens", src.get("new_tokens"), True, 0, required=False),
         "tool_latency_s": _number(path, line, "tool_latency_s", src.get("tool_latency_s"), False, 0,
-                                  required=False) or 0.0,
-        "reward": _number(path, line, "reward", src.get("reward"), False, -math.inf, required=False),
+                                  required=False, maximum=MAX_LATENCY_S) or 0.0,
+        "reward": _number(path, line, "reward", src.get("reward"), False, -math.inf, required=False,
+                          maximum=math.inf),
         "shared_prompt_tokens": _number(path, line, "shared_prompt_tokens", src.get("shared_prompt_tokens"),
                                         True, 0, required=False),
         "cache_salted": salted,
@@ -100,12 +121,22 @@ def _order(ids) -> list:
     return sorted(ids, key=(lambda i: int(i)) if numeric else str)
 
 
-def _trajectory(index: int, calls: list[dict]) -> TrajectorySpec:
+def _trajectory(index: int, calls: list[dict], base: int) -> TrajectorySpec:
     calls = sorted(calls, key=lambda c: c["turn"])
     out, prev = [], None
+    if calls[0]["turn"] != base:
+        c = calls[0]
+        raise TraceError(c["path"], c["line"], "turn", f"trajectory {c['trajectory']!r} of group {c['group']!r} "
+                                                       f"starts at turn {c['turn']}; turn {base} is missing "
+                                                       f"(other trajectories start at {base})")
     for c in calls:
         if prev is not None and c["turn"] == prev["turn"]:
             raise TraceError(c["path"], c["line"], "turn", f"duplicate turn {c['turn']} (also line {prev['line']})")
+        if prev is not None and c["turn"] != prev["turn"] + 1:
+            missing = prev["turn"] + 1
+            raise TraceError(c["path"], c["line"], "turn", f"turn {missing} of trajectory {c['trajectory']!r} in "
+                                                           f"group {c['group']!r} is missing (turns {prev['turn']} "
+                                                           f"and {c['turn']} are present); a lost log line?")
         if prev is None:
             derived = c["prompt_tokens"]
         else:
@@ -136,10 +167,15 @@ def collect(paths, name: str = "collected", seed: int = 0) -> Workload:
     if not by_group:
         raise TraceError(", ".join(map(str, paths)), 0, None, "no call records found")
     groups, t = [], 0
+    base = min(c["turn"] for g in by_group.values() for calls in g.values() for c in calls)
+    if base > 1:
+        c = min((c for g in by_group.values() for calls in g.values() for c in calls), key=lambda c: c["turn"])
+        raise TraceError(c["path"], c["line"], "turn", f"the first turn in the logs is {base}; turns count from 0 "
+                                                       f"(or 1), so the earlier turns are missing")
     for gi, gid in enumerate(_order(by_group)):
         trajs = []
         for tid in _order(by_group[gid]):
-            trajs.append(_trajectory(t, by_group[gid][tid]))
+            trajs.append(_trajectory(t, by_group[gid][tid], base))
             t += 1
         calls = [c for tid in by_group[gid] for c in by_group[gid][tid]]
         firsts = {tr.calls[0].prompt_tokens for tr in trajs}

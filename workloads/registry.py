@@ -17,8 +17,11 @@ from typing import Any
 import attrs
 import numpy as np
 
+from workloads.strictio import did_you_mean
 from workloads.types import Workload
 
+MAX_TRAJECTORIES = 50_000_000
+PROBE_GROUPS = 16
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -58,7 +61,8 @@ def generator_spec(name: str) -> GeneratorSpec:
     """The registered spec for ``name``; ValueError listing the valid names otherwise."""
     specs = _specs()
     if name not in specs:
-        raise ValueError(f"unknown workload generator {name!r}; valid: {', '.join(sorted(specs))}")
+        raise ValueError(f"unknown workload generator {name!r}{did_you_mean(str(name), specs)}; "
+                         f"valid: {', '.join(sorted(specs))}")
     return specs[name]
 
 
@@ -107,8 +111,8 @@ def resolve_knobs(spec: GeneratorSpec, knobs: dict[str, Any]) -> dict[str, Any]:
     """Defaults overlaid with ``knobs``; unknown keys rejected with the valid ones listed."""
     unknown = sorted(set(knobs) - set(spec.knobs))
     if unknown:
-        raise ValueError(f"{spec.name}: unknown knob(s) {', '.join(unknown)}; valid: "
-                         f"{', '.join(sorted(spec.knobs)) or '(none)'}")
+        raise ValueError(f"{spec.name}: unknown knob(s) {', '.join(unknown)}"
+                         f"{did_you_mean(unknown[0], spec.knobs)}; valid: {', '.join(sorted(spec.knobs)) or '(none)'}")
     out = {k: (list(v) if isinstance(v, list) else v) for k, v in spec.knobs.items()}
     for key, value in knobs.items():
         out[key] = coerce_knob(spec.name, key, value, spec.knobs[key])
@@ -128,6 +132,14 @@ def generate(name: str, groups: int, seed: int, group_size: int | None = None, *
     size = _count_arg(name, "group_size", spec.default_group_size if group_size is None else group_size,
                       spec.min_group_size)
     resolved = resolve_knobs(spec, knobs)
+    if groups * size > MAX_TRAJECTORIES:
+        raise ValueError(f"{name}: {groups} groups x {size} trajectories = {groups * size} trajectories exceeds "
+                         f"the {MAX_TRAJECTORIES} a trace can hold in memory; draw fewer groups")
+    if groups > PROBE_GROUPS:
+        # Cheap validation first: group g does not depend on `groups`, so a request that cannot be
+        # drawn (knobs that contradict each other, a max_model_len below every prompt) fails on
+        # these first groups in milliseconds instead of after drawing every sample.
+        spec.build(PROBE_GROUPS, seed, size, resolved)
     return spec.build(groups, seed, size, resolved)
 
 

@@ -12,38 +12,65 @@ inside every group of two or more.
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import numpy as np
 
+from workloads import strictio
 from workloads.sampling import Streams
 from workloads.shapes import assemble, synthetic_rewards
 from workloads.types import Workload
 
 COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+MAX_TOKENS = 2**31 - 1
 
 
 def _read_rows(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(prefill, decode) int64 arrays; ValueError naming file, line and column on a bad row."""
+    """(prefill, decode) int64 arrays; ValueError naming file, line and column on a bad row.
+
+    Strict: UTF-8 text, exactly the three columns, whole numbers written as integers (``12.0``
+    and ``1e3`` are refused: a token count is never fractional), at most 2**31 tokens a request.
+    """
+    def fail(line: int, field: str | None, msg: str) -> ValueError:
+        return ValueError(f"{path}{':' + str(line) if line else ''}: {field + ': ' if field else ''}{msg}")
+
+    text = strictio.read_text(path, fail)
     prefill, decode = [], []
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
+    reader = csv.reader(text)
+    try:
         head = next(reader, None)
-        if head is None or tuple(h.strip() for h in head[:3]) != COLUMNS:
-            raise ValueError(f"{path}:1: expected header {','.join(COLUMNS)}, got {head!r}")
+        if head is None:
+            raise fail(1, None, f"empty file; expected the header {','.join(COLUMNS)}")
+        head = [h.strip() for h in head]
+        if tuple(head) != COLUMNS:
+            unknown = [h for h in head if h not in COLUMNS]
+            hint = strictio.did_you_mean(unknown[0], COLUMNS) if unknown else ""
+            raise fail(1, None, f"expected header {','.join(COLUMNS)}, got {','.join(head)}"
+                                f"{'; unknown column ' + repr(unknown[0]) + hint if unknown else ''}")
         for row in reader:
-            if not row:
+            if not row or not "".join(row).strip():
                 continue
             line = reader.line_num
+            if len(row) != len(COLUMNS):
+                raise fail(line, None, f"expected {len(COLUMNS)} columns ({','.join(COLUMNS)}), got {len(row)}")
+            try:
+                arrived = float(row[0])
+            except ValueError:
+                arrived = math.nan
+            if not math.isfinite(arrived):
+                raise fail(line, COLUMNS[0], f"expected a finite number of seconds, got {row[0]!r}")
             for col, out in ((1, prefill), (2, decode)):
-                try:
-                    value = float(row[col])
-                except (IndexError, ValueError):
-                    raise ValueError(f"{path}:{line}: {COLUMNS[col]}: expected an integer, got "
-                                     f"{row[col] if col < len(row) else 'nothing'!r}") from None
-                if not value.is_integer() or value < 1:
-                    raise ValueError(f"{path}:{line}: {COLUMNS[col]}: expected an integer >= 1, got {row[col]!r}")
-                out.append(int(value))
+                cell = row[col].strip()
+                if not cell.isdigit() or not cell.isascii():
+                    raise fail(line, COLUMNS[col], f"expected an integer >= 1, got {row[col]!r}")
+                if len(cell) > 10 or int(cell) > MAX_TOKENS:
+                    raise fail(line, COLUMNS[col], f"expected at most {MAX_TOKENS} tokens, got {cell}")
+                if int(cell) < 1:
+                    raise fail(line, COLUMNS[col], f"expected an integer >= 1, got {row[col]!r}")
+                out.append(int(cell))
+    except csv.Error as exc:
+        raise fail(reader.line_num, None, f"not valid CSV ({exc})") from None
     return np.asarray(prefill, np.int64), np.asarray(decode, np.int64)
 
 
@@ -55,8 +82,10 @@ def import_splitwise(csv_path, group_size: int = 1, seed: int = 0, max_groups: i
     the other completions to ``max_model_len - prompt``. ``max_groups`` keeps the first groups.
     """
     path = Path(csv_path)
-    if group_size < 1:
-        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    for key, value, low in (("group_size", group_size, 1), ("max_groups", max_groups, 1),
+                            ("max_model_len", max_model_len, 2), ("seed", seed, 0)):
+        if value is not None and (type(value) is not int or not low <= value <= strictio.INT_MAX):
+            raise ValueError(f"{key} must be an integer >= {low}, got {value!r}")
     prefill, decode = _read_rows(path)
     rows = len(prefill)
     if max_model_len is not None:

@@ -8,13 +8,18 @@ call, so every `TraceError` names the file, line and field and says what was exp
 
 from __future__ import annotations
 
-import json
 from itertools import accumulate, chain
 
 import numpy as np
 
+from workloads import strictio
+
 TRACE_SCHEMA = "simrl.trace.v1"
 CALL_LISTS = ("prompt_tokens", "new_tokens", "completion_tokens", "tool_latency_s", "cache_salted")
+# Bounds far beyond any real call, so that sums of tokens can never overflow int64 and a typo
+# (an extra digit group) is an error rather than a run that never ends.
+MAX_TOKENS = 2**40
+MAX_LATENCY_S = 1e9
 
 
 class TraceError(ValueError):
@@ -29,21 +34,23 @@ class TraceError(ValueError):
 def json_lines(path):
     """Yield ``(line_number, record)`` for every non-blank line of a JSONL file.
 
-    A file that cannot be opened or a line that is not JSON raises `TraceError` naming the file
-    and line.
+    Decoding is strict (`workloads.strictio`): a file that cannot be opened, bytes that are not
+    UTF-8, a line that is not JSON, a duplicate key, NaN/Infinity or an integer outside 64 bits
+    raise `TraceError` naming the file and line.
     """
+    return strictio.json_lines(path, lambda line, field, msg: TraceError(path, line, field, msg))
+
+
+HEADER_FIELDS = ("schema", "name", "seed", "groups", "group_size", "max_model_len", "knobs", "schedule_sha256")
+GROUP_FIELDS = ("group", "shared_prompt_tokens", "trajectories")
+TRAJECTORY_FIELDS = ("reward", *CALL_LISTS)
+
+
+def _check_fields(path, line: int, rec: dict, known, prefix: str = "") -> None:
     try:
-        fh = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise TraceError(path, 0, None, f"cannot open: {exc.strerror or exc}") from exc
-    with fh:
-        for line, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            try:
-                yield line, json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TraceError(path, line, None, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        strictio.check_fields(rec, known, prefix)
+    except strictio.StrictInputError as exc:
+        raise TraceError(path, line, exc.field, exc.message) from None
 
 
 class Gathered:
@@ -62,6 +69,7 @@ class Gathered:
 def parse_header(path, line: int, rec: dict) -> dict:
     if rec.get("schema") != TRACE_SCHEMA:
         raise TraceError(path, line, "schema", f"expected {TRACE_SCHEMA!r}, got {rec.get('schema')!r}")
+    _check_fields(path, line, rec, HEADER_FIELDS)
     for key, kind in (("name", str), ("seed", int), ("groups", int), ("group_size", int),
                       ("max_model_len", int), ("knobs", dict), ("schedule_sha256", str)):
         v = rec.get(key)
@@ -70,11 +78,16 @@ def parse_header(path, line: int, rec: dict) -> dict:
     return rec
 
 
+_GROUP_SET, _TRAJECTORY_SET = frozenset(GROUP_FIELDS), frozenset(TRAJECTORY_FIELDS)
+
+
 def gather_group(path, line: int, rec, flat: Gathered, header: dict) -> None:
     if not isinstance(rec, dict):
         raise TraceError(path, line, None, f"expected a JSON object (one group), got {type(rec).__name__}")
+    if not rec.keys() <= _GROUP_SET:
+        _check_fields(path, line, rec, GROUP_FIELDS)
     g = len(flat.shared)
-    if "group" in rec and rec["group"] != g:
+    if "group" in rec and (type(rec["group"]) is not int or rec["group"] != g):
         raise TraceError(path, line, "group", f"expected group index {g} (groups are numbered in order), "
                                               f"got {rec['group']!r}")
     trajs = rec.get("trajectories")
@@ -87,6 +100,14 @@ def gather_group(path, line: int, rec, flat: Gathered, header: dict) -> None:
     if size is not None and len(trajs) != size:
         raise TraceError(path, line, "trajectories",
                          f"header declares group_size={size}, this group has {len(trajs)} trajectories")
+    try:
+        keys = set().union(*map(dict.keys, trajs))
+    except TypeError:  # a trajectory that is not an object: diagnosed below
+        keys = set().union(*(t.keys() for t in trajs if type(t) is dict))
+    if not keys <= _TRAJECTORY_SET:
+        for k, t in enumerate(trajs):
+            if type(t) is dict:
+                _check_fields(path, line, t, TRAJECTORY_FIELDS, f"trajectories[{k}].")
     flat.shared.append(rec.get("shared_prompt_tokens", 0))
     flat.group_line.append(line)
     if not _gather_fast(trajs, flat):
@@ -224,7 +245,10 @@ def check_values(path, flat: Gathered, max_model_len: int | None) -> dict:
     bad(prompt < 1, "prompt_tokens", "an integer >= 1", prompt)
     bad(comp < 1, "completion_tokens", "an integer >= 1", comp)
     bad(has_new & (new < 0), "new_tokens", "an integer >= 0", new)
+    for key, col in (("prompt_tokens", prompt), ("completion_tokens", comp), ("new_tokens", new)):
+        bad(col > MAX_TOKENS, key, f"at most 2**40 = {MAX_TOKENS} tokens", col)
     bad(~np.isfinite(lat) | (lat < 0), "tool_latency_s", "finite seconds >= 0", lat)
+    bad(lat > MAX_LATENCY_S, "tool_latency_s", f"at most {MAX_LATENCY_S:g} seconds", lat)
     bad(~np.isfinite(reward), "reward", "a finite number", reward, per_call=False)
     first = np.zeros(len(prompt), bool)
     first[np.asarray(flat.traj_start[:-1], np.int64)] = True
@@ -244,7 +268,7 @@ def check_values(path, flat: Gathered, max_model_len: int | None) -> dict:
 
 def check_shared(path, flat: Gathered, prompt: np.ndarray) -> np.ndarray:
     for g, v in enumerate(flat.shared):
-        if type(v) is not int or v < 0:
+        if type(v) is not int or not 0 <= v <= MAX_TOKENS:
             raise TraceError(path, flat.group_line[g], "shared_prompt_tokens", f"expected an integer >= 0, got {v!r}")
     shared = np.asarray(flat.shared, np.int64)
     gs = np.asarray(flat.group_start, np.int64)

@@ -3,6 +3,9 @@
 `RunContext` is plain data (it round-trips through JSON so the native/container worker gets the
 same context as an in-process driver). `EvidenceSink` appends one fsynced JSONL line per update
 (``updates.jsonl``) and per model call (``turns.jsonl``); the fields are the bench contract's.
+Every line carries the run id, the lease id and its sequence number in its file, so evidence
+copied from another run, replayed or duplicated is caught by validation; the controller records
+the sha256 of each file in the manifest when the backend is done.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ class RunContext:
     python: str | None = None
     skyrl_source: str | None = None
     hf_cache: str | None = None
+    lease_id: str | None = None
+    model_path: str | None = None  # run-local symlink to the model snapshot at the pinned revision
 
     def to_dict(self) -> dict:
         return attrs.asdict(self)
@@ -56,45 +61,58 @@ class BackendOutcome:
     backend_version: str
     autotuner: dict | None = None  # ART only: {"mode", "healthy", "detail"}
     notes: tuple[str, ...] = ()
+    clock: dict | None = None  # {"kind": "monotonic", "origin_unix": t0} or {"kind": "simulated", "end_s": T}
 
     def to_dict(self) -> dict:
         return attrs.asdict(self)
 
 
 class EvidenceSink:
-    """Appends update and call evidence to ``run_dir``; also logs a line per update."""
+    """Appends update and call evidence to ``run_dir``; also logs a line per update.
 
-    def __init__(self, run_dir: Path, log=None) -> None:
-        self.updates = JsonlWriter(Path(run_dir) / "updates.jsonl")
-        self.turns = JsonlWriter(Path(run_dir) / "turns.jsonl")
+    ``rank_intervals_native`` on an update says whether its per-rank intervals are the backend's
+    own per-rank stamps; only then do trainer rates enter the headline.
+    """
+
+    def __init__(self, run_dir: Path, log=None, *, run_id: str, lease_id: str | None, durable: bool = True) -> None:
+        self.updates = JsonlWriter(Path(run_dir) / "updates.jsonl", fsync_each=durable)
+        self.turns = JsonlWriter(Path(run_dir) / "turns.jsonl", fsync_each=durable)
         self.log = log or (lambda msg: None)
+        self.run_id, self.lease_id = run_id, lease_id
+        self._seq = {"updates": 0, "turns": 0}
+
+    def _stamp(self, kind: str, record: dict) -> dict:
+        record.update(run_id=self.run_id, lease_id=self.lease_id, seq=self._seq[kind], wall_time_unix=time.time())
+        self._seq[kind] += 1
+        return record
 
     def update(self, *, k: int, d_k: float, c_k: float, train_end: float, publish_end: float,
                policy_version: int, groups: int, trajectories: int, tokens: int, group_ids: list[int],
-               rank_intervals: dict[str, list[list[float]]], staleness: list[int],
+               rank_intervals: dict[str, list[list[float]]], rank_intervals_native: bool, staleness: list[int],
                discards: dict[str, int] | None = None, native: dict[str, Any] | None = None,
                eval_step: bool = False, checkpoint_step: bool = False) -> None:
-        self.updates.append({
+        self.updates.append(self._stamp("updates", {
             "k": k, "d_k": d_k, "c_k": c_k, "train_end": train_end, "publish_end": publish_end,
             "policy_version": policy_version, "groups": groups, "trajectories": trajectories,
             "tokens": tokens, "group_ids": list(group_ids),
             "rank_intervals": {str(r): [list(map(float, iv)) for iv in ivs] for r, ivs in rank_intervals.items()},
+            "rank_intervals_native": bool(rank_intervals_native),
             "staleness": list(staleness), "discards": dict(discards or {"stale": 0, "zero_variance": 0}),
             "eval": eval_step, "checkpoint": checkpoint_step, "native": dict(native or {}),
-            "wall_time_unix": time.time(),
-        })
+        }))
         self.log(f"update {k}: c_k={c_k:.3f} groups={groups} trajectories={trajectories} tokens={tokens}")
 
     def turn(self, *, group: int, trajectory: int, turn: int, forced_tokens: int, completion_tokens: int,
-             finish_reason: str, prompt_tokens: int, arrival: float, first_token: float | None,
-             finish: float | None, policy_version_start: int | None = None,
+             finish_reason: str | None, prompt_tokens: int, scheduled_prompt_tokens: int, arrival: float,
+             first_token: float | None, finish: float | None, policy_version_start: int | None = None,
              policy_version_end: int | None = None) -> None:
-        self.turns.append({
+        self.turns.append(self._stamp("turns", {
             "group": group, "trajectory": trajectory, "turn": turn, "forced_tokens": forced_tokens,
             "completion_tokens": completion_tokens, "finish_reason": finish_reason,
-            "prompt_tokens": prompt_tokens, "arrival": arrival, "first_token": first_token, "finish": finish,
+            "prompt_tokens": prompt_tokens, "scheduled_prompt_tokens": scheduled_prompt_tokens,
+            "arrival": arrival, "first_token": first_token, "finish": finish,
             "policy_version_start": policy_version_start, "policy_version_end": policy_version_end,
-        })
+        }))
 
     def close(self) -> None:
         self.updates.close()

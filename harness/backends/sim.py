@@ -2,8 +2,10 @@
 
 Maps the backend's settings onto the simulator preset of the same name (``policy=skyrl`` or
 ``policy=art`` with their knob names), simulates the run's own workload for twenty updates, and
-writes the same evidence a real run writes, with simulated seconds as timestamps. The simulated
-trainer is one unit, so both trainer ranks get its [train_start, train_end) interval. Which groups
+writes the same evidence a real run writes, with simulated seconds as timestamps (clock
+``simulated``). The simulated trainer is one unit, so both trainer ranks get its
+[train_start, train_end) interval, marked not native: the trainer rates stay out of the
+headline. Which groups
 an update trained comes from the simulator's step records (the workload group each trained
 group sampled).
 """
@@ -49,21 +51,36 @@ def run(ctx: RunContext, sink: EvidenceSink, log) -> BackendOutcome:
     report = simrl.simulate(cfg, workload=w)
     if report.diagnosis:
         log(f"simulator stopped early: {report.diagnosis}")
+    wrapped = sorted({c.gid for c in report.calls if c.gid >= w.n_groups})
+    if wrapped:  # the simulator re-samples the schedule from the start once it runs out
+        raise BenchError(f"sim runtime: the run sampled {len(wrapped)} group(s) beyond the {w.n_groups}-group "
+                         "schedule (pins.groups_needed is too small for this pipeline)")
     for c in report.calls:
-        sink.turn(group=c.gid, trajectory=c.tid, turn=c.turn, forced_tokens=int(w.call_completion_tokens[
-            w.traj_calls(c.tid)[c.turn]]), completion_tokens=c.generated_tokens, finish_reason=c.finish_reason,
-            prompt_tokens=c.prompt_tokens, arrival=c.arrival, first_token=c.first_token, finish=c.finish,
-            policy_version_start=c.version_start, policy_version_end=c.version_end)
+        call = w.traj_calls(c.tid)[c.turn]
+        finished = c.finish is not None
+        sink.turn(group=c.gid, trajectory=c.tid, turn=c.turn, forced_tokens=int(w.call_completion_tokens[call]),
+                  completion_tokens=c.generated_tokens, finish_reason=c.finish_reason if finished else None,
+                  prompt_tokens=c.prompt_tokens, scheduled_prompt_tokens=int(w.call_prompt_tokens[call]),
+                  arrival=c.arrival, first_token=c.first_token, finish=c.finish,
+                  policy_version_start=c.version_start, policy_version_end=c.version_end)
     for st in report.steps:
         iv = [[st.train_start, st.train_end]]
         sink.update(k=st.step, d_k=st.batch_ready, c_k=st.publish_end, train_end=st.train_end,
                     publish_end=st.publish_end, policy_version=st.step, groups=st.groups,
                     trajectories=st.trajectories, tokens=st.trained_completion_tokens, group_ids=list(st.prompts),
                     rank_intervals={str(r): iv for r in range(int(ctx.settings["trainer_ranks"]))},
-                    staleness=list(st.staleness),
+                    rank_intervals_native=False, staleness=list(st.staleness),
                     native={"wait_start": st.wait_start, "train_start": st.train_start,
                             "trained_prompt_tokens": st.trained_prompt_tokens, "offload_s": st.offload_s})
     return BackendOutcome(exit_code=0 if not report.diagnosis else 1, backend_version=f"simrl {simrl.__version__}",
                           native_config={"simrl_overrides": overrides(ctx), "policy": str(cfg.policy),
                                          "rank_interval_source": "simulated train interval (both ranks)"},
-                          notes=tuple(f"{d}" for d in report.domain_warnings[:5]))
+                          notes=tuple(f"{d}" for d in report.domain_warnings[:5]),
+                          clock={"kind": "simulated", "end_s": _horizon(report)})
+
+
+def _horizon(report) -> float:
+    """The simulated run's end: its last publication or its last call event, whichever is later."""
+    times = [st.publish_end for st in report.steps]
+    times += [t for c in report.calls for t in (c.arrival, c.first_token, c.finish) if t is not None]
+    return max(times, default=0.0)

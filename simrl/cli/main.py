@@ -1,18 +1,32 @@
 """`srl`: run a simulation (the default command), step through one, list presets.
 
-Commands parse, call the domain, render. User errors leave through `abort()`.
+Commands parse, call the domain, render. User errors leave through `simrl.cli.app.abort`
+(re-exported here for older callers).
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
-import warnings
 
 import click
 
-from simrl.config import ConfigError, load_config, unstructure
+from simrl.cli.app import (
+    EXIT_IMPOSSIBLE,
+    AppGroup,
+    abort,
+    check_output_dir,
+    common_options,
+    debug,
+    info,
+    json_option,
+    to_json,
+    user_error_types,
+    user_errors,
+    warn,
+)
+from simrl.config import load_config, unstructure
+from simrl.strictio import did_you_mean
 
 EXAMPLES = """\b
 Examples:
@@ -25,38 +39,12 @@ Examples:
 """
 
 
-def abort(message: str, code: int = 2):
-    click.secho(f"error: {message}", fg="red", err=True)
-    raise SystemExit(code)
-
-
 def _user_errors():
-    from simrl.cost.base import CostModelError, OutOfDomainError
-    from simrl.engine.core import SimulationError
-
-    return (ConfigError, SimulationError, CostModelError, OutOfDomainError)
+    """The domain's user-error classes (kept for callers of the old name; see `simrl.cli.app`)."""
+    return user_error_types()
 
 
-@contextlib.contextmanager
-def one_line_cost_warnings():
-    """Print cost-model warnings (GPU of a fit, validity domain) as ``warning: ...`` on stderr,
-    without Python's source line; other warnings keep the default format."""
-    from simrl.cost.base import CostModelWarning
-
-    with warnings.catch_warnings():
-        default = warnings.showwarning
-
-        def show(message, category, filename, lineno, file=None, line=None):
-            if issubclass(category, CostModelWarning):
-                click.secho(f"warning: {message}", fg="yellow", err=True)
-            else:
-                default(message, category, filename, lineno, file, line)
-
-        warnings.showwarning = show
-        yield
-
-
-class DefaultRunGroup(click.Group):
+class DefaultRunGroup(AppGroup):
     """A group whose bare invocation, or invocation with overrides, means `run`."""
 
     def parse_args(self, ctx, args):
@@ -73,39 +61,70 @@ def cli():
     """
 
 
+def load(config_path, overrides, output_dir=None):
+    """The configuration from the command line; `-o DIR` sets run.output_dir."""
+    import attrs
+
+    cfg = load_config(config_path, overrides)
+    if output_dir is not None:
+        cfg = attrs.evolve(cfg, run=attrs.evolve(cfg.run, output_dir=str(output_dir)))
+    return cfg
+
+
 @cli.command("run", epilog=EXAMPLES)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML configuration file.")
-@click.option("--quiet", is_flag=True, help="Print only the run directory.")
+@click.option("-o", "--output", "output_dir", type=click.Path(file_okay=False),
+              help="Directory the run directory goes into (sets run.output_dir).")
+@common_options
+@json_option
 @click.argument("overrides", nargs=-1)
-def run_cmd(config_path, quiet, overrides):
-    """Run one simulation and write outputs/<run-name>/."""
-    from simrl.engine.sim import build_simulation, summarise
-    from simrl.output import write_run
+def run_cmd(config_path, output_dir, as_json, overrides):
+    """Run one simulation and write <run.output_dir>/<run-name>/.
 
-    with one_line_cost_warnings():
-        try:
-            cfg = load_config(config_path, overrides)
-            t0 = time.perf_counter()
-            sim = build_simulation(cfg)
-            sim.run()
-            report = summarise(sim)
-            wall = time.perf_counter() - t0
-        except _user_errors() as exc:
-            abort(str(exc))
-    out = write_run(cfg, report, sim.events, sim.samples)
-    if cfg.run.plots:
-        try:
-            from simrl.plots import write_plots
-        except ImportError:
-            write_plots = None
-        if write_plots is not None:
-            write_plots(out, report, sim.events, sim.samples)
-    if not quiet:
-        click.echo(render_summary(report, wall))
-    click.echo(f"run directory: {out}")
+    The run directory is built beside its final place and renamed in when complete: a rerun
+    replaces the previous run's directory whole.
+    """
+    from simrl.atomic import staged_dir
+    from simrl.engine.sim import build_simulation, summarise
+    from simrl.output import run_dir, write_run
+
+    t0 = time.perf_counter()
+    phases = {}
+    with user_errors():
+        cfg = load(config_path, overrides, output_dir)
+        check_output_dir(cfg.run.output_dir, "run.output_dir (-o/--output)")
+        phases["configure"] = time.perf_counter() - t0
+        sim = build_simulation(cfg)
+        sim.run()
+        report = summarise(sim)
+        phases["simulate"] = time.perf_counter() - t0 - sum(phases.values())
+        out = run_dir(cfg, report)
+        with staged_dir(out) as tmp:
+            write_run(cfg, report, sim.events, sim.samples, out=tmp)
+            phases["write"] = time.perf_counter() - t0 - sum(phases.values())
+            if cfg.run.plots:
+                _write_plots(tmp, report, sim)
+                phases["plots"] = time.perf_counter() - t0 - sum(phases.values())
+    wall = time.perf_counter() - t0
+    debug("phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
+    if as_json:
+        click.echo(to_json({"run_dir": str(out), "totals": report.totals, "diagnosis": report.diagnosis,
+                            "wall_s": round(wall, 3), "phases_s": {k: round(v, 3) for k, v in phases.items()}}))
+    else:
+        info(render_summary(report, wall))
+        click.echo(f"run directory: {out}")
     if report.diagnosis:
-        click.secho("the run stopped early:\n" + report.diagnosis, fg="yellow", err=True)
-        raise SystemExit(3)
+        warn("the run stopped early:\n" + report.diagnosis)
+        raise SystemExit(EXIT_IMPOSSIBLE)
+
+
+def _write_plots(out, report, sim) -> None:
+    try:
+        from simrl.plots import write_plots
+    except ImportError as exc:
+        warn(f"plots skipped ({exc}); install the plot dependencies: pip install altair vl-convert-python")
+        return
+    write_plots(out, report, sim.events, sim.samples)
 
 
 def render_summary(report, wall_s: float) -> str:
@@ -123,7 +142,7 @@ def render_summary(report, wall_s: float) -> str:
         ("re-prefilled tokens", f"{t['tokens_reprefilled']}"),
         ("rollout busy / trainer busy", f"{t['rollout_busy_fraction']:.2f} / {t['trainer_busy_fraction']:.2f}"),
         ("preemptions / aborts", f"{t['preemptions']} / {t['aborts']}"),
-        ("wall time", f"{wall_s:.2f} s"),
+        ("wall time (whole command)", f"{wall_s:.2f} s"),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
@@ -132,23 +151,33 @@ def render_summary(report, wall_s: float) -> str:
 @cli.command("presets")
 @click.argument("action", required=False, type=click.Choice(["show"]))
 @click.argument("name", required=False)
-def presets_cmd(action, name):
+@common_options
+@json_option
+def presets_cmd(action, name, as_json):
     """List the policies (built-ins and system presets); `srl presets show NAME` for one."""
+
     import attrs
 
     from simrl.policy.registry import policy_class, policy_kinds
 
     if action is None:
-        for kind in policy_kinds():
-            doc = _policy_doc(policy_class(kind))
-            click.echo(f"{kind:<16} {doc.splitlines()[0] if doc else ''}")
+        rows = {kind: (_policy_doc(policy_class(kind)).splitlines() or [""])[0] for kind in policy_kinds()}
+        if as_json:
+            click.echo(to_json(rows))
+            return
+        for kind, doc in rows.items():
+            click.echo(f"{kind:<16} {doc}")
         return
     if not name:
         abort("srl presets show NAME: name a policy (see `srl presets`)")
     try:
         cls = policy_class(name)
     except KeyError:
-        abort(f"unknown policy {name!r}; known: {', '.join(policy_kinds())}")
+        abort(f"unknown policy {name!r}{did_you_mean(name, policy_kinds())}; known: {', '.join(policy_kinds())}")
+    if as_json:
+        click.echo(to_json({"kind": name, "doc": _policy_doc(cls), "upstream": getattr(cls, "upstream", ""),
+                            "knobs": unstructure(load_config(overrides=[f"policy={name}"]))["policy"]}))
+        return
     click.echo(f"{name}: {_policy_doc(cls)}")
     if getattr(cls, "upstream", ""):
         click.echo(f"\nupstream: {cls.upstream}")
@@ -169,17 +198,21 @@ def unstructure_value(v):
 
 
 @cli.command("config")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False))
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML configuration file.")
+@common_options
+@json_option
 @click.argument("overrides", nargs=-1)
-def config_cmd(config_path, overrides):
-    """Print the resolved configuration as YAML."""
+def config_cmd(config_path, as_json, overrides):
+    """Print the resolved configuration (YAML, or JSON with --json); checks it without running."""
     import yaml
 
-    try:
+    with user_errors():
         cfg = load_config(config_path, overrides)
-    except ConfigError as exc:
-        abort(str(exc))
-    click.echo(yaml.safe_dump(unstructure(cfg), sort_keys=True), nl=False)
+    data = unstructure(cfg)
+    if as_json:
+        click.echo(to_json(data))
+    else:
+        click.echo(yaml.safe_dump(data, sort_keys=True), nl=False)
 
 
 def _register_step():
@@ -193,3 +226,6 @@ _register_step()
 
 def main(argv=None):
     cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="srl")
+
+
+__all__ = ["abort", "cli", "main", "render_summary"]

@@ -11,36 +11,52 @@ import time
 
 import click
 
-from simrl.cli.main import abort
+from simrl.cli.app import (
+    AppCommand,
+    check_output_file,
+    common_options,
+    info,
+    json_option,
+    to_json,
+    user_errors,
+)
 
 EXAMPLES = """\b
 Examples:
   srl-plot outputs/bounded_async-qwen3-8b-e6a30071
-  srl-plot outputs/my-run --export-realrun my-run.realrun.jsonl
+  srl-plot outputs/my-run -o my-run.realrun.jsonl     # also export the real-run format
 """
 
 
-@click.command(epilog=EXAMPLES)
-@click.argument("run_dir", type=click.Path())
-@click.option("--export-realrun", "export", type=click.Path(dir_okay=False),
-              help="Also write the run as a simrl.realrun.v1 JSONL file.")
-def cli(run_dir, export):
+@click.command(cls=AppCommand, epilog=EXAMPLES)
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("-o", "--output", "export", type=click.Path(dir_okay=False),
+              help="Also write the run as a simrl.realrun.v1 JSONL file here.")
+@click.option("--export-realrun", "export", type=click.Path(dir_okay=False), hidden=True)
+@common_options
+@json_option
+def cli(run_dir, export, as_json):
     """Re-render RUN_DIR/plots from report.json and telemetry.jsonl."""
     from simrl.plots.rundir import RunDirError, replot
-    from simrl.realrun import RealRunError, from_sim_run, write_realrun
+    from simrl.realrun import from_sim_run, write_realrun
 
     t0 = time.perf_counter()
-    try:
+    with user_errors(RunDirError):
+        if export:
+            check_output_file(export)
         paths = replot(run_dir)
         if export:
             write_realrun(export, from_sim_run(run_dir))
-    except (RunDirError, RealRunError) as exc:
-        abort(str(exc))
+    wall = time.perf_counter() - t0
+    if as_json:
+
+        click.echo(to_json({"files": [str(p) for p in paths], "realrun": export, "wall_s": round(wall, 3)}))
+        return
     for p in paths:
-        click.echo(str(p))
-    click.echo(f"{len(paths)} files in {time.perf_counter() - t0:.2f} s")
+        info(str(p))
+    info(f"{len(paths)} files in {wall:.2f} s")
     if export:
-        click.echo(f"real-run file: {export}")
+        info(f"real-run file: {export}")
 
 
 def main(argv=None):

@@ -11,19 +11,22 @@ import math
 
 import click
 
-from simrl.config import ConfigError, load_config
+from simrl.cli.app import common_options, user_errors
+from simrl.config import load_config
+from simrl.strictio import did_you_mean
 
 HELP = """commands:
-  s [N]        run N SimPy events (default 1) and print the telemetry they produced
-  t TIME       run until simulated time TIME (seconds)
-  k KIND       run until an event of KIND (call_admit, call_finish, group_done, batch_ready,
+  s [N]        step: run N SimPy events (default 1) and print the telemetry they produced
+  t TIME       until: run until simulated time TIME (seconds)
+  k KIND       kind: run until an event of KIND (call_admit, call_finish, group_done, batch_ready,
                train_start, train_end, publish_end, abort, preempt, pull_end, ...)
-  i N          print rollout instance N
-  q            print the router queue and every instance's waiting queue
-  b            print the trainer's buffer of finished groups
-  tr           print the trainer and policy state
+  i N          instance: print rollout instance N
+  qu           queues: print the router queue and every instance's waiting queue
+  b            buffer: print the trainer's buffer of finished groups
+  tr           trainer: print the trainer and policy state
   c            continue to the end of the run
-  h            this help;  x  exit"""
+  h, help, ?   this help
+  q, quit, x   quit (also exit, or end of input)"""
 
 
 def fmt_instance(sim, n: int) -> str:
@@ -93,7 +96,7 @@ def execute(sim, line: str, echo) -> bool:
         return True
     cmd, args = parts[0], parts[1:]
     try:
-        if cmd in ("x", "exit", "quit"):
+        if cmd in ("q", "quit", "x", "exit"):
             return False
         if cmd in ("h", "help", "?"):
             echo(HELP)
@@ -117,41 +120,39 @@ def execute(sim, line: str, echo) -> bool:
             new = run_until(sim, lambda evs: any(e["kind"] == kind for e in evs))
             hit = next((e for e in new if e["kind"] == kind), None)
             echo(f"t = {sim.env.now:.6f} s: " + (str(hit) if hit else f"no {kind} event before the end"))
-        elif cmd == "i":
+        elif cmd in ("i", "instance"):
             echo(fmt_instance(sim, int(args[0]) if args else 0))
-        elif cmd == "q":
+        elif cmd in ("qu", "queues"):
             echo(fmt_queues(sim))
-        elif cmd == "b":
+        elif cmd in ("b", "buffer"):
             echo(fmt_buffer(sim))
-        elif cmd == "tr":
+        elif cmd in ("tr", "trainer"):
             echo(fmt_trainer(sim))
-        elif cmd == "c":
+        elif cmd in ("c", "continue"):
             while sim.step():
                 pass
             echo(f"end: t = {sim.env.now:.6f} s, steps done {sim.st.steps_done}")
         else:
-            echo(f"unknown command {cmd!r}; h for help")
-    except (ValueError, IndexError) as exc:
-        echo(f"bad arguments for {cmd!r}: {exc}")
+            known = ("s", "step", "t", "until", "k", "kind", "i", "instance", "qu", "queues", "b", "buffer",
+                     "tr", "trainer", "c", "continue", "h", "help", "q", "quit", "x", "exit")
+            echo(f"unknown command {cmd!r}{did_you_mean(cmd, known)}; help for the commands")
+    except (ValueError, IndexError, OverflowError) as exc:
+        echo(f"bad arguments for {cmd!r}: {exc}; help for the commands")
     return True
 
 
-@click.command("step")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False))
+@click.command("step", epilog="\b\n" + HELP)
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML configuration file.")
 @click.option("--do", "script", help='Commands separated by ";", run without prompting.')
+@common_options
 @click.argument("overrides", nargs=-1)
 def step_cmd(config_path, script, overrides):
     """Step through a simulation event by event (SimPy step debugging)."""
-    from simrl.cli.main import _user_errors, abort
     from simrl.engine.sim import build_simulation
 
-    try:
+    with user_errors():
         cfg = load_config(config_path, overrides)
         sim = build_simulation(cfg)
-    except _user_errors() as exc:
-        abort(str(exc))
-    except ConfigError as exc:
-        abort(str(exc))
     sim.start()
     if script is not None:
         for line in script.split(";"):

@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from simrl.atomic import atomic_write
+from simrl.strictio import INT_MAX, INT_MIN, json_lines, unknown_field_message
 
 SCHEMA = "simrl.observation.v1"
 
@@ -46,19 +47,21 @@ KIND_QUANTITIES = {
     "weight_sync": ("time",),
 }
 
-_NUM = (int, float)
+_NUM = (int, float)  # a finite quantity >= 0 (bytes may be written as 1.6e10)
+_COUNT = "count"  # an integer >= 0 (tokens, batch sizes): a float is never truncated
+_DEGREE = "degree"  # an integer >= 1 (parallel degrees, worker counts, model dimensions)
 _SHAPE = {
-    "n_embd": _NUM, "n_head": _NUM, "n_kv_head": _NUM, "n_expanded_embd": _NUM,
-    "vocab_size": _NUM, "use_gated_mlp": (bool,),
+    "n_embd": _DEGREE, "n_head": _DEGREE, "n_kv_head": _DEGREE, "n_expanded_embd": _DEGREE,
+    "vocab_size": _DEGREE, "use_gated_mlp": (bool,),
 }
 # Required inputs (name -> accepted JSON types) per kind; other keys are allowed and kept.
-REQUIRED_INPUTS: dict[str, dict[str, tuple[type, ...]]] = {
-    "operator": {"num_tokens": _NUM, "tp": _NUM, **_SHAPE},
-    "iteration": {"batch_size": _NUM, "kv_tokens": _NUM, "prefill_tokens": _NUM},
-    "training_step": {"seq_lens": (list,), "tp": _NUM, "pp": _NUM, "dp": _NUM},
-    "collective": {"size_bytes": _NUM, "num_workers": _NUM},
-    "kv_probe": {"tp": _NUM, "pp": _NUM},
-    "weight_sync": {"bytes": _NUM, "n_instances": _NUM},
+REQUIRED_INPUTS: dict[str, dict[str, Any]] = {
+    "operator": {"num_tokens": _COUNT, "tp": _DEGREE, **_SHAPE},
+    "iteration": {"batch_size": _COUNT, "kv_tokens": _COUNT, "prefill_tokens": _COUNT},
+    "training_step": {"seq_lens": (list,), "tp": _DEGREE, "pp": _DEGREE, "dp": _DEGREE},
+    "collective": {"size_bytes": _NUM, "num_workers": _DEGREE},
+    "kv_probe": {"tp": _DEGREE, "pp": _DEGREE},
+    "weight_sync": {"bytes": _NUM, "n_instances": _DEGREE},
 }
 REQUIRED_PROVENANCE = ("hardware", "source", "date")
 NAMED_KINDS = ("operator", "collective")  # kinds whose records must carry a name
@@ -93,6 +96,29 @@ class Observation:
         return rec
 
 
+RECORD_FIELDS = ("schema", "kind", "name", "inputs", "value", "spread", "unit", "provenance")
+
+
+def _non_finite(value: Any, path: str = "") -> tuple[str, str] | None:
+    """(field path, message) of the first NaN/infinite float or out-of-range integer in a record
+    built in code (`make`); records read from files were already checked by the strict decoder."""
+    if isinstance(value, dict):
+        for k, val in value.items():
+            bad = _non_finite(val, f"{path}.{k}" if path else str(k))
+            if bad:
+                return bad
+    elif isinstance(value, list | tuple):
+        for i, val in enumerate(value):
+            bad = _non_finite(val, f"{path}[{i}]")
+            if bad:
+                return bad
+    elif isinstance(value, float) and not math.isfinite(value):
+        return path or "<record>", f"expected a finite number, got {value}"
+    elif isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
+        return path or "<record>", f"expected an integer in the 64-bit range, got {value}"
+    return None
+
+
 def _is_num(x: Any) -> bool:
     return isinstance(x, _NUM) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -105,6 +131,9 @@ def parse_record(rec: Any, where: str = "<record>") -> Observation:
 
     if not isinstance(rec, dict):
         raise fail("<record>", f"expected a JSON object, got {type(rec).__name__}")
+    bad = _non_finite(rec)
+    if bad is not None:
+        raise fail(bad[0], bad[1])
     schema = rec.get("schema")
     if schema != SCHEMA:
         raise fail("schema", f"expected {SCHEMA!r}, got {schema!r}")
@@ -140,24 +169,27 @@ def parse_record(rec: Any, where: str = "<record>") -> Observation:
             raise fail(f"inputs.{key}", f"missing (required for kind {kind!r})")
         val = inputs[key]
         if types is _NUM:
-            ok = _is_num(val) and val >= 0
+            ok, expected = _is_num(val) and val >= 0, "a finite number >= 0"
+        elif types in (_COUNT, _DEGREE):
+            low = 0 if types is _COUNT else 1
+            ok, expected = type(val) is int and val >= low, f"an integer >= {low}"
         else:
-            ok = isinstance(val, types)
+            ok, expected = isinstance(val, types), " or ".join(t.__name__ for t in types)
         if not ok:
-            raise fail(f"inputs.{key}", f"unexpected value {val!r}")
+            raise fail(f"inputs.{key}", f"expected {expected}, got {val!r}")
     if kind == "training_step" and (
-        not inputs["seq_lens"] or not all(_is_num(s) and s > 0 for s in inputs["seq_lens"])
+        not inputs["seq_lens"] or not all(type(s) is int and s > 0 for s in inputs["seq_lens"])
     ):
-        raise fail("inputs.seq_lens", "expected a non-empty list of positive lengths")
+        raise fail("inputs.seq_lens", "expected a non-empty list of integer lengths >= 1")
     prov = rec.get("provenance")
     if not isinstance(prov, dict):
         raise fail("provenance", "missing or not an object")
     for key in REQUIRED_PROVENANCE:
         if not isinstance(prov.get(key), str) or not prov[key]:
             raise fail(f"provenance.{key}", "missing or not a non-empty string")
-    extra = sorted(set(rec) - {"schema", "kind", "name", "inputs", "value", "spread", "unit", "provenance"})
+    extra = sorted(set(rec) - set(RECORD_FIELDS))
     if extra:
-        raise fail(extra[0], "unknown field")
+        raise fail(extra[0], unknown_field_message(extra[0], RECORD_FIELDS))
     return Observation(
         kind=kind, name=name, inputs=dict(inputs), provenance=dict(prov),
         value=float(rec["value"]) * factor, spread=float(rec.get("spread", 0.0)) * factor,
@@ -167,21 +199,11 @@ def parse_record(rec: Any, where: str = "<record>") -> Observation:
 
 def read_observations(path: str | os.PathLike) -> list[Observation]:
     """Read and validate a JSONL file; blank lines are skipped. Raises `ObservationError`."""
-    out = []
-    try:
-        fh = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise ObservationError(f"{path}: cannot read ({exc.strerror})") from None
-    with fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ObservationError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            out.append(parse_record(rec, f"{path}:{lineno}"))
-    return out
+    def fail(line: int, field: str | None, msg: str) -> ObservationError:
+        where = f"{path}:{line}" if line else str(path)
+        return ObservationError(f"{where}: {'field ' + repr(field) + ': ' if field else ''}{msg}")
+
+    return [parse_record(rec, f"{path}:{lineno}") for lineno, rec in json_lines(path, fail)]
 
 
 def read_many(paths: Iterable[str | os.PathLike]) -> list[Observation]:

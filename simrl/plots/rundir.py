@@ -18,6 +18,11 @@ class RunDirError(ValueError):
     """A run directory is missing a file, or a file is corrupt; the message names it."""
 
 
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> RunDirError:
+    line = path.read_bytes()[: exc.start].count(b"\n") + 1
+    return RunDirError(f"{path}:{line}: corrupt, not UTF-8 text (byte 0x{exc.object[exc.start:exc.start + 1].hex()})")
+
+
 def read_report(run_dir: Path) -> dict:
     path = run_dir / "report.json"
     try:
@@ -28,6 +33,8 @@ def read_report(run_dir: Path) -> dict:
         raise RunDirError(f"{path}: cannot read ({exc.strerror})") from None
     except json.JSONDecodeError as exc:
         raise RunDirError(f"{path}:{exc.lineno}: corrupt, not valid JSON ({exc.msg})") from None
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, exc) from None
     if not isinstance(report, dict) or report.get("schema") != REPORT_SCHEMA:
         got = report.get("schema") if isinstance(report, dict) else type(report).__name__
         raise RunDirError(f"{path}: expected schema {REPORT_SCHEMA!r}, got {got!r}")
@@ -47,6 +54,8 @@ def read_telemetry(run_dir: Path) -> tuple[list[dict], list[dict]]:
                           "rerun with telemetry to plot it)") from None
     except OSError as exc:
         raise RunDirError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, exc) from None
     events, samples = [], []
     for n, raw in enumerate(text.splitlines(), 1):
         try:

@@ -7,7 +7,6 @@ accepts any source, including a real-run JSONL and a PSRL log (see `simrl.realru
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import attrs
 
 from simrl.realrun.format import RealRun, RealRunError, _fail, _step, read_json_objects, read_realrun
 from simrl.report import _round
+from simrl.strictio import load_json_file
 
 
 def _generated_per_step(windows: list[tuple[float, float]], finishes: list[tuple[float, int]]) -> list[int]:
@@ -61,12 +61,10 @@ def from_sim_report(report: dict, samples: list[dict] | None = None, model: str 
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RealRunError(f"{path}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise RealRunError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    def fail(line: int, field: str | None, msg: str) -> RealRunError:
+        return RealRunError(f"{path}{':' + str(line) if line else ''}: {'field ' + repr(field) + ': ' if field else ''}{msg}")
+
+    return load_json_file(path, fail)
 
 
 def from_sim_run(run_dir: str | Path) -> RealRun:

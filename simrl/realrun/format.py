@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from simrl.report import _round
+from simrl.strictio import INT_MAX, INT_MIN, json_lines, unknown_field_message
 
 SCHEMA = "simrl.realrun.v1"
 HEADER_FIELDS = {"schema": str, "system": str, "model": str, "notes": str, "source": str,
@@ -93,7 +94,7 @@ def _fail(path, line: int, field: str | None, msg: str) -> RealRunError:
 
 def _typed(value: Any, kind: type, path, line: int, field: str, minimum: float | None = 0):
     if kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
+        ok = isinstance(value, int) and not isinstance(value, bool) and INT_MIN <= value <= INT_MAX
     elif kind is float:
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     else:
@@ -108,7 +109,7 @@ def _typed(value: Any, kind: type, path, line: int, field: str, minimum: float |
 def _unknown(obj: dict, known, path, line: int, prefix: str = "") -> None:
     extra = sorted(set(obj) - set(known))
     if extra:
-        raise _fail(path, line, prefix + extra[0], f"unknown field (known: {', '.join(sorted(known))})")
+        raise _fail(path, line, prefix + extra[0], unknown_field_message(extra[0], known))
 
 
 def _header(obj: dict, path) -> dict:
@@ -197,18 +198,12 @@ def read_json_objects(path: str | Path) -> list[tuple[int, dict]]:
     the file and line.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RealRunError(f"{path}: cannot read ({exc.strerror})") from None
+
+    def fail(line: int, field: str | None, msg: str) -> RealRunError:
+        return _fail(path, line, field, msg) if line else RealRunError(f"{path}: {msg}")
+
     out = []
-    for n, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise _fail(path, n, None, f"not valid JSON ({exc.msg})") from None
+    for n, obj in json_lines(path, fail):
         if not isinstance(obj, dict):
             raise _fail(path, n, None, "expected a JSON object")
         out.append((n, obj))

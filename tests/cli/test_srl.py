@@ -49,7 +49,7 @@ def test_help_shows_examples():
 
 
 def test_step_debugger_script():
-    res = CliRunner().invoke(cli, ["step", "--do", "s 3; i 0; q; k train_end; tr; b; x"])
+    res = CliRunner().invoke(cli, ["step", "--do", "s 3; i 0; qu; k train_end; tr; b; q"])
     assert res.exit_code == 0, res.output
     assert "instance 0:" in res.output
     assert "router queue" in res.output

@@ -27,7 +27,7 @@ PROV = {"hardware": "H100", "source": "synthetic", "date": "2026-01-01"}
 def psrl_art():
     obs = [make("iteration", 1e-3 + 1e-5 * b + 1e-9 * kv + 2e-5 * p, "s",
                 {"batch_size": b, "kv_tokens": kv, "prefill_tokens": p}, PROV)
-           for b, kv, p in [(1, 100, 0), (8, 5000, 0), (64, 90000, 0), (0, 0, 512), (16, 20000, 1024), (128, 1e5, 0)]]
+           for b, kv, p in [(1, 100, 0), (8, 5000, 0), (64, 90000, 0), (0, 0, 512), (16, 20000, 1024), (128, 100_000, 0)]]
     return fit_artifact("psrl", obs, model="qwen3-8b", tp=1)
 
 

@@ -1,9 +1,10 @@
 """Test doubles for the harness: a deterministic workload generator and a synthetic backend driver.
 
 The driver produces evidence whose contract numbers are known in closed form: update k has its
-batch ready at d_k = 10k, rank 0 trains over [d_k + 1, d_k + 5), rank 1 over [d_k + 2, d_k + 6),
-training ends at d_k + 6 and publication at c_k = d_k + 7. Every call of the update's groups
-finishes inside (c_{k-1}, d_k).
+batch ready at d_k = 10k, rank 0 trains over [d_k + 1, d_k + 5), rank 1 over [d_k + 2, d_k + 6)
+(native per-rank stamps), training ends at d_k + 6 and publication at c_k = d_k + 7. Every call
+of the update's groups starts on policy k - 1 after it was published (c_{k-1} = d_k - 3) and
+finishes before d_k: turn j runs over [d_k - 2.9 + 0.8 j, d_k - 2.2 + 0.8 j].
 """
 
 from __future__ import annotations
@@ -43,14 +44,15 @@ def run(ctx, sink, log):
                 for turn, c in enumerate(w.traj_calls(tid)):
                     L = int(w.call_completion_tokens[c])
                     tokens += L
-                    finish = d - 3.0 + 0.1 * turn  # inside (c_{k-1}, d_k) since c_{k-1} = d - 3
+                    arrival = d - 2.9 + 0.8 * turn
                     sink.turn(group=g, trajectory=tid, turn=turn, forced_tokens=L, completion_tokens=L,
                               finish_reason="length", prompt_tokens=int(w.call_prompt_tokens[c]),
-                              arrival=finish - 1.0, first_token=finish - 0.9, finish=finish,
+                              scheduled_prompt_tokens=int(w.call_prompt_tokens[c]), arrival=arrival,
+                              first_token=arrival + 0.1, finish=arrival + 0.7,
                               policy_version_start=k - 1, policy_version_end=k - 1)
         sink.update(k=k, d_k=d, c_k=d + 7, train_end=d + 6, publish_end=d + 7, policy_version=k, groups=b,
                     trajectories=trajs, tokens=tokens, group_ids=gids,
-                    rank_intervals={"0": [[d + 1, d + 5]], "1": [[d + 2, d + 6]]}, staleness=[0] * b,
-                    native={"synthetic": True})
+                    rank_intervals={"0": [[d + 1, d + 5]], "1": [[d + 2, d + 6]]}, rank_intervals_native=True,
+                    staleness=[0] * b, native={"synthetic": True})
     return BackendOutcome(exit_code=0, native_config={"synthetic": True}, backend_version="synthetic",
-                          autotuner={"mode": "online", "healthy": True, "detail": "synthetic"})
+                          clock={"kind": "simulated", "end_s": 207.0})

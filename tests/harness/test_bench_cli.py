@@ -82,7 +82,9 @@ def test_held_lease_refuses_run_and_forced_release(cli, fake_smi, synthetic, tmp
     (["--backend", "art", "--workload", "multi_turn", "--gpus", "0,1,2"], "4 distinct devices"),
     (["--backend", "art", "--workload", "multi_turn", "--gpus", "0,1,2,3", "--skyrl-batch-size", "1"],
      "apply to --backend skyrl only"),
-    (["--backend", "art", "--workload", "multi_turn", "--gpus", "0,1,2,3", "--runtime", "native"], "needs --python"),
+    (["--backend", "art", "--rank", "1", "--workload", "multi_turn", "--gpus", "0,1,2,3", "--runtime", "native"],
+     "needs --python"),
+    (["--backend", "art", "--workload", "multi_turn", "--gpus", "0,1,2,3", "--runtime", "native"], "rank 1 only"),
     (["--suite", "comparison", "--backend", "art", "--gpus", "0,1,2,3"], "drop --backend"),
     (["--workload", "multi_turn", "--gpus", "0,1,2,3"], "give --suite comparison"),
 ])
@@ -103,7 +105,7 @@ def test_container_preflight_fails_before_lease(cli, fake_smi, synthetic, tmp_pa
     monkeypatch.setattr("harness.recipes.engine_problem", lambda engine="docker": None)
     monkeypatch.setattr("harness.recipes.image_labels", lambda image, engine="docker": {
         "org.rl-bench.python_sha256": "0" * 64, "org.rl-bench.recipe_sha256": "1" * 64})
-    r = cli("run", "--backend", "art", "--workload", "multi_turn", "--gpus", "0,1,2,3",
+    r = cli("run", "--backend", "art", "--rank", "1", "--workload", "multi_turn", "--gpus", "0,1,2,3",
             "--results-dir", tmp_path / "res")
     assert r.exit_code == 1 and "is stale: baked python hash" in r.output
     assert LeaseStore().history_events() == []  # no lease was ever attempted

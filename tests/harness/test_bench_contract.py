@@ -22,7 +22,7 @@ def evidence():
         x = c[k - 1]
         ivs[k] = {"0": [[x + 1, x + 3]], "1": [[x + 1, x + 3]]}
     updates = [{"k": k, "d_k": c[k] - 9, "c_k": c[k], "tokens": 100 * (k - 15) if k > 15 else 1,
-                "groups": 4, "trajectories": 16, "rank_intervals": ivs.get(k, {}),
+                "groups": 4, "trajectories": 16, "rank_intervals": ivs.get(k, {}), "rank_intervals_native": True,
                 "staleness": [0, 1, 5, 2] if k == 20 else [0]} for k in range(1, 21)]
     turns = [{"finish": f, "completion_tokens": n, "group": 0, "trajectory": 0}
              for f, n in ((150.0, 1000), (150.5, 10), (200.0, 20), (200.1, 1000), (None, 1000))]
@@ -44,6 +44,16 @@ def test_headline_rates_by_hand():
     assert h["trainer_duty"] == pytest.approx(19 / 50)
     assert h["rank_skew_max_s"] == pytest.approx(2.5)  # update 16: 7 - median(4, 5)
     assert h["rank_skew_mean_s"] == pytest.approx((2.5 + 2.0) / 5)
+
+
+def test_trainer_rates_excluded_when_not_native():
+    updates, turns = evidence()
+    updates[17]["rank_intervals_native"] = False  # update 18: a copied train-call interval
+    h = contract.window_rates(updates, turns, 16, 20)
+    assert h["trainer_rates"] == "not native"
+    assert h["trainer_tokens_per_s"] is h["trainer_duty"] is h["rank_skew_max_s"] is h["trainer_busy_s"] is None
+    assert h["updates_per_hour"] == pytest.approx(360.0)  # the end-to-end rates are unaffected
+    assert contract.window_rates(evidence()[0], turns, 16, 20)["trainer_rates"] == "native"
 
 
 def test_results_measured_window_and_secondary():

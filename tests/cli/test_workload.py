@@ -5,7 +5,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from workloads.cli import main
+from simrl.cli.workload import main
 from workloads.registry import generate
 from workloads.trace import read_trace
 
@@ -35,7 +35,7 @@ def test_synth_validate_stats(run, tmp_path):
     assert json.loads(res.output)["quantiles"]["calls_per_trajectory"]["p50"] == 2
 
 
-def test_user_errors_exit_1_without_traceback(run, tmp_path):
+def test_user_errors_exit_2_without_traceback(run, tmp_path):
     for args, words in [
         (("synth", "nope", "-o", tmp_path / "x"), "unknown workload generator 'nope'; valid:"),
         (("synth", "rl_math", "colour=red", "-o", tmp_path / "x"), "unknown knob(s) colour; valid:"),
@@ -43,7 +43,7 @@ def test_user_errors_exit_1_without_traceback(run, tmp_path):
         (("validate", tmp_path / "missing.jsonl"), "cannot open"),
     ]:
         res = run(*args)
-        assert res.exit_code == 1 and words in res.output and "Traceback" not in res.output
+        assert res.exit_code == 2 and words in res.output and "Traceback" not in res.output
 
 
 def test_validate_rejects_with_line_and_field(run, tmp_path):
@@ -55,12 +55,12 @@ def test_validate_rejects_with_line_and_field(run, tmp_path):
     lines[2] = json.dumps(rec)
     out.write_text("\n".join(lines) + "\n")
     res = run("validate", out)
-    assert res.exit_code == 1
+    assert res.exit_code == 2
     assert f"{out}:3: trajectories[1].completion_tokens[0]: expected an integer >= 1, got -5" in res.output
     good = tmp_path / "g.jsonl"
     run("synth", "constant", "prompt=1000", "completion=100", "-o", good)
     res = run("validate", good, "--max-model-len", 1050)
-    assert res.exit_code == 1 and "max_model_len=1050" in res.output
+    assert res.exit_code == 2 and "max_model_len=1050" in res.output
 
 
 def test_import_splitwise_and_collect(run, tmp_path):
@@ -78,7 +78,7 @@ def test_import_splitwise_and_collect(run, tmp_path):
     assert res.exit_code == 0 and read_trace(tmp_path / "c.jsonl").name == "mine"
     log.write_text("{bad\n")
     res = run("collect", log, "-o", tmp_path / "c.jsonl")
-    assert res.exit_code == 1 and "turns.jsonl:1" in res.output
+    assert res.exit_code == 2 and "turns.jsonl:1" in res.output
 
 
 def test_list(run):
