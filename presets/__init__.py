@@ -1,8 +1,9 @@
 """System presets: one module per upstream framework, each a typed policy registered by name.
 
-Every module in this package is imported here, so adding `presets/<name>.py` with a
-`@register`-decorated policy class is all it takes to make `policy=<name>` selectable.
-Presets import only simrl's policy seam (`simrl.policy`).
+The policy registry finds each preset through its ``simrl.policies`` entry point
+(pyproject.toml); importing this package also registers every module in it (the CLI layer
+does that in a checkout that was never installed). Presets import only simrl's policy seam
+(`simrl.policy`).
 """
 
 import importlib

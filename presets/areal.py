@@ -24,7 +24,7 @@ is 32 groups (the default scenario's batch). ``max_concurrent_rollouts=None`` fa
 ``consumer_batch_size`` as upstream. The bound is enforced only at admission: an episode that is
 overtaken by later ones (a straggler that keeps being interrupted and resumed) can be trained
 with a head staleness above ``eta``. Upstream does not check, so neither does the simulation:
-for ``eta > 0`` violations are counted, not prevented (``bound_enforced`` is False); with
+for ``eta > 0`` violations are counted, not prevented (enforcement ``counted``); with
 ``eta = 0`` admission makes the run synchronous and the bound holds exactly. ``prepare_batch``'s
 extra cap on pending inputs ((eta+1)*B) is implied by the admission budget and not modelled
 separately. The docs' example filter (0 < mean reward < 1) equals ``nonzero_std`` for 0/1
@@ -36,20 +36,28 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, Verdict
-from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.base import GroupRecord, PipelineState, Verdict
+from simrl.policy.params import PolicyParams
+from simrl.policy.record import RecordPolicy
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, code
 
-_REJECTED = "areal_rejected_since_batch"
+
+@attrs.define
+class ArealState:
+    """Groups rejected since the last batch (dynamic_bs)."""
+
+    rejected_since_batch: int = 0
 
 
 @register
 @attrs.frozen
-class ArealPolicy(Policy):
+class ArealPolicy(RecordPolicy):
     """AReaL: admission by head-version capacity, abort-and-resume on every update."""
 
     kind = "areal"
     upstream = "inclusionAI/AReaL@4aef98d8 (areal/infra/staleness_manager.py, workflow_executor.py)"
+    State = ArealState
 
     max_head_offpolicyness: int = attrs.field(default=0, validator=v.ge(0))
     consumer_batch_size: int = attrs.field(default=32, validator=v.gt(0))  # groups; upstream default 1
@@ -58,52 +66,42 @@ class ArealPolicy(Policy):
     should_accept_fn: str = attrs.field(default="none", validator=v.in_(("none", "nonzero_std")))
 
     @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.ABORT_RESUME
-
-    @property
     def concurrency(self) -> int:
         return self.max_concurrent_rollouts or self.consumer_batch_size
 
-    def admit(self, st: PipelineState) -> bool:
-        budget = (self.max_head_offpolicyness + st.version + 1) * self.consumer_batch_size
-        return min(self.concurrency - st.n_running, budget - (st.groups_accepted + st.n_running)) > 0
-
-    def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
-        if self.should_accept_fn == "nonzero_std" and group.reward_std() == 0.0:
-            st.extra[_REJECTED] = st.extra.get(_REJECTED, 0) + 1
-            return Verdict.DROP
-        return Verdict.ACCEPT
-
-    def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
-        b = self.consumer_batch_size
-        if len(st.buffer) >= b:
-            st.extra[_REJECTED] = 0
-            return st.buffer[:b]
-        if self.dynamic_bs and st.buffer and len(st.buffer) + st.extra.get(_REJECTED, 0) >= b:
-            st.extra[_REJECTED] = 0
-            return list(st.buffer)
-        return None
-
-    def staleness_bound(self) -> int | None:
-        return self.max_head_offpolicyness
-
-    @property
-    def bound_enforced(self) -> bool:
-        # Admission alone guarantees the bound only when the run is synchronous (eta = 0).
-        return self.max_head_offpolicyness == 0
-
-    def lower(self) -> PolicyParams:
-        b = self.consumer_batch_size
+    def record(self) -> PolicyParams:
+        # Admission: min(concurrency - running, (eta + v + 1) * B - (accepted + running)) > 0.
+        # Admission alone guarantees the bound only when the run is synchronous (eta = 0); past
+        # that an overtaken straggler may exceed it, and it is counted.
+        b, eta = self.consumer_batch_size, self.max_head_offpolicyness
         return PolicyParams(
             admit_concurrency_groups=float(self.concurrency),
-            admit_budget_base_groups=float((self.max_head_offpolicyness + 1) * b),
+            admit_budget_base_groups=float((eta + 1) * b),
             admit_budget_per_version_groups=float(b),
-            inflight_rule=INFLIGHT_CODES["abort_resume"],
-            staleness_bound=self.max_head_offpolicyness,
-            staleness_enforcement=ENFORCEMENT_CODES["admission"],
+            inflight_rule=code(InflightRule.ABORT_RESUME),
+            staleness_bound=eta,
+            staleness_enforcement=code(Enforcement.ADMISSION if eta == 0 else Enforcement.COUNTED),
             drop_zero_variance=int(self.should_accept_fn == "nonzero_std"),
             batch_min_groups=b,
             batch_max_groups=b,
-            fast_path_exact=int(not self.dynamic_bs),
+            fast_path_exact=int(not self.dynamic_bs),  # dynamic_bs batches are not in the record
         )
+
+    # -- dynamic_bs: a batch may form smaller by the number of groups rejected since the last --
+    def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
+        verdict = super().on_group_done(group, st)
+        if verdict is Verdict.DROP:
+            st.policy_state.rejected_since_batch += 1
+        return verdict
+
+    def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
+        if not self.dynamic_bs:
+            return super().form_batch(st)
+        b = self.consumer_batch_size
+        if len(st.buffer) >= b:
+            st.policy_state.rejected_since_batch = 0
+            return st.buffer[:b]
+        if st.buffer and len(st.buffer) + st.policy_state.rejected_since_batch >= b:
+            st.policy_state.rejected_since_batch = 0
+            return list(st.buffer)
+        return None

@@ -15,15 +15,15 @@ Runtime. ``rollout_weight_update_mode="step_lora"`` (default): each step's adapt
 LoRA name and leases keep the old one alive, so running rollouts finish on the version they
 started with and inference never pauses (``continue``). ``"in_flight_lora"``: one active slot
 is swapped in place; running requests continue on the new adapter without a pause
-(``keep_pause`` with ``pause_rollout_for_sync`` false). The cost is the LoRA publication.
+(``swap_in_place``). The cost is the LoRA publication.
 
 Filtering at collection. A group is stale if its oldest initial version is below
 ``current_step - max_steps_off_policy`` (so staleness <= ``max_steps_off_policy``, enforced), or,
 with ``limit_mean_steps_off_policy``, if its token-weighted mean age exceeds that limit.
 Zero-variance groups (all rewards within 1e-12, or one trajectory) are discarded; when
 ``discard_queue_multiplier x min_batch_size`` of them pile up between two steps, ART stops
-training with "MODEL COLLAPSE DETECTED"; here the run stops with a `SimulationError` carrying
-ART's message.
+training with "MODEL COLLAPSE DETECTED"; here the run stops with a `PolicyError` (which the
+engine reports as a `SimulationError`) carrying ART's message.
 
 Batch. Block until ``min_batch_size`` groups are ready, then take every ready group up to
 ``max_batch_size`` (None: 10 x min) without waiting: the batch size varies between the two.
@@ -44,8 +44,11 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.errors import PolicyError
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Placement, Staleness, Sync
 
 _MODES = ("step_lora", "in_flight_lora")
 
@@ -61,11 +64,20 @@ def collapse_message(limit: int, multiplier: int) -> str:
     )
 
 
+@attrs.define
+class ARTState:
+    """Zero-variance groups discarded since the last step, and whether a step is running."""
+
+    zero_variance: int = 0
+    in_step: bool = False
+
+
 @register
 @attrs.frozen
 class ARTPolicy(Policy):
     kind = "art"
     upstream = "OpenPipe/ART@main (2026) PipelineTrainer (src/art/pipeline_trainer/trainer.py)"
+    State = ARTState
 
     max_steps_off_policy: int = attrs.field(default=4, validator=v.ge(0))
     limit_mean_steps_off_policy: float | None = attrs.field(default=None, validator=v.optional(v.ge(0)))
@@ -88,26 +100,26 @@ class ARTPolicy(Policy):
     def queue_groups(self) -> int:
         return self.queue_maxsize or max(1, self.max_steps_off_policy) * self.max_groups
 
-    # -- runtime -----------------------------------------------------------------------------
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.CONTINUE if self.rollout_weight_update_mode == "step_lora" else InflightRule.KEEP_PAUSE
-
-    @property
-    def pause_rollout_for_sync(self) -> bool:
-        return False  # LoRA publication: inference is never paused for training
-
-    @property
-    def placement(self) -> str | None:
-        return "disaggregated"  # PipelineTrainer needs dedicated trainer and inference GPUs
-
     # -- admission: workers and the policy gate -----------------------------------------------
-    def _state(self, st: PipelineState) -> dict:
-        return st.extra.setdefault("art", {"zero_variance": 0, "in_step": False})
+    def _state(self, st: PipelineState) -> ARTState:
+        return st.policy_state
+
+    @property
+    def sync_spec(self) -> Sync:
+        # LoRA publication: inference is never paused for training. PipelineTrainer needs
+        # dedicated trainer and inference GPUs.
+        rule = InflightRule.CONTINUE if self.rollout_weight_update_mode == "step_lora" else InflightRule.SWAP_IN_PLACE
+        return Sync(rule, placement=Placement.DISAGGREGATED)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        # _is_group_stale at collection and again on buffered groups at each step; the
+        # token-weighted mean-age limit is the policy's own filter on top.
+        return Staleness(self.max_steps_off_policy, Enforcement.DROP_AT_COMPLETION, evict_on_publish=True)
 
     def admit(self, st: PipelineState) -> bool:
         s = self._state(st)
-        next_step = st.version + 1 if s["in_step"] else st.version
+        next_step = st.version + 1 if s.in_step else st.version
         if st.version < next_step - self.max_steps_off_policy:
             return False
         blocked_on_put = max(0, len(st.buffer) - self.queue_groups)
@@ -121,8 +133,8 @@ class ARTPolicy(Policy):
         return ages / weight
 
     def _stale(self, g: GroupRecord, version: int) -> bool:
-        if g.staleness(version) > self.max_steps_off_policy:
-            return True
+        # The max_steps_off_policy bound itself is the engine's (staleness_spec); this is the
+        # extra token-weighted mean-age limit.
         return self.limit_mean_steps_off_policy is not None and self._mean_age(g, version) > self.limit_mean_steps_off_policy
 
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
@@ -131,18 +143,16 @@ class ARTPolicy(Policy):
         r = group.rewards
         if len(r) <= 1 or all(abs(x - r[0]) <= 1e-12 for x in r[1:]):
             s = self._state(st)
-            s["zero_variance"] += 1
+            s.zero_variance += 1
             limit = self.discard_queue_multiplier * self.min_batch_size
-            if s["zero_variance"] >= limit:
-                from simrl.engine.core import SimulationError
-
-                raise SimulationError(collapse_message(limit, self.discard_queue_multiplier))
+            if s.zero_variance >= limit:
+                raise PolicyError(collapse_message(limit, self.discard_queue_multiplier))
             return Verdict.DROP
         return Verdict.ACCEPT
 
     def on_publish(self, st: PipelineState) -> PublishActions:
         s = self._state(st)
-        s["in_step"] = False
+        s.in_step = False
         return PublishActions(drop_buffered=tuple(g.gid for g in st.buffer if self._stale(g, st.version)))
 
     # -- batch: min to max groups, whatever is ready -------------------------------------------
@@ -150,18 +160,14 @@ class ARTPolicy(Policy):
         if len(st.buffer) < self.min_batch_size:
             return None
         s = self._state(st)
-        s["in_step"] = True
-        s["zero_variance"] = 0  # this collection is over; its discard queue is logged and cleared
+        s.in_step = True
+        s.zero_variance = 0  # this collection is over; its discard queue is logged and cleared
         return st.buffer[: self.max_groups]
 
-    def staleness_bound(self) -> int | None:
-        return self.max_steps_off_policy
-
-    def lower(self):
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
         return attrs.evolve(
-            super().lower(),
-            admit_concurrency_groups=float(self.num_rollout_workers),
-            staleness_enforcement=3, drop_zero_variance=1,
+            super().lower(ctx),
+            admit_concurrency_groups=float(self.num_rollout_workers), drop_zero_variance=1,
             batch_min_groups=self.min_batch_size, batch_max_groups=self.max_groups,
             # the policy-version gate, the put-blocked workers and the collapse failsafe have no fields
             fast_path_exact=0,

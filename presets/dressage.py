@@ -43,8 +43,10 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
 
 
 @register
@@ -66,11 +68,23 @@ class DressagePolicy(Policy):
     rollout_max_retries: int = attrs.field(default=2, validator=v.ge(0))
     update_weights_interval: int = attrs.field(default=1, validator=v.gt(0))
 
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.ABORT_RESUME if self.dressage_partial_rollout else InflightRule.KEEP_PAUSE
-
     # -- admission ---------------------------------------------------------------------------
+    @property
+    def sync_spec(self) -> Sync:
+        return Sync(InflightRule.ABORT_RESUME if self.dressage_partial_rollout else InflightRule.KEEP_PAUSE)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        n = self.dressage_staleness_keep_versions
+        if n == 0:
+            return Staleness()
+        if not self.dressage_partial_rollout:
+            # a trajectory never spans versions, and its version is among the N newest
+            return Staleness(n - 1, Enforcement.POLICY)
+        if self.max_partial_rollout_preempts is not None:
+            return Staleness(n - 1 + self.max_partial_rollout_preempts, Enforcement.POLICY)
+        return Staleness()
+
     def admit(self, st: PipelineState) -> bool:
         active = self.async_max_active_groups or self.rollout_batch_size
         high = max(1, int(self.async_output_queue_size * self.async_output_queue_high_watermark))
@@ -134,22 +148,11 @@ class DressagePolicy(Policy):
         b = self._target_groups(st)
         return st.buffer[:b] if len(st.buffer) >= b else None
 
-    def staleness_bound(self) -> int | None:
-        n = self.dressage_staleness_keep_versions
-        if n == 0:
-            return None
-        if not self.dressage_partial_rollout:
-            return n - 1  # a trajectory never spans versions, and its version is among the N newest
-        if self.max_partial_rollout_preempts is not None:
-            return n - 1 + self.max_partial_rollout_preempts
-        return None
-
-    def lower(self):
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
         b = self.rollout_batch_size * self.update_weights_interval
         return attrs.evolve(
-            super().lower(),
+            super().lower(ctx),
             admit_concurrency_groups=float(self.async_max_active_groups or self.rollout_batch_size),
             max_retries=self.rollout_max_retries, batch_min_groups=b, batch_max_groups=b,
-            staleness_enforcement=3 if self.dressage_staleness_keep_versions else 0,
             fast_path_exact=0,  # version-crossing retries and the output-queue watermark have no fields
         )

@@ -33,8 +33,18 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.errors import PolicyError
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
+
+
+@attrs.define
+class NemoRLState:
+    """Groups reserved per target step (dispatched minus dropped)."""
+
+    targets: dict[int, int] = attrs.field(factory=dict)
 
 
 @register
@@ -42,6 +52,7 @@ from simrl.policy.registry import register
 class NemoRLPolicy(Policy):
     kind = "nemo_rl"
     upstream = "NVIDIA-NeMo/RL@main (2026) async GRPO (nemo_rl/algorithms/async_utils/)"
+    State = NemoRLState
 
     max_trajectory_age_steps: int = attrs.field(default=1, validator=v.ge(1))
     in_flight_weight_updates: bool = False
@@ -49,18 +60,10 @@ class NemoRLPolicy(Policy):
     num_prompts_per_step: int = attrs.field(default=32, validator=v.gt(0))  # groups per step
     num_generations_per_prompt: int | None = attrs.field(default=None, validator=v.optional(v.gt(0)))
 
-    @property
-    def inflight(self) -> InflightRule:
-        if not self.in_flight_weight_updates:
-            return InflightRule.DRAIN
-        if self.recompute_kv_cache_after_weight_updates:
-            return InflightRule.ABORT_RESUME
-        return InflightRule.KEEP_PAUSE
-
     # -- admission: target-step reservation ---------------------------------------------------
     def _counts(self, st: PipelineState) -> dict[int, int]:
         """Groups reserved per target step (dispatched minus dropped)."""
-        return st.extra.setdefault("nemo_rl_targets", {})
+        return st.policy_state.targets
 
     def _short_target(self, st: PipelineState) -> int | None:
         counts = self._counts(st)
@@ -69,14 +72,24 @@ class NemoRLPolicy(Policy):
                 return t
         return None
 
+    @property
+    def sync_spec(self) -> Sync:
+        if not self.in_flight_weight_updates:
+            return Sync(InflightRule.DRAIN)
+        if self.recompute_kv_cache_after_weight_updates:
+            return Sync(InflightRule.ABORT_RESUME)
+        return Sync(InflightRule.KEEP_PAUSE)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        return Staleness(self.max_trajectory_age_steps, Enforcement.ADMISSION)
+
     def admit(self, st: PipelineState) -> bool:
         return self._short_target(st) is not None
 
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         if self.num_generations_per_prompt is not None and len(group.trajs) != self.num_generations_per_prompt:
-            from simrl.engine.core import SimulationError
-
-            raise SimulationError(
+            raise PolicyError(
                 f"nemo_rl: num_generations_per_prompt={self.num_generations_per_prompt} but the workload's "
                 f"groups hold {len(group.trajs)} samples; set workload.group_size or leave the knob null"
             )
@@ -105,11 +118,8 @@ class NemoRLPolicy(Policy):
             return None
         return batch[: self.num_prompts_per_step]
 
-    def staleness_bound(self) -> int | None:
-        return self.max_trajectory_age_steps
-
-    def lower(self):
-        base = super().lower()
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
+        base = super().lower(ctx)
         b = self.num_prompts_per_step
         return attrs.evolve(
             base,
@@ -117,7 +127,6 @@ class NemoRLPolicy(Policy):
             admit_budget_base_groups=float((self.max_trajectory_age_steps + 1) * b),
             admit_budget_per_version_groups=float(b),
             admit_count_dispatched=1,
-            staleness_enforcement=2,
             batch_min_groups=b,
             batch_max_groups=b,
             # exact only while nothing is dropped and batches are taken in target order, which the

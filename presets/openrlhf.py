@@ -35,8 +35,22 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.errors import PolicyError
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
+
+
+@attrs.define
+class OpenRLHFState:
+    """Producer counters: batches put and consumed, the chunk in progress, drops in a row."""
+
+    produced: int = 0
+    consumed: int = 0
+    chunk_left: int = 0
+    started: bool = False
+    dropped_in_a_row: int = 0
 
 
 @register
@@ -44,6 +58,7 @@ from simrl.policy.registry import register
 class OpenRLHFPolicy(Policy):
     kind = "openrlhf"
     upstream = "OpenRLHF/OpenRLHF@v0.8.x PPOTrainerAsync (openrlhf/trainer/ppo_trainer_async.py)"
+    State = OpenRLHFState
 
     async_queue_size: int = attrs.field(default=1, validator=v.ge(1))
     partial_rollout_enable: bool = False
@@ -64,14 +79,9 @@ class OpenRLHFPolicy(Policy):
     def chunk(self) -> int:
         return self.vllm_generate_batch_size or self.rollout_batch_size
 
-    # -- runtime -----------------------------------------------------------------------------
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.KEEP_PAUSE if self.partial_rollout_enable else InflightRule.DRAIN
-
-    # -- producer state (st.extra): batches put / consumed, chunk in progress ---------------------
-    def _state(self, st: PipelineState) -> dict:
-        return st.extra.setdefault("openrlhf", {"produced": 0, "consumed": 0, "chunk_left": 0, "started": False})
+    # -- producer state (OpenRLHFState): batches put / consumed, chunk in progress ------------
+    def _state(self, st: PipelineState) -> OpenRLHFState:
+        return st.policy_state
 
     def _pool(self, st: PipelineState) -> list[GroupRecord]:
         """Accepted groups not yet assigned to a batch, in completion order."""
@@ -81,36 +91,47 @@ class OpenRLHFPolicy(Policy):
         """Assign finished groups to the batch being produced once it is full (queue put)."""
         s = self._state(st)
         pool = self._pool(st)
-        while len(pool) >= self.rollout_batch_size and s["produced"] < s["consumed"] + self.async_queue_size:
+        while len(pool) >= self.rollout_batch_size and s.produced < s.consumed + self.async_queue_size:
             for g in pool[: self.rollout_batch_size]:
-                g.tag["batch"] = s["produced"]
+                g.tag["batch"] = s.produced
             pool = pool[self.rollout_batch_size:]
-            s["produced"] += 1
-            s["started"] = False
+            s.produced += 1
+            s.started = False
 
     # -- admission ---------------------------------------------------------------------------
+    @property
+    def sync_spec(self) -> Sync:
+        return Sync(InflightRule.KEEP_PAUSE if self.partial_rollout_enable else InflightRule.DRAIN)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        # Batch b is dispatched once batch b-Q is dequeued, i.e. at version >= b-Q; it trains at
+        # version b (admission by queue depth). An oversampled surplus can wait longer, so no
+        # bound is promised then.
+        if self.chunk != self.rollout_batch_size:
+            return Staleness()
+        return Staleness(self.async_queue_size, Enforcement.ADMISSION)
+
     def admit(self, st: PipelineState) -> bool:
         s = self._state(st)
         self._put_ready(st)
-        if s["produced"] >= s["consumed"] + self.async_queue_size:
+        if s.produced >= s.consumed + self.async_queue_size:
             return False  # no semaphore token: Q batches generated and not yet dequeued
-        if s["chunk_left"] > 0:
+        if s.chunk_left > 0:
             return True
         deficit = self.rollout_batch_size - len(self._pool(st)) - st.n_running
         if deficit <= 0:
             return False
         # A new batch starts with one generation chunk; filtered groups are replaced one for one.
-        s["chunk_left"] = deficit if s["started"] else max(deficit, self.chunk)
-        s["started"] = True
+        s.chunk_left = deficit if s.started else max(deficit, self.chunk)
+        s.started = True
         return True
 
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         s = self._state(st)
-        s["chunk_left"] -= 1
+        s.chunk_left -= 1
         if self.n_samples_per_prompt is not None and len(group.trajs) != self.n_samples_per_prompt:
-            from simrl.engine.core import SimulationError
-
-            raise SimulationError(
+            raise PolicyError(
                 f"openrlhf: n_samples_per_prompt={self.n_samples_per_prompt} but the workload's groups "
                 f"hold {len(group.trajs)} samples; set workload.group_size or leave the knob null"
             )
@@ -121,18 +142,16 @@ class OpenRLHFPolicy(Policy):
         if self.dynamic_filtering_enable:
             mean = sum(group.rewards) / len(group.rewards)
             if not self.dynamic_filtering_range_low < mean < self.dynamic_filtering_range_high:
-                s["dropped_in_a_row"] = s.get("dropped_in_a_row", 0) + 1
-                if s["dropped_in_a_row"] >= 10 * self.rollout_batch_size:
+                s.dropped_in_a_row += 1
+                if s.dropped_in_a_row >= 10 * self.rollout_batch_size:
                     # Upstream would sample forever; stop with the cause instead of hanging.
-                    from simrl.engine.core import SimulationError
-
-                    raise SimulationError(
-                        f"openrlhf: dynamic filtering dropped {s['dropped_in_a_row']} groups in a row; no group's "
+                    raise PolicyError(
+                        f"openrlhf: dynamic filtering dropped {s.dropped_in_a_row} groups in a row; no group's "
                         f"mean reward lies inside ({self.dynamic_filtering_range_low}, "
                         f"{self.dynamic_filtering_range_high}) (group size 1, or all rewards equal?)"
                     )
                 return Verdict.DROP  # admission sees the deficit and dispatches a replacement
-        s["dropped_in_a_row"] = 0
+        s.dropped_in_a_row = 0
         return Verdict.ACCEPT
 
     def after_group_done(self, st: PipelineState) -> PublishActions:
@@ -143,25 +162,19 @@ class OpenRLHFPolicy(Policy):
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
         s = self._state(st)
         self._put_ready(st)
-        batch = [g for g in st.buffer if g.tag.get("batch") == s["consumed"]]
+        batch = [g for g in st.buffer if g.tag.get("batch") == s.consumed]
         if len(batch) < self.rollout_batch_size:
             return None
-        s["consumed"] += 1  # the dequeue returns the semaphore token
+        s.consumed += 1  # the dequeue returns the semaphore token
         return batch
 
-    def staleness_bound(self) -> int | None:
-        # Batch b is dispatched once batch b-Q is dequeued, i.e. at version >= b-Q; it trains at
-        # version b. An oversampled surplus can wait longer, so no bound is promised then.
-        return self.async_queue_size if self.chunk == self.rollout_batch_size else None
-
-    def lower(self):
-        base = super().lower()
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
+        base = super().lower(ctx)
         return attrs.evolve(
             base,
             drop_zero_variance=2 if self.dynamic_filtering_enable else 0,
             batch_min_groups=self.rollout_batch_size,
             batch_max_groups=self.rollout_batch_size,
             admit_concurrency_groups=float(self.chunk),
-            staleness_enforcement=2,  # by admission (queue depth)
             fast_path_exact=0,  # the whole-batch semaphore has no field in the record
         )

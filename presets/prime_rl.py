@@ -42,8 +42,11 @@ import math
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.errors import PolicyError
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
 
 TARGET_LAG = 1
 EWMA_ALPHA = 0.1
@@ -51,11 +54,38 @@ BACKOFF, ESCALATED_BACKOFF, GROWTH, BINDING = 0.75, 0.5, 1.02, 0.9
 KAPPA_MIN, KAPPA_MAX = 0.25, 16.0
 
 
+@attrs.define
+class PrimeRLState:
+    """The concurrency controller: permits (cap), cost estimates, phase flags, and the group size seen."""
+
+    cap: int
+    kappa: float | None = None
+    cost: float | None = None
+    frozen: bool = True
+    clear: bool = True
+    draining: bool = False
+    backoff: float = BACKOFF
+    last_poll: float = -math.inf
+    preemptions: list[int] | None = None
+    prev_waiting: list = attrs.field(factory=list)
+    shipped: int = 0
+    zero_pending: list = attrs.field(factory=list)
+    seq: int = 0
+    cap_history: list[tuple[float, int]] = attrs.field(factory=list)
+    zero_in_a_row: int = 0
+    group_size: int = 1
+
+
 @register
 @attrs.frozen
 class PrimeRLPolicy(Policy):
     kind = "prime_rl"
     upstream = "PrimeIntellect-ai/prime-rl@014aa9d0 (orchestrator/concurrency.py, dispatcher.py, train_sink.py)"
+    State = PrimeRLState
+
+    def init_state(self) -> PrimeRLState:
+        return PrimeRLState(cap=self.initial_inflight or self.min_inflight)
+
 
     max_off_policy_steps: int = attrs.field(default=8, validator=v.ge(0))
     batch_size: int = attrs.field(default=256, validator=v.gt(0))  # samples per step
@@ -66,84 +96,84 @@ class PrimeRLPolicy(Policy):
     max_inflight: int | None = attrs.field(default=None, validator=v.optional(v.gt(0)))
     poll_interval_s: float = attrs.field(default=1.0, validator=v.gt(0))
 
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.KEEP_PAUSE
-
-    # -- concurrency controller state (st.extra["prime_rl"]) ----------------------------------
-    def _ctl(self, st: PipelineState) -> dict:
-        return st.extra.setdefault("prime_rl", {
-            "cap": self.initial_inflight or self.min_inflight, "kappa": None, "cost": None,
-            "frozen": True, "clear": True, "draining": False, "backoff": BACKOFF,
-            "last_poll": -math.inf, "preemptions": None, "prev_waiting": [], "shipped": 0,
-            "zero_pending": [], "seq": 0, "cap_history": [],
-        })
+    # -- concurrency controller state (PrimeRLState) -------------------------------------------
+    def _ctl(self, st: PipelineState) -> PrimeRLState:
+        return st.policy_state
 
     def _clamp(self, x: float) -> int:
         return int(min(max(x, self.min_inflight), self.max_inflight or math.inf))
 
-    def _set_cap(self, c: dict, cap: int, now: float) -> None:
-        if cap != c["cap"]:
-            c["cap"] = cap
-            c["cap_history"].append((now, cap))
+    def _set_cap(self, c: PrimeRLState, cap: int, now: float) -> None:
+        if cap != c.cap:
+            c.cap = cap
+            c.cap_history.append((now, cap))
 
-    def _poll(self, st: PipelineState, c: dict, in_flight: int) -> None:
+    def _poll(self, st: PipelineState, c: PrimeRLState, in_flight: int) -> None:
         loads = st.instance_loads()
         if not loads:
             return
         capacity = sum(x.kv_capacity_tokens for x in loads)
         pre = sum(x.preemptions for x in loads)
-        hard = c["preemptions"] is not None and pre > c["preemptions"]
-        soft = any(x.waiting > 0 and i < len(c["prev_waiting"]) and c["prev_waiting"][i] > 0
+        hard = c.preemptions is not None and pre > c.preemptions
+        soft = any(x.waiting > 0 and i < len(c.prev_waiting) and c.prev_waiting[i] > 0
                    for i, x in enumerate(loads))
-        c["preemptions"], c["prev_waiting"] = pre, [x.waiting for x in loads]
+        c.preemptions, c.prev_waiting = pre, [x.waiting for x in loads]
         if hard or soft:
-            c["clear"] = False
-        if c["draining"] and in_flight <= c["cap"]:
-            c["draining"] = False
-        cost = c["cost"] or self.seq_len
-        if hard and not c["draining"]:  # multiplicative cut relative to what actually runs
-            target = self._clamp(c["backoff"] * max(in_flight, self.min_inflight))
-            c["kappa"] = max(KAPPA_MIN, target * cost / capacity)
-            c["draining"], c["backoff"] = True, ESCALATED_BACKOFF
+            c.clear = False
+        if c.draining and in_flight <= c.cap:
+            c.draining = False
+        cost = c.cost or self.seq_len
+        if hard and not c.draining:  # multiplicative cut relative to what actually runs
+            target = self._clamp(c.backoff * max(in_flight, self.min_inflight))
+            c.kappa = max(KAPPA_MIN, target * cost / capacity)
+            c.draining, c.backoff = True, ESCALATED_BACKOFF
             self._set_cap(c, target, st.now)
-        elif c["frozen"] and c["kappa"] is None and self.initial_inflight is None:
+        elif c.frozen and c.kappa is None and self.initial_inflight is None:
             self._set_cap(c, self._clamp(capacity / cost), st.now)  # bootstrap from KV capacity
 
-    def _on_step(self, st: PipelineState, c: dict, in_flight: int) -> None:
+    def _on_step(self, st: PipelineState, c: PrimeRLState, in_flight: int) -> None:
         loads = st.instance_loads()
         if not loads:
             return
         capacity = sum(x.kv_capacity_tokens for x in loads)
-        cost = c["cost"] or self.seq_len
-        if c["frozen"]:
-            c["frozen"] = False
-            if c["kappa"] is None:
-                c["kappa"] = max(1.0, c["cap"] * cost / capacity)
-        elif c["clear"]:
-            c["backoff"] = BACKOFF
-            if in_flight >= BINDING * c["cap"]:
-                c["kappa"] = min(KAPPA_MAX, c["kappa"] * GROWTH)
-        self._set_cap(c, self._clamp(c["kappa"] * capacity / cost), st.now)
-        c["clear"] = True
+        cost = c.cost or self.seq_len
+        if c.frozen:
+            c.frozen = False
+            if c.kappa is None:
+                c.kappa = max(1.0, c.cap * cost / capacity)
+        elif c.clear:
+            c.backoff = BACKOFF
+            if in_flight >= BINDING * c.cap:
+                c.kappa = min(KAPPA_MAX, c.kappa * GROWTH)
+        self._set_cap(c, self._clamp(c.kappa * capacity / cost), st.now)
+        c.clear = True
 
     # -- admission ---------------------------------------------------------------------------
     def _batch_groups(self, st: PipelineState) -> int:
-        return max(1, math.ceil(self.batch_size / st.extra.get("prime_rl_group_size", 1)))
+        return max(1, math.ceil(self.batch_size / st.policy_state.group_size))
+
+    @property
+    def sync_spec(self) -> Sync:
+        return Sync(InflightRule.KEEP_PAUSE)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        # Dropped in its own completion hook, after the controller has counted the group.
+        return Staleness(self.max_off_policy_steps, Enforcement.POLICY)
 
     def admit(self, st: PipelineState) -> bool:
         c = self._ctl(st)
         in_flight = sum(len(g.trajs) for g in st.running.values())
-        if st.now - c["last_poll"] >= self.poll_interval_s or c["preemptions"] is None:
-            c["last_poll"] = st.now
+        if st.now - c.last_poll >= self.poll_interval_s or c.preemptions is None:
+            c.last_poll = st.now
             self._poll(st, c, in_flight)
-        shipped = c["shipped"] + len(st.buffer) // self._batch_groups(st)
+        shipped = c.shipped + len(st.buffer) // self._batch_groups(st)
         if shipped - st.version > TARGET_LAG:
             return False
-        return in_flight < c["cap"]
+        return in_flight < c.cap
 
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
-        st.extra["prime_rl_group_size"] = len(group.trajs)
+        st.policy_state.group_size = len(group.trajs)
 
     # -- filtering ---------------------------------------------------------------------------
     def _too_old(self, g: GroupRecord, st: PipelineState) -> bool:
@@ -151,27 +181,25 @@ class PrimeRLPolicy(Policy):
 
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
         c = self._ctl(st)
-        c["seq"] += 1
-        group.tag["seq"] = c["seq"]
+        c.seq += 1
+        group.tag["seq"] = c.seq
         for tr in group.trajs:  # episode cost estimate: final context tokens
             tokens = tr.prompt_tokens + tr.completion_tokens
             if tokens > 0:
-                c["cost"] = tokens if c["cost"] is None else (1 - EWMA_ALPHA) * c["cost"] + EWMA_ALPHA * tokens
+                c.cost = tokens if c.cost is None else (1 - EWMA_ALPHA) * c.cost + EWMA_ALPHA * tokens
         if self._too_old(group, st):
             return Verdict.DROP
         if self.filter_zero_advantages and group.reward_std() <= 1e-12:
-            c["zero_pending"].append(c["seq"])  # keeps its batch slot; no backfill
-            c["zero_in_a_row"] = c.get("zero_in_a_row", 0) + 1
-            if c["zero_in_a_row"] >= 10 * self._batch_groups(st):
+            c.zero_pending.append(c.seq)  # keeps its batch slot; no backfill
+            c.zero_in_a_row += 1
+            if c.zero_in_a_row >= 10 * self._batch_groups(st):
                 # Every batch would be empty forever; stop with the cause instead of hanging.
-                from simrl.engine.core import SimulationError
-
-                raise SimulationError(
-                    f"prime_rl: {c['zero_in_a_row']} groups in a row had zero advantage and "
+                raise PolicyError(
+                    f"prime_rl: {c.zero_in_a_row} groups in a row had zero advantage and "
                     "filter_zero_advantages removes them all (group size 1, or all rewards equal?)"
                 )
             return Verdict.DROP
-        c["zero_in_a_row"] = 0
+        c.zero_in_a_row = 0
         return Verdict.ACCEPT
 
     def on_publish(self, st: PipelineState) -> PublishActions:
@@ -184,27 +212,24 @@ class PrimeRLPolicy(Policy):
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
         c = self._ctl(st)
         b = self._batch_groups(st)
-        slots = sorted([(g.tag["seq"], g) for g in st.buffer] + [(s, None) for s in c["zero_pending"]],
+        slots = sorted([(g.tag["seq"], g) for g in st.buffer] + [(s, None) for s in c.zero_pending],
                        key=lambda x: x[0])
         if len(slots) < b:
             return None
         chosen = slots[:b]
         batch = [g for _, g in chosen if g is not None]
         used = {s for s, g in chosen if g is None}
-        c["zero_pending"] = [s for s in c["zero_pending"] if s not in used]
+        c.zero_pending = [s for s in c.zero_pending if s not in used]
         if not batch:  # every sample of this batch had zero advantage: nothing to train on
             return None
-        c["shipped"] += 1
+        c.shipped += 1
         self._on_step(st, c, sum(len(g.trajs) for g in st.running.values()))
         return batch
 
-    def staleness_bound(self) -> int | None:
-        return self.max_off_policy_steps
-
-    def lower(self):
-        b = max(1, math.ceil(self.batch_size / 8))
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
+        b = max(1, math.ceil(self.batch_size / ctx.group_size))
         return attrs.evolve(
-            super().lower(), staleness_enforcement=3, batch_min_groups=b, batch_max_groups=b,
+            super().lower(ctx), batch_min_groups=b, batch_max_groups=b,
             drop_zero_variance=1 if self.filter_zero_advantages else 0,
             fast_path_exact=0,  # adaptive KV-driven permits and the ship barrier have no fields
         )

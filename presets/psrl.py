@@ -23,7 +23,7 @@ Follows the design docs at ``lhy101/psrl_doc_preview@59c3ef46``: ``docs/design/
   version order; a buffer still holding RESERVED entries blocks training (it waits for its
   slowest group).
 
-The buffers live in ``st.extra["psrl"]``: per buffer index, the reserved and occupied counts.
+The buffers live in ``PsrlState`` (``st.policy_state``): per buffer index, the reserved and occupied counts.
 
 Approximations. Upstream's default ``staleness_buffer_entries`` is 512; the default scenario
 trains 32 groups per step, so the default here is 32 (an entry is one group, all n responses
@@ -42,17 +42,24 @@ from attrs import validators as v
 
 from simrl.policy.base import (
     GroupRecord,
-    InflightRule,
     InstanceLoad,
     PipelineState,
     Policy,
     PublishActions,
     Verdict,
 )
-from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync, SyncScope
 
-_KEY = "psrl"
+
+@attrs.define
+class PsrlState:
+    """The staleness buffers: buffers consumed by the trainer; per buffer index, reserved and occupied counts."""
+
+    consumed: int = 0
+    res: dict[int, int] = attrs.field(factory=dict)
+    occ: dict[int, int] = attrs.field(factory=dict)
 
 
 @register
@@ -62,6 +69,7 @@ class PsrlPolicy(Policy):
 
     kind = "psrl"
     upstream = "lhy101/psrl_doc_preview@59c3ef46 (docs/design/staleness_control.md, parameter_server.md)"
+    State = PsrlState
 
     staleness: int = attrs.field(default=0, validator=v.ge(0))  # psrl.staleness (eta)
     staleness_buffer_entries: int = attrs.field(default=32, validator=v.gt(0))  # upstream 512
@@ -89,14 +97,6 @@ class PsrlPolicy(Policy):
         return self.redundant_buffer_entries or e + max(1, e // 8)
 
     # -- runtime -----------------------------------------------------------------------------
-    @property
-    def sync_scope(self) -> str:
-        return "per_instance"
-
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.ABORT_RESUME if self.partial_rollout_enable else InflightRule.KEEP_PAUSE
-
     def should_pull(self, load: InstanceLoad, st: PipelineState) -> bool:
         requests = load.running + load.waiting
         if not self.partial_rollout_enable:
@@ -114,30 +114,39 @@ class PsrlPolicy(Policy):
 
     # -- buffers -----------------------------------------------------------------------------
     @staticmethod
-    def _bufs(st: PipelineState) -> dict:
+    def _bufs(st: PipelineState) -> PsrlState:
         # consumed: buffers taken by the trainer; res/occ: buffer index -> count
-        return st.extra.setdefault(_KEY, {"consumed": 0, "res": {}, "occ": {}})
+        return st.policy_state
 
     def _target(self, st: PipelineState) -> int:
         return st.version + self.staleness
 
+    @property
+    def sync_spec(self) -> Sync:
+        rule = InflightRule.ABORT_RESUME if self.partial_rollout_enable else InflightRule.KEEP_PAUSE
+        return Sync(rule, scope=SyncScope.PER_INSTANCE)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        return Staleness(self.staleness, Enforcement.ADMISSION)  # the per-version buffers
+
     def admit(self, st: PipelineState) -> bool:
         b = self._bufs(st)
         u = self._target(st)
-        if u < b["consumed"]:
+        if u < b.consumed:
             return False
-        return b["res"].get(u, 0) + b["occ"].get(u, 0) < self.reserve_capacity
+        return b.res.get(u, 0) + b.occ.get(u, 0) < self.reserve_capacity
 
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         b = self._bufs(st)
         u = self._target(st)
         group.tag["reserved"] = u
-        b["res"][u] = b["res"].get(u, 0) + 1
+        b.res[u] = b.res.get(u, 0) + 1
 
-    def _unreserve(self, b: dict, group: GroupRecord) -> None:
+    def _unreserve(self, b: PsrlState, group: GroupRecord) -> None:
         u = group.tag.pop("reserved", None)
-        if u in b["res"]:
-            b["res"][u] -= 1
+        if u in b.res:
+            b.res[u] -= 1
 
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
         b = self._bufs(st)
@@ -146,10 +155,10 @@ class PsrlPolicy(Policy):
         if self.dynamic_sampling_filter and group.reward_std() == 0.0:
             return Verdict.DROP
         e, cap = self.staleness_buffer_entries, self.reserve_capacity
-        for u in range(b["consumed"], reserved + 1):
-            occ = b["occ"].get(u, 0)
-            if occ < e and occ + b["res"].get(u, 0) < cap:
-                b["occ"][u] = occ + 1
+        for u in range(b.consumed, reserved + 1):
+            occ = b.occ.get(u, 0)
+            if occ < e and occ + b.res.get(u, 0) < cap:
+                b.occ[u] = occ + 1
                 group.tag["buffer"] = u
                 return Verdict.ACCEPT
         return Verdict.DROP  # unreachable: its own reservation left a free entry
@@ -158,8 +167,8 @@ class PsrlPolicy(Policy):
         if not self.redundant_rollout_enable:
             return PublishActions()
         b = self._bufs(st)
-        c = b["consumed"]
-        if b["occ"].get(c, 0) < self.staleness_buffer_entries:
+        c = b.consumed
+        if b.occ.get(c, 0) < self.staleness_buffer_entries:
             return PublishActions()
         # The next buffer is READY: groups still reserved in it can occupy nothing (every
         # earlier buffer is consumed), so they are the redundant surplus.
@@ -170,26 +179,20 @@ class PsrlPolicy(Policy):
 
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
         b = self._bufs(st)
-        c = b["consumed"]
-        if b["occ"].get(c, 0) < self.staleness_buffer_entries:
+        c = b.consumed
+        if b.occ.get(c, 0) < self.staleness_buffer_entries:
             return None  # not READY: free entries or RESERVED (STUCK) ones remain
-        b["consumed"] = c + 1
-        b["occ"].pop(c)
-        b["res"].pop(c, None)
+        b.consumed = c + 1
+        b.occ.pop(c)
+        b.res.pop(c, None)
         return [g for g in st.buffer if g.tag.get("buffer") == c]
 
-    def staleness_bound(self) -> int | None:
-        return self.staleness
-
-    def lower(self) -> PolicyParams:
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
         e = self.staleness_buffer_entries
-        return PolicyParams(
+        return attrs.evolve(
+            super().lower(ctx),
             admit_budget_base_groups=float((self.staleness + 1) * self.reserve_capacity),
             admit_budget_per_version_groups=float(self.reserve_capacity),
-            inflight_rule=INFLIGHT_CODES[self.inflight.value],
-            sync_per_instance=1,
-            staleness_bound=self.staleness,
-            staleness_enforcement=ENFORCEMENT_CODES["admission"],
             drop_zero_variance=int(self.dynamic_sampling_filter),
             batch_min_groups=e,
             batch_max_groups=e,

@@ -39,9 +39,10 @@ import math
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
-from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
 
 _FILTERS = ("no_filter", "mean_filter", "std_filter")
 
@@ -53,6 +54,16 @@ def _sample_std(rewards: list[float]) -> float:
     return (sum((x - m) ** 2 for x in rewards) / (len(rewards) - 1)) ** 0.5
 
 
+@attrs.define
+class RollState:
+    """ReplayBuffer pool counters (running / running_extra / completed) and batches taken."""
+
+    running: int = 0
+    extra: int = 0
+    completed: int = 0
+    taken: int = 0
+
+
 @register
 @attrs.frozen
 class RollPolicy(Policy):
@@ -60,6 +71,7 @@ class RollPolicy(Policy):
 
     kind = "roll"
     upstream = "alibaba/ROLL@8eb27cc2 (roll/distributed/scheduler/generate_scheduler.py)"
+    State = RollState
 
     rollout_batch_size: int = attrs.field(default=32, validator=v.gt(0))  # B, prompt groups per step
     async_generation_ratio: float = attrs.field(default=0.0, validator=v.ge(0.0))
@@ -71,47 +83,51 @@ class RollPolicy(Policy):
     std_threshold: float = -1.0  # std_filter
 
     @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.ABORT_RESUME
-
-    @property
     def lag(self) -> int:
         return math.ceil(self.async_generation_ratio)
 
     # -- pool counters of ReplayBuffer (running / running_extra / completed) ----------------
     @staticmethod
-    def _pool(st: PipelineState) -> dict:
-        return st.extra.setdefault("roll", {"running": 0, "extra": 0, "completed": 0})
+    def _pool(st: PipelineState) -> RollState:
+        return st.policy_state
 
     def _budget(self, st: PipelineState) -> int:
         b = self.rollout_batch_size
         first = math.ceil(b * self.async_generation_ratio) if self.async_generation_ratio > 0 else 0
         return first + (st.version + 1) * b
 
+    @property
+    def sync_spec(self) -> Sync:
+        return Sync(InflightRule.ABORT_RESUME)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        return Staleness(self.lag, Enforcement.DROP_AT_CONSUMPTION)
+
     def admit(self, st: PipelineState) -> bool:
-        if self.lag == 0 and st.extra.get("roll_taken", 0) > st.version:
+        if self.lag == 0 and st.policy_state.taken > st.version:
             return False  # synchronous: the router stays suspended from get_batch to the next step
         p = self._pool(st)
-        if p["running"] + p["completed"] < self._budget(st):
+        if p.running + p.completed < self._budget(st):
             return True
-        return self.is_use_additional_prompts and p["running"] + p["extra"] < self.max_additional_running_prompts
+        return self.is_use_additional_prompts and p.running + p.extra < self.max_additional_running_prompts
 
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         p = self._pool(st)
-        if p["running"] + p["completed"] < self._budget(st):
-            p["running"] += 1
+        if p.running + p.completed < self._budget(st):
+            p.running += 1
         else:
-            p["extra"] += 1
+            p.extra += 1
             group.tag["extra"] = True
 
     @staticmethod
-    def _release(p: dict, commit: bool) -> None:
+    def _release(p: RollState, commit: bool) -> None:
         # ReplayBuffer's _commit_prompt/_abort_prompt: the regular pool drains first.
-        if p["running"] > 0:
-            p["running"] -= 1
-            p["completed"] += int(commit)
+        if p.running > 0:
+            p.running -= 1
+            p.completed += int(commit)
         else:
-            p["extra"] -= 1
+            p.extra -= 1
 
     def _keep(self, group: GroupRecord) -> bool:
         r = group.rewards
@@ -163,22 +179,17 @@ class RollPolicy(Policy):
                 return None  # ItemsGroup.get_batch blocks while this step still runs
             taken.extend(ready[:want])
             if len(taken) >= b:
-                st.extra["roll_taken"] = st.extra.get("roll_taken", 0) + 1
+                st.policy_state.taken += 1
                 return taken[:b]
         return None
 
-    def staleness_bound(self) -> int | None:
-        return self.lag
-
-    def lower(self) -> PolicyParams:
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
         b = self.rollout_batch_size
         first = math.ceil(b * self.async_generation_ratio) if self.async_generation_ratio > 0 else 0
-        return PolicyParams(
+        return attrs.evolve(
+            super().lower(ctx),
             admit_budget_base_groups=float(first + b),
             admit_budget_per_version_groups=float(b),
-            inflight_rule=INFLIGHT_CODES["abort_resume"],
-            staleness_bound=self.lag,
-            staleness_enforcement=ENFORCEMENT_CODES["drop_at_consumption"],
             drop_zero_variance=int(self.query_filter_type == "std_filter" and self.std_threshold >= 0),
             batch_min_groups=b,
             batch_max_groups=b,

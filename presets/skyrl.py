@@ -13,7 +13,7 @@ and ``docs/content/docs/tutorials/fully_async.mdx`` at HEAD of mid 2026 (PRs #57
   KV and continue on the new weights (``keep_pause``); the prefix cache is salted per version,
   so old prefixes are never reused (modelled as a cache clear).
 * Filtering -- nothing is dropped for staleness: a group older than S is still trained and
-  counted (``async/staleness_violation_count``), so ``bound_enforced`` is False. With
+  counted (``async/staleness_violation_count``): enforcement ``counted``. With
   ``sample_full_batch`` zero-variance groups are dropped and their capacity returned (the
   workers keep pulling new prompts); without it they are loss-masked but trained.
 * Batch -- exactly B groups in finish order (FIFO); training waits until B are ready.
@@ -31,14 +31,15 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, Verdict
-from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.params import PolicyParams
+from simrl.policy.record import RecordPolicy
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, code
 
 
 @register
 @attrs.frozen
-class SkyrlPolicy(Policy):
+class SkyrlPolicy(RecordPolicy):
     """SkyRL fully-async: capacity-limited workers, keep-pause updates, violations only counted."""
 
     kind = "skyrl"
@@ -60,40 +61,19 @@ class SkyrlPolicy(Policy):
         if self.sample_full_batch and not self.zero_variance_filter:
             raise ValueError("sample_full_batch=true needs zero_variance_filter=true (SkyRL's config check)")
 
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.KEEP_PAUSE
-
-    def admit(self, st: PipelineState) -> bool:
-        b, g = self.policy_mini_batch_size, st.version + 1
-        staleness_room = (self.max_staleness_steps + g) * b - (st.groups_accepted + st.n_running)
-        return min(self.num_parallel_generation_workers - st.n_running, staleness_room) > 0
-
-    def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
-        if self.sample_full_batch and group.reward_std() == 0.0:
-            return Verdict.DROP  # capacity returned: a dropped group is not 'accepted'
-        return Verdict.ACCEPT
-
-    def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
-        b = self.policy_mini_batch_size
-        return st.buffer[:b] if len(st.buffer) >= b else None
-
-    def staleness_bound(self) -> int | None:
-        return self.max_staleness_steps
-
-    @property
-    def bound_enforced(self) -> bool:
-        return False  # SkyRL logs async/staleness_violation_count and trains the group anyway
-
-    def lower(self) -> PolicyParams:
+    def record(self) -> PolicyParams:
+        # Admission: running < workers and accepted + running < (S + v + 1) * B (a dropped
+        # group returns its capacity). Keep-pause updates; the prefix cache is salted per
+        # version (a clear). SkyRL logs async/staleness_violation_count and trains the group
+        # anyway: the bound is counted. With sample_full_batch zero-variance groups are dropped.
         b = self.policy_mini_batch_size
         return PolicyParams(
             admit_concurrency_groups=float(self.num_parallel_generation_workers),
             admit_budget_base_groups=float((self.max_staleness_steps + 1) * b),
             admit_budget_per_version_groups=float(b),
-            inflight_rule=INFLIGHT_CODES["keep_pause"],
+            inflight_rule=code(InflightRule.KEEP_PAUSE),
             staleness_bound=self.max_staleness_steps,
-            staleness_enforcement=ENFORCEMENT_CODES["counted"],
+            staleness_enforcement=code(Enforcement.COUNTED),
             drop_zero_variance=int(self.sample_full_batch),
             batch_min_groups=b,
             batch_max_groups=b,

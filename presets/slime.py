@@ -40,12 +40,26 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
-from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Placement, Staleness, Sync
 
 _MODES = ("sync", "train_async", "fully_async")
 _FILTERS = (None, "check_reward_nonzero_std")
+
+
+@attrs.define
+class SlimeState:
+    """Rollout progress: round, groups kept, submitted, filtered, chunk, taken, and n."""
+
+    r: int = 0
+    kept: int = 0
+    sub: int = 0
+    filt: int = 0
+    chunk: int = 0
+    taken: int = 0
+    n: int = 1
 
 
 @register
@@ -55,6 +69,7 @@ class SlimePolicy(Policy):
 
     kind = "slime"
     upstream = "THUDM/slime@624b824a (train.py, train_async.py, slime/rollout/sglang_rollout.py)"
+    State = SlimeState
 
     mode: str = attrs.field(default="sync", validator=v.in_(_MODES))
     rollout_batch_size: int = attrs.field(default=32, validator=v.gt(0))  # groups per rollout
@@ -73,63 +88,66 @@ class SlimePolicy(Policy):
     def chunk(self) -> int:
         return self.over_sampling_batch_size or self.rollout_batch_size
 
-    @property
-    def placement(self) -> str | None:
-        return "colocated" if self.mode == "sync" else "disaggregated"
-
-    @property
-    def inflight(self) -> InflightRule:
-        if self.mode == "train_async":
-            return InflightRule.DRAIN
-        if self.mode == "sync" and self.partial_rollout:
-            return InflightRule.ABORT_RESUME  # the colocated pause aborts; resume re-prefills
-        return InflightRule.KEEP_PAUSE
-
-    # -- rollout state in st.extra ------------------------------------------------------------
+    # -- rollout state (SlimeState) ------------------------------------------------------------
     @staticmethod
-    def _ro(st: PipelineState) -> dict:
-        return st.extra.setdefault("slime", {"r": 0, "kept": 0, "sub": 0, "filt": 0, "chunk": 0, "taken": 0, "n": 1})
+    def _ro(st: PipelineState) -> SlimeState:
+        return st.policy_state
 
-    def _sample_room(self, st: PipelineState, ro: dict) -> bool:
+    def _sample_room(self, st: PipelineState, ro: SlimeState) -> bool:
         running = sum(len(g.trajs) for g in st.running.values())
-        return running + ro["n"] <= self.sglang_server_concurrency * st.n_instances
+        return running + ro.n <= self.sglang_server_concurrency * st.n_instances
+
+    @property
+    def sync_spec(self) -> Sync:
+        placement = Placement.COLOCATED if self.mode == "sync" else Placement.DISAGGREGATED
+        if self.mode == "train_async":
+            return Sync(InflightRule.DRAIN, placement=placement)
+        if self.mode == "sync" and self.partial_rollout:
+            return Sync(InflightRule.ABORT_RESUME, placement=placement)  # the colocated pause aborts
+        return Sync(InflightRule.KEEP_PAUSE, placement=placement)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        if self.mode == "fully_async" or (self.mode == "sync" and self.partial_rollout):
+            return Staleness()  # a recycled partial group may be carried over more than one rollout
+        return Staleness(1 if self.mode == "train_async" else 0, Enforcement.ADMISSION)
 
     def admit(self, st: PipelineState) -> bool:
         ro = self._ro(st)
         if self.mode == "fully_async":
             cap = self.sglang_server_concurrency * st.n_instances
             return st.n_running < cap and len(st.buffer) < cap
-        opened = st.version >= ro["r"] if self.mode == "sync" else ro["taken"] >= ro["r"]
-        if not opened or ro["kept"] >= self.target:
+        opened = st.version >= ro.r if self.mode == "sync" else ro.taken >= ro.r
+        if not opened or ro.kept >= self.target:
             return False
-        wants = ro["chunk"] > 0 or ro["sub"] - ro["filt"] < self.target
+        wants = ro.chunk > 0 or ro.sub - ro.filt < self.target
         return wants and self._sample_room(st, ro)
 
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         ro = self._ro(st)
-        ro["n"] = len(group.trajs)
+        ro.n = len(group.trajs)
         if self.mode == "fully_async":
             return
-        if ro["chunk"] == 0:
-            ro["chunk"] = self.chunk
-        ro["chunk"] -= 1
-        ro["sub"] += 1
+        if ro.chunk == 0:
+            ro.chunk = self.chunk
+        ro.chunk -= 1
+        ro.sub += 1
 
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
         if self.dynamic_sampling_filter_path and group.reward_std() == 0.0:
-            self._ro(st)["filt"] += 1
+            self._ro(st).filt += 1
             return Verdict.DROP
-        self._ro(st)["kept"] += 1
+        self._ro(st).kept += 1
         return Verdict.ACCEPT
 
     def after_group_done(self, st: PipelineState) -> PublishActions:
         ro = self._ro(st)
-        if self.mode == "fully_async" or ro["kept"] < self.target:
+        if self.mode == "fully_async" or ro.kept < self.target:
             return PublishActions()
         # The rollout is complete: the next one starts counting; the remainder is cut.
         running = tuple(st.running)
         carry = self.partial_rollout and self.mode == "sync"
-        ro.update(r=ro["r"] + 1, kept=0, filt=0, chunk=0, sub=len(running) if carry else 0)
+        ro.r, ro.kept, ro.filt, ro.chunk, ro.sub = ro.r + 1, 0, 0, 0, (len(running) if carry else 0)
         if carry:
             return PublishActions()
         if self.partial_rollout:
@@ -144,21 +162,12 @@ class SlimePolicy(Policy):
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
         if len(st.buffer) < self.target:
             return None
-        self._ro(st)["taken"] += 1
+        self._ro(st).taken += 1
         return st.buffer[: self.target]
 
-    def staleness_bound(self) -> int | None:
-        if self.mode == "fully_async" or (self.mode == "sync" and self.partial_rollout):
-            return None  # a recycled partial group may be carried over more than one rollout
-        return 1 if self.mode == "train_async" else 0
-
-    def lower(self) -> PolicyParams:
-        bound = self.staleness_bound()
-        return PolicyParams(
-            inflight_rule=INFLIGHT_CODES[self.inflight.value],
-            colocated=int(self.placement == "colocated"),
-            staleness_bound=-1 if bound is None else bound,
-            staleness_enforcement=ENFORCEMENT_CODES["none" if bound is None else "admission"],
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
+        return attrs.evolve(
+            super().lower(ctx),
             drop_zero_variance=int(self.dynamic_sampling_filter_path is not None),
             batch_min_groups=self.target,
             batch_max_groups=self.target,

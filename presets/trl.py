@@ -43,8 +43,18 @@ import math
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.errors import PolicyError
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Placement, Staleness, Sync
+
+
+@attrs.define
+class TRLState:
+    """The workload's group size, seen at the first dispatch (None before)."""
+
+    group_size: int | None = None
 
 
 @register
@@ -52,6 +62,7 @@ from simrl.policy.registry import register
 class TRLPolicy(Policy):
     kind = "trl"
     upstream = "huggingface/trl@v1.13 (GRPOTrainer; trl.experimental.async_grpo.AsyncGRPOTrainer)"
+    State = TRLState
 
     mode: str = attrs.field(default="sync", validator=v.in_(("sync", "async")))
     per_device_train_batch_size: int = attrs.field(default=32, validator=v.gt(0))  # samples
@@ -84,17 +95,22 @@ class TRLPolicy(Policy):
         return max(1, math.ceil(samples / group_size))
 
     def _group_size(self, st: PipelineState) -> int:
-        return st.extra.get("trl_group_size", self.num_generations or 1)
-
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.DRAIN if self.mode == "sync" else InflightRule.KEEP_PAUSE
-
-    @property
-    def placement(self) -> str | None:
-        return "colocated" if self.mode == "sync" else "disaggregated"
+        return st.policy_state.group_size or self.num_generations or 1
 
     # -- admission ---------------------------------------------------------------------------
+    @property
+    def sync_spec(self) -> Sync:
+        if self.mode == "sync":
+            return Sync(InflightRule.DRAIN, placement=Placement.COLOCATED)
+        return Sync(InflightRule.KEEP_PAUSE, placement=Placement.DISAGGREGATED)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        if self.mode == "sync":
+            return Staleness(self.steps_per_gen - 1, Enforcement.ADMISSION)
+        # async: dispatch version >= train version - max_staleness, and no token predates dispatch
+        return Staleness(self.max_staleness, Enforcement.DROP_AT_CONSUMPTION)
+
     def admit(self, st: PipelineState) -> bool:
         n = self._group_size(st)
         b = self._groups(self.samples_per_step, n)
@@ -110,13 +126,11 @@ class TRLPolicy(Policy):
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         n = len(group.trajs)
         if self.num_generations is not None and n != self.num_generations:
-            from simrl.engine.core import SimulationError
-
-            raise SimulationError(
+            raise PolicyError(
                 f"trl: num_generations={self.num_generations} but the workload's groups hold {n} samples; "
                 "set workload.group_size or leave the knob null"
             )
-        st.extra["trl_group_size"] = n
+        st.policy_state.group_size = n
 
     # -- filtering (async): per-sample age from the dispatch stamp -----------------------------
     def _stale(self, g: GroupRecord, st: PipelineState) -> bool:
@@ -140,23 +154,19 @@ class TRLPolicy(Policy):
             return None
         return st.buffer[:b]
 
-    def staleness_bound(self) -> int | None:
-        # async: dispatch version >= train version - max_staleness, and no token predates dispatch
-        return self.steps_per_gen - 1 if self.mode == "sync" else self.max_staleness
-
-    def lower(self):
-        base = super().lower()
-        b = self._groups(self.samples_per_sync, self.num_generations or 8)
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
+        base = super().lower(ctx)
+        n = self.num_generations or ctx.group_size
+        b = self._groups(self.samples_per_sync, n)
         if self.mode == "sync":
             k = self.steps_per_gen
             return attrs.evolve(
                 base, admit_budget_base_groups=float(k * b), admit_budget_per_version_groups=float(b),
                 admit_block_while_training=1, batch_min_groups=b, batch_max_groups=b,
-                staleness_enforcement=2, fast_path_exact=int(k == 1),
+                fast_path_exact=int(k == 1),
             )
         cap = self.max_inflight_tasks if self.max_inflight_tasks >= 0 else self.max_staleness * self.samples_per_step
         return attrs.evolve(
-            base, admit_concurrency_groups=float(max(1, cap // (self.num_generations or 8))),
-            staleness_enforcement=4, batch_min_groups=b, batch_max_groups=b,
+            base, admit_concurrency_groups=float(max(1, cap // n)), batch_min_groups=b, batch_max_groups=b,
             fast_path_exact=0,  # the sample-count queue bound and dispatch-stamp age are not in the record
         )

@@ -38,12 +38,18 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions
-from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
 
-_STALE = "verl_staleness_samples"
-_TAKEN = "verl_batches_taken"
+
+@attrs.define
+class VerlState:
+    """Samples counted against the staleness queue, and batches taken by the trainer."""
+
+    staleness_samples: int = 0
+    batches_taken: int = 0
 
 
 @register
@@ -53,6 +59,7 @@ class VerlPolicy(Policy):
 
     kind = "verl"
     upstream = "volcengine/verl@b178a3cd (verl/experimental/fully_async_policy, one_step_off_policy)"
+    State = VerlState
 
     mode: str = attrs.field(default="fully_async", validator=v.in_(("fully_async", "one_step_off")))
     staleness_threshold: float = attrs.field(default=0.1, validator=v.ge(0.0))
@@ -77,21 +84,25 @@ class VerlPolicy(Policy):
         return max(int(r * (1 + self.staleness_threshold) * self.trigger_parameter_sync_step), self.window_groups)
 
     @property
-    def inflight(self) -> InflightRule:
+    def sync_spec(self) -> Sync:
         if self.mode == "fully_async" and self.partial_rollout:
-            return InflightRule.ABORT_RESUME
-        return InflightRule.DRAIN
+            return Sync(InflightRule.ABORT_RESUME)
+        return Sync(InflightRule.DRAIN)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        return Staleness(1, Enforcement.ADMISSION) if self.mode == "one_step_off" else Staleness()
 
     def admit(self, st: PipelineState) -> bool:
         if self.mode == "one_step_off":
             # Generation of batch k+1 starts when batch k is taken (the trainer starts step k).
-            return st.groups_dispatched < (st.extra.get(_TAKEN, 0) + 1) * self.train_batch_size
+            return st.groups_dispatched < (st.policy_state.batches_taken + 1) * self.train_batch_size
         m = self.queue_size
         conc = min(self.concurrent_samples_per_replica * st.n_instances, m)
-        return st.n_running < conc and st.extra.get(_STALE, 0) < m and len(st.buffer) < m
+        return st.n_running < conc and st.policy_state.staleness_samples < m and len(st.buffer) < m
 
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
-        st.extra[_STALE] = st.extra.get(_STALE, 0) + 1
+        st.policy_state.staleness_samples += 1
 
     def after_group_done(self, st: PipelineState) -> PublishActions:
         over = len(st.buffer) - self.queue_size
@@ -100,31 +111,28 @@ class VerlPolicy(Policy):
         return PublishActions()
 
     def on_publish(self, st: PipelineState) -> PublishActions:
-        st.extra[_STALE] = st.n_running + len(st.buffer)  # active + cancelled + queued
+        st.policy_state.staleness_samples = st.n_running + len(st.buffer)  # active + cancelled + queued
         return PublishActions()
 
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
         w = self.window_groups
         if len(st.buffer) < w:
             return None
-        st.extra[_TAKEN] = st.extra.get(_TAKEN, 0) + 1
+        st.policy_state.batches_taken += 1
         return st.buffer[:w]
 
-    def staleness_bound(self) -> int | None:
-        return 1 if self.mode == "one_step_off" else None
-
-    def lower(self) -> PolicyParams:
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
         w = self.window_groups
         if self.mode == "one_step_off":
-            return PolicyParams(
+            return attrs.evolve(
+                super().lower(ctx),
                 admit_budget_base_groups=float(w), admit_budget_per_version_groups=float(w),
-                admit_count_dispatched=1, inflight_rule=INFLIGHT_CODES["drain"], staleness_bound=1,
-                staleness_enforcement=ENFORCEMENT_CODES["admission"], batch_min_groups=w,
+                admit_count_dispatched=1, batch_min_groups=w,
                 batch_max_groups=w, fast_path_exact=0,  # its budget follows batches taken, not versions
             )
-        return PolicyParams(
+        return attrs.evolve(
+            super().lower(ctx),
             admit_concurrency_groups=float(self.queue_size),
-            inflight_rule=INFLIGHT_CODES[self.inflight.value],
             buffer_capacity_groups=self.queue_size,
             batch_min_groups=w,
             batch_max_groups=w,

@@ -39,12 +39,19 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
-from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
+from simrl.policy.rules import Enforcement, InflightRule, Placement, Staleness, Sync
 
 _MODES = ("sync", "colocate_async", "separate_async")
-_CREDITS = "verl_v1_refill_credits"
+
+
+@attrs.define
+class VerlV1State:
+    """Refill credits earned by evictions (2k refills for k evictions)."""
+
+    refill_credits: int = 0
 
 
 @register
@@ -54,6 +61,7 @@ class VerlV1Policy(Policy):
 
     kind = "verl_v1"
     upstream = "verl-project/verl@1dda039b (verl/trainer/ppo/v1/replay_buffer.py, trainer_*.py)"
+    State = VerlV1State
 
     trainer_mode: str = attrs.field(default="sync", validator=v.in_(_MODES))
     num_warmup_batches: int = attrs.field(default=1, validator=v.ge(0))
@@ -67,20 +75,24 @@ class VerlV1Policy(Policy):
     def train_batch_size(self) -> int:
         return self.parameter_sync_step * self.ppo_mini_batch_size
 
-    @property
-    def placement(self) -> str | None:
-        return "disaggregated" if self.trainer_mode == "separate_async" else "colocated"
-
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.KEEP_PAUSE if self.trainer_mode == "sync" else InflightRule.ABORT_RESUME
-
     def _depth(self) -> int:
         return 0 if self.trainer_mode == "sync" else self.num_warmup_batches
 
+    @property
+    def sync_spec(self) -> Sync:
+        placement = Placement.DISAGGREGATED if self.trainer_mode == "separate_async" else Placement.COLOCATED
+        rule = InflightRule.KEEP_PAUSE if self.trainer_mode == "sync" else InflightRule.ABORT_RESUME
+        return Sync(rule, placement=placement)
+
+    @property
+    def staleness_spec(self) -> Staleness:
+        drop = self.max_off_policy_strategy == "drop"
+        return Staleness(self.max_off_policy_threshold - 1,
+                         Enforcement.DROP_AT_CONSUMPTION if drop else Enforcement.COUNTED)
+
     def admit(self, st: PipelineState) -> bool:
         live = st.groups_dispatched - st.groups_dropped
-        room = (self._depth() + st.version + 1) * self.train_batch_size + st.extra.get(_CREDITS, 0)
+        room = (self._depth() + st.version + 1) * self.train_batch_size + st.policy_state.refill_credits
         return live < room
 
     def _over_span(self, g: GroupRecord, st: PipelineState) -> bool:
@@ -90,7 +102,7 @@ class VerlV1Policy(Policy):
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
         if self.filter_groups_metric and group.reward_std() == 0.0:
             if self.trainer_mode == "sync":
-                st.extra[_CREDITS] = st.extra.get(_CREDITS, 0) + 1  # 2k refills for k evictions
+                st.policy_state.refill_credits += 1  # 2k refills for k evictions
             return Verdict.DROP
         if self.max_off_policy_strategy == "drop" and self._over_span(group, st):
             return Verdict.DROP
@@ -111,24 +123,13 @@ class VerlV1Policy(Policy):
             return None
         return sorted(st.buffer, key=lambda g: g.gid)[:b]
 
-    def staleness_bound(self) -> int | None:
-        return self.max_off_policy_threshold - 1
-
-    @property
-    def bound_enforced(self) -> bool:
-        return self.max_off_policy_strategy == "drop"
-
-    def lower(self) -> PolicyParams:
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
         b = self.train_batch_size
-        return PolicyParams(
+        return attrs.evolve(
+            super().lower(ctx),
             admit_budget_base_groups=float((self._depth() + 1) * b),
             admit_budget_per_version_groups=float(b),
             admit_count_dispatched=1,
-            inflight_rule=INFLIGHT_CODES[self.inflight.value],
-            colocated=int(self.placement == "colocated"),
-            staleness_bound=self.max_off_policy_threshold - 1,
-            staleness_enforcement=ENFORCEMENT_CODES[
-                "drop_at_consumption" if self.max_off_policy_strategy == "drop" else "counted"],
             drop_zero_variance=2 if self.filter_groups_metric else 0,
             batch_min_groups=b,
             batch_max_groups=b,

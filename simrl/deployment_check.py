@@ -21,15 +21,16 @@ Memory (weights, optimizer, KV) is checked by the cost models when they are buil
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from simrl.cost.architectures import ModelArch, model_arch, model_names
 from simrl.cost.base import CostModelError
 from simrl.cost.hardware import gpu_names, gpu_spec
 from simrl.strictio import did_you_mean
 
-if TYPE_CHECKING:
-    from simrl.config import SimConfig
+# The configuration is typed `Any` here: simrl.config calls this module, so importing its
+# SimConfig (even under TYPE_CHECKING) would draw an import circle.
+SimConfig = Any
 
 
 def _heads(arch: ModelArch, tp: int, key: str, engine: str, replicate_kv: bool) -> list[str]:

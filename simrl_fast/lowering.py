@@ -19,7 +19,8 @@ import numpy as np
 
 from simrl.cost.analytical import FixedTraining
 from simrl.cost.linear import LinearForm
-from simrl.policy.params import ENFORCEMENT_CODES, INFLIGHT_CODES, PolicyParams
+from simrl.policy.params import LoweringContext, PolicyParams
+from simrl.policy.rules import Enforcement, InflightRule, code
 
 #: the declared feature set; anything else is rejected by `check_supported`
 FEATURES = {
@@ -45,9 +46,14 @@ FEATURES = {
     "run.time_horizon_s": "inf",
 }
 
+# The kernel's in-flight codes: positions in `InflightRule` (written once, in the enum).
 RULE_CONTINUE, RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART, RULE_DRAIN = (
-    INFLIGHT_CODES[k] for k in ("continue", "keep_pause", "abort_resume", "abort_restart", "drain")
+    code(r) for r in (InflightRule.CONTINUE, InflightRule.KEEP_PAUSE, InflightRule.ABORT_RESUME,
+                      InflightRule.ABORT_RESTART, InflightRule.DRAIN)
 )
+_KERNEL_RULES = (RULE_CONTINUE, RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART, RULE_DRAIN)
+_KERNEL_ENFORCEMENTS = tuple(code(e) for e in (Enforcement.NONE, Enforcement.COUNTED, Enforcement.ADMISSION,
+                                               Enforcement.DROP_AT_COMPLETION))
 ROUTERS = {"least_requests": 0, "round_robin": 1}
 
 
@@ -144,9 +150,9 @@ def _reward_std(w, g: int) -> float:
     return (sum((x - m) ** 2 for x in r) / len(r)) ** 0.5
 
 
-def lower_policy(policy) -> PolicyParams:
+def lower_policy(policy, ctx: LoweringContext) -> PolicyParams:
     """The policy's PolicyParams, checked against the feature set."""
-    pp = policy.lower()
+    pp = policy.lower(ctx)
     name = f"policy {policy.kind!r}"
     if not pp.fast_path_exact:
         _reject(f"{name}", "its lower() has fast_path_exact=0: its rules do not fit PolicyParams")
@@ -154,14 +160,12 @@ def lower_policy(policy) -> PolicyParams:
         _reject("per-instance weight sync (policy.sync_scope=per_instance)", name)
     if pp.colocated:
         _reject("colocated placement", name)
-    if pp.inflight_rule not in INFLIGHT_CODES.values():
-        _reject(f"inflight_rule code {pp.inflight_rule}", name)
-    pausing = pp.inflight_rule in (RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART)
-    if pausing and not policy.pause_rollout_for_sync:
-        _reject("in-place weight swap without a pause (pause_rollout_for_sync=false)", name)
-    allowed = {ENFORCEMENT_CODES[k] for k in ("none", "counted", "admission", "drop_at_completion")}
-    if pp.staleness_enforcement not in allowed:
-        inv = {v: k for k, v in ENFORCEMENT_CODES.items()}
+    rules = list(InflightRule)
+    if pp.inflight_rule not in _KERNEL_RULES:
+        rule = rules[pp.inflight_rule].value if 0 <= pp.inflight_rule < len(rules) else pp.inflight_rule
+        _reject(f"inflight_rule={rule}", name)
+    if pp.staleness_enforcement not in _KERNEL_ENFORCEMENTS:
+        inv = {code(e): e.value for e in Enforcement}
         _reject(f"policy.staleness_enforcement={inv.get(pp.staleness_enforcement, pp.staleness_enforcement)}", name)
     if pp.drop_zero_variance not in (0, 1):
         _reject("re-dispatch of zero-variance groups (drop_zero_variance=2)", name)
@@ -192,7 +196,7 @@ def check_supported(cfg, workload, costs) -> None:
                 "set it to 0")
     if r.prefix_caching and np.any(workload.group_shared_prompt_tokens[~_salted_groups(workload)] > 0):
         _reject("deployment.rollout.prefix_caching=true with group-shared prompts")
-    placement = cfg.policy.placement or cfg.deployment.placement
+    placement = cfg.policy.sync_spec.placement or cfg.deployment.placement
     if placement != "disaggregated":
         _reject(f"deployment.placement={placement}")
     if cfg.router.name not in ROUTERS:
@@ -270,8 +274,8 @@ def lower(cfg, workload, costs) -> tuple[Static, Params, WorkloadArrays]:
     """Check and lower one configuration. Units: seconds and tokens."""
     check_supported(cfg, workload, costs)
     wa = lower_workload(workload)
-    pp = lower_policy(cfg.policy)
     r = cfg.deployment.rollout
+    pp = lower_policy(cfg.policy, LoweringContext(group_size=wa.prompt.shape[1], instances=r.instances))
     kv_cap = r.kv_capacity_tokens or int(costs.rollout.kv_capacity_tokens())
     need = int((wa.prompt.astype(np.int64) + wa.completion).max())
     if need > kv_cap:
@@ -291,7 +295,7 @@ def lower(cfg, workload, costs) -> tuple[Static, Params, WorkloadArrays]:
         budget_per_version=np.float64(pp.admit_budget_per_version_groups),
         count_dispatched=np.int32(pp.admit_count_dispatched), block_training=np.int32(pp.admit_block_while_training),
         rule=np.int32(pp.inflight_rule), stale_bound=np.int32(stale_bound),
-        drop_stale=np.int32(pp.staleness_enforcement == ENFORCEMENT_CODES["drop_at_completion"] and stale_bound >= 0),
+        drop_stale=np.int32(pp.staleness_enforcement == code(Enforcement.DROP_AT_COMPLETION) and stale_bound >= 0),
         evict_stale=np.int32(pp.evict_stale_on_publish), drop_zero_var=np.int32(pp.drop_zero_variance),
         batch=np.int32(pp.batch_min_groups),
     )

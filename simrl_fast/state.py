@@ -21,7 +21,7 @@ BIG = 2**30  # "never" for int32 iteration counts and sequence numbers
 IDLE, BUSY, PAUSED, START, RESUME = 0, 1, 2, 3, 4
 # group status (where a GroupRecord lives)
 G_FREE, G_RUNNING, G_BUFFERED, G_DROPPED, G_TRAINED, G_EVICTED = 0, 1, 2, 3, 4, 5
-# trainer phases (trainer_loop / publish)
+# trainer phases (Trainer.run / Weights.publish)
 T_WAIT, T_TRAIN, T_PUBLISH, T_PAUSING, T_DRAIN, T_DONE = 0, 1, 2, 3, 4, 5
 
 
@@ -86,7 +86,7 @@ class GroupState(NamedTuple):
 
 
 class TrainerState(NamedTuple):
-    """`trainer_loop` and `publish` (one process) with its pending timeout."""
+    """`Trainer.run` and `Weights.publish` (one process) with its pending timeout."""
 
     phase: jnp.ndarray  # int32: T_* (waiting for a batch, training, publishing, pausing, draining, done)
     step: jnp.ndarray  # int32: st.steps_done

@@ -50,7 +50,7 @@ def _lexmin(t, prev, start, seq):
 
 
 def can_dispatch(st, p):
-    """Simulation.dispatcher's loop condition: the policy's admission rule through PolicyParams."""
+    """GroupBook.dispatcher's loop condition: the admission rule of PolicyParams (simrl.policy.record.admits)."""
     count = jnp.where(p.count_dispatched == 1, st.dispatched, st.accepted + st.n_running)
     budget = p.budget_base + p.budget_per_version * st.version.astype(jnp.float64)
     return (

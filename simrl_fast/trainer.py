@@ -1,4 +1,4 @@
-"""The trainer process (`trainer_loop`, `publish`, `pause_all`) as two masked state updates.
+"""The trainer process (`Trainer.run`, `Weights.publish`, `Weights.pause_all`) as two masked state updates.
 
 `timer_action` fires the trainer's pending timeout: the end of a training step (then the
 in-flight rule: schedule the publication, request a pause at every instance's next boundary,

@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from workloads.registry import GeneratorSpec
 from workloads.sampling import Streams, dist
 from workloads.shapes import DEFAULT_MAX_MODEL_LEN, assemble, fit_context, grid, synthetic_rewards
-from workloads.types import Workload
+from workloads.types import GeneratorSpec, Workload
 
 MULTI_TURN_KNOBS: dict[str, Any] = {
     "history_turns": 2,

@@ -13,9 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from workloads.registry import GeneratorSpec
 from workloads.shapes import DEFAULT_MAX_MODEL_LEN, assemble, fit_context
-from workloads.types import Workload
+from workloads.types import GeneratorSpec, Workload
 
 CONSTANT_KNOBS: dict[str, Any] = {
     "prompt": 512,

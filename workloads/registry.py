@@ -1,6 +1,6 @@
 """The generator registry: `generate(name, groups, seed, group_size, **knobs)` and its knob checks.
 
-Each generator module declares `GeneratorSpec` records (a function, a default group size and
+Each generator module declares `GeneratorSpec` records (`workloads.types`) (a function, a default group size and
 its knobs with defaults). This module owns the table, rejects unknown names and knobs with the
 valid ones listed, coerces knob values (the CLI passes strings) to the default's type, and
 records the resolved knobs on the returned workload so a trace says how it was made.
@@ -11,14 +11,12 @@ from __future__ import annotations
 import json
 import numbers
 import operator
-from collections.abc import Callable
 from typing import Any
 
-import attrs
 import numpy as np
 
 from workloads.strictio import did_you_mean
-from workloads.types import Workload
+from workloads.types import GeneratorSpec, Workload
 
 MAX_TRAJECTORIES = 50_000_000
 PROBE_GROUPS = 16
@@ -26,24 +24,8 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
-@attrs.frozen
-class GeneratorSpec:
-    """One registered generator.
-
-    ``build(groups, seed, group_size, knobs) -> Workload`` receives fully resolved knobs (every
-    key of ``knobs`` present, coerced to its default's type).
-    """
-
-    name: str
-    build: Callable[[int, int, int, dict[str, Any]], Workload]
-    default_group_size: int
-    knobs: dict[str, Any]
-    doc: str = ""
-    min_group_size: int = 1
-
-
 def _specs() -> dict[str, GeneratorSpec]:
-    # Imported here so the generator modules stay free of registry imports (no cycles).
+    # Imported here: the generators are loaded on first use only.
     from workloads import benchmark, constant, rl
 
     table = {}

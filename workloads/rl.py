@@ -14,10 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from workloads.registry import GeneratorSpec
 from workloads.sampling import Streams, dist, normal_cdf
 from workloads.shapes import DEFAULT_MAX_MODEL_LEN, assemble, fit_context, grid, synthetic_rewards
-from workloads.types import Workload
+from workloads.types import GeneratorSpec, Workload
 
 MATH_KNOBS: dict[str, Any] = {
     # problem statement + instruction/chat template; shared by the group

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import numpy as np
@@ -293,3 +295,19 @@ def single_turn_group(index: int, n: int, prompt: int, completions: list[int], r
 
 def canonical_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+@attrs.frozen
+class GeneratorSpec:
+    """One registered generator.
+
+    ``build(groups, seed, group_size, knobs) -> Workload`` receives fully resolved knobs (every
+    key of ``knobs`` present, coerced to its default's type).
+    """
+
+    name: str
+    build: Callable[[int, int, int, dict[str, Any]], Workload]
+    default_group_size: int
+    knobs: dict[str, Any]
+    doc: str = ""
+    min_group_size: int = 1

@@ -16,24 +16,30 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING
 
+import simpy
+
+from simrl.engine.ports import CallPort, LoadPort, PullPort
 from simrl.engine.records import Request
-from simrl.policy.base import InflightRule
-
-if TYPE_CHECKING:
-    from simrl.engine.core import Simulation
+from simrl.policy.rules import InflightRule
 
 
 class Instance:
-    """State of one rollout instance; `run` is its SimPy process."""
+    """State of one rollout instance; `run` is its SimPy process.
 
-    def __init__(self, sim: Simulation, index: int):
-        cfg = sim.cfg.deployment.rollout
-        self.sim = sim
+    It sees the rest of the engine only through three ports: ``calls`` (what happened to a
+    call), ``load`` (its queues changed) and ``pull`` (per-instance weight sync).
+    """
+
+    def __init__(self, env: simpy.Environment, index: int, cfg, cost, capacity: int,
+                 calls: CallPort, load: LoadPort, pull: PullPort):
+        self.env = env
+        self.calls = calls
+        self.load = load
+        self.pull = pull
         self.index = index
-        self.cost = sim.costs.rollout
-        self.capacity = sim.kv_capacity
+        self.cost = cost
+        self.capacity = capacity
         self.max_num_seqs = cfg.max_num_seqs
         self.token_budget = cfg.max_num_batched_tokens  # 0: unlimited
         self.reserve = cfg.kv_policy == "reserve"
@@ -53,12 +59,11 @@ class Instance:
         self.version = 0
         self.admit_serial = 0
         self.busy_s = 0.0
-        self.iterations = 0
         self.preemptions = 0
         self.pause_ack = None  # event the pauser waits on, set while a pause is requested
         self.resume_ev = None
         self.paused = False
-        self.wake_ev = sim.env.event()
+        self.wake_ev = env.event()
 
     # -- public helpers used by the router and the sync logic -----------------------------
     @property
@@ -94,8 +99,8 @@ class Instance:
 
     def request_pause(self):
         """Ask the instance to stop at its next iteration boundary; returns the ack event."""
-        self.pause_ack = self.sim.env.event()
-        self.resume_ev = self.sim.env.event()
+        self.pause_ack = self.env.event()
+        self.resume_ev = self.env.event()
         self.wake()
         return self.pause_ack
 
@@ -113,8 +118,11 @@ class Instance:
         return r.completion_tokens - self.generated_of(r)
 
     # -- the process -----------------------------------------------------------------------
+    def sample(self) -> None:
+        self.load.sample(self.index, len(self.waiting), len(self.running), self.kv_used)
+
     def run(self):
-        env = self.sim.env
+        env = self.env
         while True:
             if self.pause_ack is not None:
                 self.paused = True
@@ -122,8 +130,8 @@ class Instance:
                 ack.succeed()
                 yield self.resume_ev if self.resume_ev is not None else env.timeout(0)
                 continue
-            if self.sim.wants_pull(self):
-                yield from self.sim.pull_weights(self)
+            if self.pull.wants_pull(self):
+                yield from self.pull.pull(self)
                 continue
             self.admit()
             if not self.running:
@@ -136,7 +144,6 @@ class Instance:
             dt = self.cost.iteration_time(self.n_decoding, self.kv_decode_sum, sum(t for _, t in chunks))
             yield env.timeout(dt)
             self.busy_s += dt
-            self.iterations += 1
             self.finish_iteration(chunks)
 
     # -- admission -------------------------------------------------------------------------
@@ -148,7 +155,7 @@ class Instance:
             self.waiting.popleft()
             changed = True
         if changed:
-            self.sim.sample_instance(self)
+            self.sample()
 
     def try_admit(self, r: Request) -> bool:
         """Admit ``r`` if its KV fits (evicting cached prefixes LRU); False when it does not."""
@@ -197,7 +204,7 @@ class Instance:
             r.version_start = self.version
         self.running.append(r)
         self.prefilling.append(r)
-        self.sim.on_admit(self, r)
+        self.calls.on_admit(self.index, self.version, r)
         return True
 
     def make_room(self, need: int, keep=None) -> bool:
@@ -236,7 +243,7 @@ class Instance:
         return chunks
 
     def finish_iteration(self, chunks: list[tuple[Request, int]]) -> None:
-        now = self.sim.env.now
+        now = self.env.now
         # Every decoding sequence emitted one token.
         self.kv_decode_sum += self.n_decoding
         if not self.reserve:
@@ -269,9 +276,9 @@ class Instance:
                 self.cache[key] = r.prompt_tokens + r.completion_tokens
                 self.cache_tokens += self.cache[key]
         if done:
-            self.sim.sample_instance(self)
+            self.sample()
         for r in done:
-            self.sim.on_call_finished(self, r)
+            self.calls.on_finished(self.index, r)
 
     # -- leaving the batch -----------------------------------------------------------------
     def release(self, r: Request) -> None:
@@ -303,7 +310,7 @@ class Instance:
         r.preemptions += 1
         self.preemptions += 1
         self.waiting.appendleft(r)
-        self.sim.on_preempt(self, r)
+        self.calls.on_preempt(self.index, r)
 
     def abort_all(self, rule: InflightRule) -> list[Request]:
         """Abort every running request at a boundary (weight update); returns them in order."""
@@ -312,13 +319,23 @@ class Instance:
             self.release(r)
             r.aborts += 1
             if rule is InflightRule.ABORT_RESTART:
-                self.sim.on_discard(r, r.generated)
+                self.calls.on_discard(r, r.generated)
                 r.generated = 0
         self.finish_heap = []  # every entry belonged to an aborted segment
         if aborted:
-            self.sim.sample_instance(self)
+            self.sample()
         return aborted
 
     def clear_cache(self) -> None:
         self.cache.clear()
         self.cache_tokens = 0
+
+    def remove_group(self, group) -> list[Request]:
+        """Drop every call of an aborted ``group``; returns those that held generated tokens."""
+        lost = []
+        for r in [q for q in self.running if q.group is group]:
+            self.release(r)
+            lost.append(r)
+        lost += [q for q in self.waiting if q.group is group and q.generated]
+        self.waiting = deque(q for q in self.waiting if q.group is not group)
+        return lost

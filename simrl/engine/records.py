@@ -12,7 +12,7 @@ class Request:
     """One model call of one trajectory, from router arrival to its last token.
 
     A request may be preempted (KV ran out) or aborted (weight update) and admitted again;
-    ``base_generated`` counts the tokens it already holds when a new segment starts.
+    ``seg_base`` counts the tokens it already holds when a new segment starts.
     """
 
     rid: int  # arrival serial number (tie-break key)

@@ -9,28 +9,43 @@ Among eligible instances the router policy picks one; every tie goes to the lowe
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
+import simpy
+
+from simrl.engine.ports import RoutableInstance
 from simrl.engine.records import Request
-
-if TYPE_CHECKING:
-    from simrl.engine.core import Simulation
-    from simrl.engine.instance import Instance
+from simrl.policy.base import GroupRecord
 
 
 class Router:
-    def __init__(self, sim: Simulation):
-        self.sim = sim
-        self.cfg = sim.cfg.router
+    """The global call queue; `run` is its SimPy process.
+
+    It sees instances through `RoutableInstance` and the policy only through ``eligible``
+    (may a call of this group run on weights of this version?).
+    """
+
+    def __init__(self, env: simpy.Environment, cfg, instances: Sequence[RoutableInstance],
+                 eligible: Callable[[int, GroupRecord], bool]):
+        self.env = env
+        self.cfg = cfg
+        self.instances = instances
+        self.is_eligible = eligible
         self.queue: deque[Request] = deque()
         self.rr_next = 0
-        self.wake_ev = sim.env.event()
+        self.wake_ev = env.event()
         self.routed = 0
 
     def submit(self, req: Request, front: bool = False) -> None:
         req.instance = -1
         (self.queue.appendleft if front else self.queue.append)(req)
         self.wake()
+
+    def remove_group(self, group: GroupRecord) -> list[Request]:
+        """Drop every queued call of an aborted ``group``; returns those holding generated tokens."""
+        lost = [q for q in self.queue if q.group is group and q.generated]
+        self.queue = deque(q for q in self.queue if q.group is not group)
+        return lost
 
     def wake(self) -> None:
         if not self.wake_ev.triggered:
@@ -39,7 +54,7 @@ class Router:
     def run(self):
         while True:
             self.route()
-            self.wake_ev = self.sim.env.event()
+            self.wake_ev = self.env.event()
             yield self.wake_ev
 
     def route(self) -> None:
@@ -51,23 +66,22 @@ class Router:
             self.queue.popleft()
             self.routed += 1
             inst.enqueue(req)
-            self.sim.on_route(inst, req)
+            inst.sample()
 
-    def eligible(self, req: Request) -> list[Instance]:
+    def eligible(self, req: Request) -> list[RoutableInstance]:
         cap = self.cfg.active_cap
-        policy = self.sim.policy
         return [
-            i for i in self.sim.instances
-            if (cap == 0 or i.assigned < cap) and policy.eligible(i.version, req.group)
+            i for i in self.instances
+            if (cap == 0 or i.assigned < cap) and self.is_eligible(i.version, req.group)
         ]
 
-    def choose(self, req: Request) -> Instance | None:
+    def choose(self, req: Request) -> RoutableInstance | None:
         cands = self.eligible(req)
         if not cands:
             return None
         name = self.cfg.name
         if name == "round_robin":
-            n = len(self.sim.instances)
+            n = len(self.instances)
             for k in range(n):
                 idx = (self.rr_next + k) % n
                 pick = next((i for i in cands if i.index == idx), None)
@@ -80,7 +94,7 @@ class Router:
             return min(cands, key=lambda i: (i.outstanding_tokens(), i.index))
         return self.cache_aware(req, cands)
 
-    def cache_aware(self, req: Request, cands: list[Instance]) -> Instance:
+    def cache_aware(self, req: Request, cands: list[RoutableInstance]) -> RoutableInstance:
         """Prefix affinity with an imbalance escape, else the most KV headroom.
 
         Follows vllm-router / sglang-gateway ``cache_aware``: when loads are imbalanced

@@ -11,6 +11,7 @@ import hashlib
 import numpy as np
 
 from simrl.config import SimConfig, to_yaml
+from simrl.engine import staleness
 from simrl.engine.core import Simulation, SimulationError
 from simrl.report import REPORT_SCHEMA, Report
 from workloads.types import Workload
@@ -97,10 +98,8 @@ def summarise(sim: Simulation) -> Report:
         "staleness_mean": float(np.mean(stale)) if stale else 0.0,
         "staleness_max": max(stale) if stale else 0,
         "staleness_histogram": hist,
-        "staleness_bound": sim.policy.staleness_bound(),
-        "staleness_violations": sum(
-            1 for s in stale if sim.policy.staleness_bound() is not None and s > sim.policy.staleness_bound()
-        ),
+        "staleness_bound": sim.policy.staleness_spec.bound,
+        "staleness_violations": staleness.violations(sim.policy.staleness_spec, stale),
         "step_time_mean_s": float(np.mean([s.step_time for s in steps])) if steps else 0.0,
         "trainer_busy_fraction": train_busy / makespan,
         "trainer_wait_fraction": wait / makespan,
@@ -115,15 +114,15 @@ def summarise(sim: Simulation) -> Report:
             "index": i.index,
             "busy_s": i.busy_s,
             "busy_fraction": i.busy_s / makespan,
-            "iterations": i.iterations,
+            "iterations": i.it,
             "preemptions": i.preemptions,
             "version": i.version,
             "kv_capacity_tokens": i.capacity,
         }
         for i in sim.instances
     )
-    domain = tuple(getattr(sim.costs, "domain_reports", lambda: [])())
-    provenance = tuple(getattr(sim.costs, "provenance", lambda: [])())
+    domain = tuple(sim.costs.domain_reports())
+    provenance = tuple(sim.costs.provenance())
     return Report(
         schema=REPORT_SCHEMA,
         run_name=run_name(sim.cfg),

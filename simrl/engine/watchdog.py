@@ -2,41 +2,43 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
-if TYPE_CHECKING:
-    from simrl.engine.core import Simulation
+from simrl.engine.groups import GroupBook
+from simrl.engine.instance import Instance
+from simrl.engine.router import Router
 
 
-def diagnose(sim: Simulation, horizon_reached: bool) -> str:
-    st = sim.st
+def diagnose(cfg, now: float, book: GroupBook, router: Router, instances: Sequence[Instance], trainer_phase: str,
+             horizon_reached: bool) -> str:
+    st, policy = book.st, book.policy
     lines = []
     if horizon_reached:
         lines.append(
-            f"time horizon {sim.cfg.run.time_horizon_s:g} s reached after {st.steps_done} of "
-            f"{sim.cfg.run.training_steps} training steps"
+            f"time horizon {cfg.run.time_horizon_s:g} s reached after {st.steps_done} of "
+            f"{cfg.run.training_steps} training steps"
         )
     else:
         lines.append(
-            f"no progress possible at t={sim.env.now:.3f} s after {st.steps_done} of "
-            f"{sim.cfg.run.training_steps} training steps (nothing left to happen)"
+            f"no progress possible at t={now:.3f} s after {st.steps_done} of "
+            f"{cfg.run.training_steps} training steps (nothing left to happen)"
         )
-    lines.append(f"trainer: {sim.trainer_phase}; buffer holds {len(st.buffer)} finished groups")
-    admit = sim.policy.admit(st)
+    lines.append(f"trainer: {trainer_phase}; buffer holds {len(st.buffer)} finished groups")
+    admit = policy.admit(st)
     lines.append(
-        f"policy {sim.policy.kind}: admission {'open' if admit else 'closed'} at version {st.version} "
+        f"policy {policy.kind}: admission {'open' if admit else 'closed'} at version {st.version} "
         f"({st.groups_dispatched} dispatched, {st.groups_accepted} accepted, {st.n_running} running, "
-        f"{st.groups_dropped} dropped){'; dispatch paused for a weight update' if sim.dispatch_paused else ''}"
+        f"{st.groups_dropped} dropped){'; dispatch paused for a weight update' if book.dispatch_paused else ''}"
     )
-    q = sim.router.queue
+    q = router.queue
     if q:
         head = q[0]
         lines.append(
             f"router: {len(q)} calls queued; head (group {head.group.wg}, trajectory {head.traj.tid}, "
             f"turn {head.turn}) has no eligible instance"
-            + (f" (active_cap={sim.cfg.router.active_cap})" if sim.cfg.router.active_cap else "")
+            + (f" (active_cap={cfg.router.active_cap})" if cfg.router.active_cap else "")
         )
-    for inst in sim.instances:
+    for inst in instances:
         head = inst.waiting[0] if inst.waiting else None
         why = ""
         if head is not None and not inst.running:

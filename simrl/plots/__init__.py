@@ -41,20 +41,20 @@ def sync_mode(run_dir: str | os.PathLike) -> str:
     if not path.exists():
         return "unknown"
     from simrl.config import ConfigError, load_config
-    from simrl.policy.base import InflightRule
+    from simrl.policy.rules import InflightRule, Placement, SyncScope
 
     try:
         cfg = load_config(str(path))
     except (ConfigError, ValueError, TypeError):
         return "unknown"
-    pol = cfg.policy
-    if (pol.placement or cfg.deployment.placement) == "colocated":
+    sync = cfg.policy.sync_spec
+    if (sync.placement or cfg.deployment.placement) == Placement.COLOCATED:
         return "colocated"
-    if pol.sync_scope == "per_instance":
+    if sync.scope is SyncScope.PER_INSTANCE:
         return "per_instance"
-    if pol.inflight is InflightRule.CONTINUE:
+    if sync.rule is InflightRule.CONTINUE:
         return "continue"
-    return "drain" if pol.inflight is InflightRule.DRAIN else "global"
+    return "drain" if sync.rule is InflightRule.DRAIN else "global"
 
 
 def render_views(data, plot_dir: Path, skipped: dict[str, str] | None = None,

@@ -9,6 +9,7 @@ from simrl.policy.base import (
     TrajRecord,
     Verdict,
 )
+from simrl.policy.errors import PolicyError
 from simrl.policy.registry import policy_class, policy_kinds, register
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "InflightRule",
     "PipelineState",
     "Policy",
+    "PolicyError",
     "PublishActions",
     "TrajRecord",
     "Verdict",

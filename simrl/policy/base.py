@@ -1,36 +1,30 @@
 """The policy seam: the four questions a system preset answers, and the state it sees.
 
 A policy is a small frozen attrs class (its fields are the upstream knobs). The engine owns
-one mutable `PipelineState` and calls the policy's hooks at fixed points (see docs/model.md,
-"Policy hooks"):
+one mutable `PipelineState` and calls the policy's hooks at fixed points (docs/model.md,
+"Processes and events", "Trajectories and groups", "Weight update"):
 
 * admission  -- `admit(st)`: may the next prompt group start now?
-* runtime    -- `inflight`: what happens to in-flight requests when new weights are published
-                (`InflightRule`), and `sync_scope`: all instances at once, or each pulls alone;
+* runtime    -- `sync_spec`: a declared `Sync` (what a publication does to in-flight requests,
+                global or per-instance sync, placement, prefix-cache reset);
 * filtering  -- `on_group_done(group, st)`: accept into the buffer, drop, or retry;
                 `on_publish(st)`: what to abort or evict after a version bump;
+                `staleness_spec`: a declared `Staleness` bound and its enforcement;
 * batch      -- `form_batch(st)`: which buffered groups make the next training batch (None: wait).
 
-Hooks must be deterministic functions of their arguments; policy-specific counters live in
-``st.extra`` (a dict the engine never reads).
+Hooks must be deterministic functions of their arguments; what a policy remembers lives in
+its typed `State` (``st.policy_state``, created by `init_state()`; the engine never reads it).
 """
 
 from __future__ import annotations
 
 import enum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
-
-class InflightRule(enum.StrEnum):
-    """What a weight publication does to requests that are generating."""
-
-    CONTINUE = "continue"  # keep running on the weights they started with; no pause (versioned LoRA)
-    KEEP_PAUSE = "keep_pause"  # pause for the sync keeping KV; continue on the new weights
-    ABORT_RESUME = "abort_resume"  # abort, keep generated tokens, re-prefill them on the new weights
-    ABORT_RESTART = "abort_restart"  # abort, discard generated tokens, restart the call from scratch
-    DRAIN = "drain"  # stop starting requests, let in-flight ones finish, then sync
+from simrl.policy.params import LoweringContext, PolicyParams
+from simrl.policy.rules import InflightRule, Placement, Staleness, Sync, SyncScope, code  # noqa: F401 (re-export)
 
 
 class Verdict(enum.StrEnum):
@@ -133,7 +127,8 @@ class PipelineState:
     running: dict[int, GroupRecord] = attrs.field(factory=dict)  # gid -> in-flight group
     buffer: list[GroupRecord] = attrs.field(factory=list)  # finished, accepted, not yet trained
     instance_versions: list[int] = attrs.field(factory=list)
-    extra: dict = attrs.field(factory=dict)  # policy-owned counters
+    #: the policy's own typed state (`Policy.init_state()`); the engine never reads it
+    policy_state: Any = None
     #: callable returning one `InstanceLoad` per rollout instance (set by the engine)
     probe: object = None
 
@@ -155,23 +150,34 @@ class PublishActions:
     drop_buffered: tuple[int, ...] = ()  # gids of buffered groups to drop
 
 
+@attrs.define
+class NoState:
+    """The state of a policy that keeps none."""
+
+
 @attrs.frozen
 class Policy:
-    """Base class of every policy. Subclasses set `kind` and override hooks."""
+    """Base class of every policy. Subclasses set `kind` and override hooks.
+
+    The policy object is frozen (its fields are knobs); what it must remember during a run
+    lives in its `State`, an attrs class the engine creates once with `init_state()` and shows
+    the hooks as ``st.policy_state``.
+    """
 
     kind: ClassVar[str] = "base"
     #: upstream system and version this policy follows (presets fill it)
     upstream: ClassVar[str] = ""
+    State: ClassVar[type] = NoState
 
-    # -- runtime -------------------------------------------------------------------------
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.KEEP_PAUSE
+    def init_state(self):
+        """A fresh `State` for one run."""
+        return self.State()
 
+    # -- runtime: declared values the engine enforces ------------------------------------------
     @property
-    def sync_scope(self) -> str:
-        """``global``: every instance takes the new weights at once; ``per_instance``: each pulls."""
-        return "global"
+    def sync_spec(self) -> Sync:
+        """How new weights reach rollout (`simrl.engine.weights` enforces it)."""
+        return Sync()
 
     def should_pull(self, load: InstanceLoad, st: PipelineState) -> bool:
         """Per-instance sync only: may this instance pull the newer version now?
@@ -181,25 +187,6 @@ class Policy:
         strategy waits until the instance's load falls below a threshold.
         """
         return True
-
-    @property
-    def placement(self) -> str | None:
-        """``colocated`` / ``disaggregated`` when the system mode fixes it; None: deployment's."""
-        return None
-
-    @property
-    def clear_prefix_cache_on_sync(self) -> bool:
-        """Whether cached prefixes are dropped when an instance loads new weights.
-
-        True models vLLM's reset_prefix_cache on update, or a per-version cache salt (SkyRL,
-        prime-rl): either way old-version prefixes are never hit again.
-        """
-        return True
-
-    @property
-    def pause_rollout_for_sync(self) -> bool:
-        """Whether generation stops while weights are transferred (False: versioned LoRA)."""
-        return self.inflight is not InflightRule.CONTINUE
 
     # -- admission -----------------------------------------------------------------------
     def admit(self, st: PipelineState) -> bool:
@@ -228,28 +215,29 @@ class Policy:
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
         raise NotImplementedError(f"{type(self).__name__} must implement form_batch()")
 
-    # -- promises, for invariants and reports --------------------------------------------
-    def staleness_bound(self) -> int | None:
-        """Max staleness of a trained group this policy guarantees (None: unbounded)."""
-        return None
-
+    # -- the staleness promise, for the engine, the invariants and the report ----------------
     @property
-    def bound_enforced(self) -> bool:
-        """False where upstream only counts violations of its bound (they are reported)."""
-        return True
+    def staleness_spec(self) -> Staleness:
+        """Max staleness of a trained group and who keeps it (`simrl.engine.staleness`)."""
+        return Staleness()
 
     def describe(self) -> str:
         return self.kind
 
-    def lower(self):
-        """This policy as the uniform numeric record of `simrl.policy.params` (fast path)."""
-        from simrl.policy.params import INFLIGHT_CODES, PolicyParams
+    def lower(self, ctx: LoweringContext) -> PolicyParams:
+        """This policy as the uniform numeric record of `simrl.policy.params` (fast path).
 
+        The base fills the fields that follow from the declared `Sync` and `Staleness`;
+        presets evolve it with their admission and batch numbers and say whether it is exact.
+        """
+        sync, stale = self.sync_spec, self.staleness_spec
         return PolicyParams(
-            inflight_rule=INFLIGHT_CODES[self.inflight.value],
-            sync_per_instance=int(self.sync_scope == "per_instance"),
-            clear_cache_on_sync=int(self.clear_prefix_cache_on_sync),
-            colocated=int(self.placement == "colocated"),
-            staleness_bound=-1 if self.staleness_bound() is None else int(self.staleness_bound()),
+            inflight_rule=code(sync.rule),
+            sync_per_instance=int(sync.scope is SyncScope.PER_INSTANCE),
+            clear_cache_on_sync=int(sync.clear_prefix_cache),
+            colocated=int(sync.placement is Placement.COLOCATED),
+            staleness_bound=-1 if stale.bound is None else int(stale.bound),
+            staleness_enforcement=code(stale.enforcement),
+            evict_stale_on_publish=int(stale.evict_on_publish),
             fast_path_exact=0,
         )

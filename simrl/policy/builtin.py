@@ -1,6 +1,8 @@
 """Two built-in policies that exercise the seam: synchronous on-policy and bounded staleness.
 
-They are generic, not any one system; the thirteen upstream presets live in `presets/`.
+They are generic, not any one system (the thirteen upstream presets live in `presets/`), and
+each is one `PolicyParams` record (`RecordPolicy`): SimPy executes the record, the fast path
+lowers it unchanged.
 """
 
 from __future__ import annotations
@@ -8,16 +10,15 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-from simrl.policy.base import GroupRecord, InflightRule, PipelineState, Policy, PublishActions, Verdict
-from simrl.policy.params import ENFORCEMENT_CODES
-from simrl.policy.registry import register
+from simrl.policy.params import PolicyParams
+from simrl.policy.record import RecordPolicy
+from simrl.policy.rules import Enforcement, InflightRule, code
 
 _INFLIGHT = tuple(r.value for r in InflightRule)
 
 
-@register
 @attrs.frozen
-class SyncPolicy(Policy):
+class SyncPolicy(RecordPolicy):
     """Synchronous on-policy RL: generate B groups on version v, train, publish v+1, repeat.
 
     Admission opens only for the groups of the step about to be trained on the current
@@ -28,34 +29,20 @@ class SyncPolicy(Policy):
     kind = "sync"
     batch_groups: int = attrs.field(default=32, validator=v.gt(0))
 
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule.DRAIN
-
-    def admit(self, st: PipelineState) -> bool:
-        # Groups dispatched so far belong to steps 0..; step k's groups are k*B..(k+1)*B-1.
-        return not st.training and st.groups_accepted + st.n_running < (st.version + 1) * self.batch_groups
-
-    def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
-        if len(st.buffer) < self.batch_groups:
-            return None
-        return st.buffer[: self.batch_groups]
-
-    def staleness_bound(self) -> int | None:
-        return 0
-
-    def lower(self):
+    def record(self) -> PolicyParams:
+        # Groups dispatched so far belong to steps 0..; step k's groups are k*B..(k+1)*B-1, and
+        # admission is closed while training, so nothing is in flight at a weight update.
         b = self.batch_groups
-        return attrs.evolve(
-            super().lower(), admit_budget_base_groups=float(b), admit_budget_per_version_groups=float(b),
-            admit_block_while_training=1, staleness_enforcement=ENFORCEMENT_CODES["admission"],
+        return PolicyParams(
+            admit_budget_base_groups=float(b), admit_budget_per_version_groups=float(b),
+            admit_block_while_training=1, inflight_rule=code(InflightRule.DRAIN),
+            staleness_bound=0, staleness_enforcement=code(Enforcement.ADMISSION),
             batch_min_groups=b, batch_max_groups=b, fast_path_exact=1,
         )
 
 
-@register
 @attrs.frozen
-class BoundedAsyncPolicy(Policy):
+class BoundedAsyncPolicy(RecordPolicy):
     """Asynchronous RL with bounded staleness: admission control plus a consumption guard.
 
     A group may start while ``accepted + running < (max_staleness + version + 1) * batch_groups``
@@ -73,36 +60,14 @@ class BoundedAsyncPolicy(Policy):
     max_concurrent_groups: int | None = None  # None: batch_groups * (max_staleness + 1)
     inflight_rule: str = attrs.field(default="abort_resume", validator=v.in_(_INFLIGHT))
 
-    @property
-    def inflight(self) -> InflightRule:
-        return InflightRule(self.inflight_rule)
-
-    def admit(self, st: PipelineState) -> bool:
-        cap = self.max_concurrent_groups or self.batch_groups * (self.max_staleness + 1)
-        budget = (self.max_staleness + st.version + 1) * self.batch_groups
-        return st.n_running < cap and st.groups_accepted + st.n_running < budget
-
-    def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
-        return Verdict.DROP if group.staleness(st.version) > self.max_staleness else Verdict.ACCEPT
-
-    def on_publish(self, st: PipelineState) -> PublishActions:
-        old = tuple(g.gid for g in st.buffer if g.staleness(st.version) > self.max_staleness)
-        return PublishActions(drop_buffered=old)
-
-    def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
-        if len(st.buffer) < self.batch_groups:
-            return None
-        return st.buffer[: self.batch_groups]
-
-    def staleness_bound(self) -> int | None:
-        # Guaranteed by the drop at completion and the eviction at every publication.
-        return self.max_staleness
-
-    def lower(self):
+    def record(self) -> PolicyParams:
+        # The engine drops a group staler than the bound when it finishes and evicts buffered
+        # groups that age past it at every publication (`simrl.engine.staleness`).
         b, s = self.batch_groups, self.max_staleness
-        return attrs.evolve(
-            super().lower(), admit_concurrency_groups=float(self.max_concurrent_groups or b * (s + 1)),
+        return PolicyParams(
+            admit_concurrency_groups=float(self.max_concurrent_groups or b * (s + 1)),
             admit_budget_base_groups=float((s + 1) * b), admit_budget_per_version_groups=float(b),
-            staleness_enforcement=ENFORCEMENT_CODES["drop_at_completion"], evict_stale_on_publish=1,
+            inflight_rule=code(InflightRule(self.inflight_rule)), staleness_bound=s,
+            staleness_enforcement=code(Enforcement.DROP_AT_COMPLETION), evict_stale_on_publish=1,
             batch_min_groups=b, batch_max_groups=b, fast_path_exact=1,
         )

@@ -10,10 +10,10 @@ admission (a group may start when all hold):
     where ``count`` = accepted + running (``admit_count_dispatched`` = 0) or every group
     dispatched so far (= 1); and, if ``admit_block_while_training`` = 1, not while training.
 
-in flight: ``inflight_rule`` (codes of `INFLIGHT_CODES`), ``sync_per_instance`` (0/1),
+in flight: ``inflight_rule`` (`code` of an `InflightRule`), ``sync_per_instance`` (0/1),
 ``clear_cache_on_sync`` (0/1), ``colocated`` (0/1).
 
-filtering: ``staleness_bound`` (-1: none), ``staleness_enforcement`` (`ENFORCEMENT_CODES`;
+filtering: ``staleness_bound`` (-1: none), ``staleness_enforcement`` (`code` of an `Enforcement`;
 ``drop_at_completion``: a group staler than the bound when it finishes is dropped and returns
 its admission slot), ``evict_stale_on_publish`` (1: after each publication, buffered groups
 staler than the bound are dropped; they keep counting as accepted),
@@ -33,8 +33,15 @@ import math
 
 import attrs
 
-INFLIGHT_CODES = {"continue": 0, "keep_pause": 1, "abort_resume": 2, "abort_restart": 3, "drain": 4}
-ENFORCEMENT_CODES = {"none": 0, "counted": 1, "admission": 2, "drop_at_completion": 3, "drop_at_consumption": 4}
+from simrl.policy.rules import Enforcement, InflightRule, code
+
+
+@attrs.frozen
+class LoweringContext:
+    """What a policy may know about the run when it lowers itself."""
+
+    group_size: int  # trajectories per prompt group in the workload
+    instances: int  # rollout instances
 
 
 @attrs.frozen
@@ -44,12 +51,12 @@ class PolicyParams:
     admit_budget_per_version_groups: float = 0.0
     admit_count_dispatched: int = 0
     admit_block_while_training: int = 0
-    inflight_rule: int = INFLIGHT_CODES["keep_pause"]
+    inflight_rule: int = code(InflightRule.KEEP_PAUSE)
     sync_per_instance: int = 0
     clear_cache_on_sync: int = 1
     colocated: int = 0
     staleness_bound: int = -1
-    staleness_enforcement: int = ENFORCEMENT_CODES["none"]
+    staleness_enforcement: int = code(Enforcement.NONE)
     drop_zero_variance: int = 0
     max_retries: int = 0
     buffer_capacity_groups: int = -1

@@ -75,9 +75,8 @@ class _PerInstancePolicy(BoundedAsyncPolicy):
 
     kind = "_test_per_instance"
 
-    @property
-    def sync_scope(self) -> str:
-        return "per_instance"
+    def record(self):
+        return attrs.evolve(super().record(), sync_per_instance=1)
 
 
 def test_per_instance_pull_pauses_only_that_instance():

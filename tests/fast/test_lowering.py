@@ -11,6 +11,7 @@ from simhelpers import linear_costs, multi_turn_workload, random_workload
 
 from simrl.config import load_config
 from simrl.cost.linear import LinearRollout
+from simrl.policy.params import LoweringContext
 from simrl_fast.lowering import FastPathUnsupported, lower
 
 OK = ["deployment.rollout.max_num_batched_tokens=0", "deployment.rollout.prefix_caching=false",
@@ -69,15 +70,16 @@ def test_unsupported_workloads_and_costs_are_rejected_by_name():
 
 
 def test_builtin_policies_lower_exactly():
-    sync = load_config(overrides=["policy=sync", "policy.batch_groups=8"]).policy.lower()
+    ctx = LoweringContext(group_size=4, instances=2)
+    sync = load_config(overrides=["policy=sync", "policy.batch_groups=8"]).policy.lower(ctx)
     assert sync.fast_path_exact == 1 and sync.admit_block_while_training == 1
     assert sync.admit_budget_base_groups == sync.admit_budget_per_version_groups == 8
     ba = load_config(overrides=["policy=bounded_async", "policy.batch_groups=8", "policy.max_staleness=2",
-                                "policy.max_concurrent_groups=5"]).policy.lower()
+                                "policy.max_concurrent_groups=5"]).policy.lower(ctx)
     assert ba.admit_concurrency_groups == 5 and ba.admit_budget_base_groups == 24 and ba.evict_stale_on_publish == 1
 
 
 def test_core_and_lowering_never_import_jax():
-    code = ("import sys, simrl, simrl.engine.sim, simrl_fast, simrl_fast.lowering, simrl.cli.sweep; "
+    code = ("import sys, simrl, simrl.engine.sim, simrl_fast, simrl_fast.lowering, simrl_explore.cli_sweep; "
             "assert 'jax' not in sys.modules, 'jax imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

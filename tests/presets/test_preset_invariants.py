@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from simhelpers import check_invariants, linear_costs, random_workload, run_sim
 
 from simrl.config import load_config, structure, to_yaml
+from simrl.policy.params import LoweringContext
 from simrl.policy.registry import policy_kinds
 
 KINDS = policy_kinds()
@@ -100,6 +101,6 @@ def test_preset_variant_invariants(variant, sc):
 def test_default_policy_round_trips_and_lowers(kind):
     cfg = load_config(overrides=[f"policy={kind}"])
     check_round_trip(cfg)
-    params = cfg.policy.lower()
+    params = cfg.policy.lower(LoweringContext(group_size=8, instances=2))
     assert all(isinstance(x, float) and not math.isnan(x) for x in params.as_dict().values())
     assert params.fast_path_exact in (0, 1)

@@ -25,8 +25,8 @@ def _max_in_flight(sim):
 def test_permits_start_from_kv_capacity_and_follow_it():
     big, big_sim = _run()
     small, small_sim = _run(kv_tokens=30_000)
-    cap_big = big_sim.st.extra["prime_rl"]["cap_history"][0][1]
-    cap_small = small_sim.st.extra["prime_rl"]["cap_history"][0][1]
+    cap_big = big_sim.st.policy_state.cap_history[0][1]
+    cap_small = small_sim.st.policy_state.cap_history[0][1]
     # C / seq_len before step 1, C summed over the two instances
     assert cap_big == 2 * 1_000_000 // 4096 and cap_small == 2 * 30_000 // 4096
     assert _max_in_flight(small_sim) < _max_in_flight(big_sim)
@@ -34,7 +34,7 @@ def test_permits_start_from_kv_capacity_and_follow_it():
 
 def test_a_preemption_cuts_the_cap():
     report, sim = _run("policy.initial_inflight=400", kv_tokens=30_000)
-    history = sim.st.extra["prime_rl"]["cap_history"]
+    history = sim.st.policy_state.cap_history
     assert report.totals["preemptions"] > 0
     assert history and history[0][1] < 400  # the first change is the overload cut
     # sized from KV capacity, admission avoids the preemptions a fixed generous cap causes

@@ -29,4 +29,4 @@ def test_fully_async_restarts_in_flight_groups_at_every_update():
     rep, sim = run(["policy=slime", "policy.mode=fully_async", "policy.sglang_server_concurrency=24"],
                    long_tail_workload(groups=64))
     assert rep.totals["groups_retried"] > 0 and rep.totals["tokens_wasted_abort"] > 0
-    assert sim.policy.staleness_bound() is None
+    assert sim.policy.staleness_spec.bound is None

@@ -1,0 +1,1 @@
+"""`srl-research`: a strategy registry and three agents (proposal, validation, analysis)."""

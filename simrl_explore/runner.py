@@ -1,0 +1,275 @@
+"""Run a search space: feasibility, engine choice, the fast path in batches, the SimPy oracle in parallel.
+
+For every point: build its configuration (`simrl.config.load_config`; a `ConfigError` drops
+the point with the message), run the feasibility checks (`simrl_explore.checks`), then choose
+the engine:
+
+- ``engine: fast``: the fast path must take it (else an error naming the point and feature);
+- ``engine: simpy``: the SimPy engine (the oracle);
+- ``engine: auto`` (default): the fast path when `simrl_fast.lowering.lower` accepts the point
+  (with `surrogate: linear`, non-linear costs are first linearised, `simrl_explore.surrogate`),
+  else the oracle; the reason is recorded per point (column ``fallback``).
+
+Fast-path points run in batches (one `Static` per workload, so one compile per batch size;
+the last batch is padded), in this process or sharded over a Ray cluster. Oracle points run in
+a process pool started with the *spawn* method (never fork after JAX is loaded), one process
+per core by default, concurrently with the fast batches. Each row holds the point's variables,
+status (``ok`` / ``dropped`` / ``failed``), reason, engine and `simrl_explore.metrics`.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from simrl.config import ConfigError, load_config, unstructure
+from simrl_explore.checks import LayoutCache, run_checks
+from simrl_explore.metrics import fast_metrics, report_metrics
+from simrl_explore.space import Point, Space
+
+
+class SweepError(RuntimeError):
+    """A sweep that cannot run as asked (e.g. engine=fast and a point the fast path rejects)."""
+
+
+@attrs.define
+class Job:
+    point: Point
+    cfg: Any = None
+    workload_key: str = ""
+    gpus: int = 0
+    row: dict = attrs.field(factory=dict)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{lines[0]} {'; '.join(lines[1:3])}"
+    return lines[0] if lines else type(exc).__name__
+
+
+def _workload_key(cfg) -> str:
+    return json.dumps([unstructure(cfg)["workload"], cfg.run.seed], sort_keys=True, default=str)
+
+
+def check_keys(space: Space) -> None:
+    """Every axis / derived key must name a configuration key (knob dicts accept any name)."""
+    from simrl_explore.space import SpaceError
+
+    try:
+        data = unstructure(load_config(space.base_config, list(space.base_set)))
+    except ConfigError as exc:
+        raise SpaceError(f"{space.path or '<space>'}: base: {exc}") from None
+    swept = {a.key for a in space.axes if a.key} | {d.key for d in space.derived if d.key}
+    for key in sorted(swept):
+        if key == "policy" or (key.startswith("policy.") and "policy" in swept):
+            continue
+        node: Any = data
+        parts = key.split(".")
+        for i, p in enumerate(parts):
+            if isinstance(node, dict) and i > 0 and parts[i - 1].endswith("knobs"):
+                break
+            if not isinstance(node, dict) or p not in node:
+                raise SpaceError(f"{space.path or '<space>'}: {key!r} is not a configuration key "
+                                 f"({'.'.join(parts[:i + 1])} not found; `srl config` prints them all)")
+            node = node[p]
+
+
+def prepare(space: Space, points: list[Point]) -> tuple[list[Job], dict[str, Any], LayoutCache]:
+    """Configurations, workloads and feasibility of every point (no simulation)."""
+    from simrl.engine.sim import load_workload
+
+    cache = LayoutCache()
+    workloads: dict[str, Any] = {}
+    jobs = []
+    for pt in points:
+        job = Job(pt)
+        jobs.append(job)
+        if pt.dropped:
+            job.row = {"status": "dropped", "reason": pt.dropped}
+            continue
+        try:
+            cfg = load_config(space.base_config, [*space.base_set, *pt.overrides, "run.telemetry=false",
+                                                  "run.plots=false"])
+        except ConfigError as exc:
+            job.row = {"status": "dropped", "reason": f"config: {_first_line(exc)}"}
+            continue
+        key = _workload_key(cfg)
+        if key not in workloads:
+            workloads[key] = load_workload(cfg)
+        why = run_checks(cfg, workloads[key], space.checks, cache)
+        if why:
+            job.row = {"status": "dropped", "reason": why}
+            continue
+        job.cfg, job.workload_key = cfg, key
+        job.gpus = cfg.deployment.rollout.gpus + cfg.deployment.training.gpus
+    return jobs, workloads, cache
+
+
+def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, engine: str | None = None):
+    """Split runnable jobs into fast-path items and oracle jobs (auto: by what the fast path takes)."""
+    engine = engine or space.engine
+    fast: dict[str, list[tuple[Job, Any, Any]]] = {}
+    oracle: list[Job] = []
+    if engine == "simpy":
+        return fast, [j for j in jobs if j.cfg is not None]
+    from simrl_explore.surrogate import Surrogates
+    from simrl_fast.lowering import FastPathUnsupported, lower
+
+    surrogates = Surrogates()
+
+    for job in jobs:
+        if job.cfg is None:
+            continue
+        costs = cache.costs(job.cfg)
+        w = workloads[job.workload_key]
+        info: dict = {}
+        try:
+            if space.surrogate == "linear":
+                costs, info = surrogates.linearise(job.cfg, w, costs, job.workload_key)
+            _, params, wa = lower(job.cfg, w, costs)
+        except FastPathUnsupported as exc:
+            if engine == "fast":
+                raise SweepError(f"point {job.point.index} ({' '.join(job.point.overrides)}): {exc}") from None
+            job.row["fallback"] = str(exc)
+            oracle.append(job)
+            continue
+        job.row.update(info)
+        fast.setdefault(job.workload_key, []).append((job, params, wa))
+    return fast, oracle
+
+
+# -- the oracle pool -------------------------------------------------------------------------------
+
+def oracle_task(args: tuple[str | None, list[str], int]) -> dict:
+    """Run one configuration on the SimPy engine (in a spawned worker) and return its metrics."""
+    config_path, overrides, gpus = args
+    from simrl.cost.base import CostModelError, OutOfDomainError
+    from simrl.engine.core import SimulationError
+    from simrl.engine.sim import simulate
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            cfg = load_config(config_path, overrides)
+            report = simulate(cfg)
+        except (ConfigError, SimulationError, CostModelError, OutOfDomainError) as exc:
+            return {"status": "failed", "reason": f"simpy: {_first_line(exc)}"}
+    row = report_metrics(report, cfg)
+    row["out_of_domain"] = int(sum(w.get("count", 0) for w in report.domain_warnings))
+    if report.diagnosis:
+        row["status"], row["reason"] = "failed", f"simpy: {report.diagnosis.splitlines()[0]}"
+    return row
+
+
+def oracle_args(space: Space, job: Job) -> tuple[str | None, list[str], int]:
+    return (space.base_config, [*space.base_set, *job.point.overrides, "run.telemetry=false", "run.plots=false"],
+            job.gpus)
+
+
+class OraclePool:
+    """A spawn-method process pool for SimPy runs; results arrive through callbacks."""
+
+    def __init__(self, jobs: int):
+        self.n = max(1, jobs)
+        self.pool = None
+
+    def __enter__(self):
+        self.pool = mp.get_context("spawn").Pool(self.n)
+        return self
+
+    def submit(self, args, callback: Callable[[dict], None]):
+        return self.pool.apply_async(oracle_task, (args,), callback=callback)
+
+    def __exit__(self, *exc):
+        self.pool.close() if exc[0] is None else self.pool.terminate()
+        self.pool.join()
+        return False
+
+
+# -- the fast path -----------------------------------------------------------------------------------
+
+def _fast_batch(static, params, wa) -> Any:
+    from simrl_fast.engine import run
+    from simrl_fast.lowering import stack_params, static_for
+
+    res = run(static, stack_params(params), wa)
+    while res.overflow.any():  # more groups dispatched than the slots held: grow and re-run
+        static = static_for(params, wa, max_groups=2 * static.max_groups)
+        res = run(static, stack_params(params), wa)
+    return res
+
+
+def run_fast(items: list[tuple[Job, Any, Any]], chunk: int, ray_address: str | None,
+             tick: Callable[[int], None]) -> None:
+    """Run fast-path items sharing one workload; fill each job's row."""
+    from simrl_fast.lowering import static_for
+
+    params = [p for _, p, _ in items]
+    wa = items[0][2]
+    static = static_for(params, wa)
+    chunks = [items[i:i + chunk] for i in range(0, len(items), chunk)]
+    size = min(chunk, len(items))
+
+    def padded(c):  # pad the last chunk: one batch size, one compile
+        ps = [p for _, p, _ in c]
+        return ps + [ps[-1]] * (size - len(ps))
+
+    if ray_address:
+        try:
+            import ray
+        except ImportError:
+            raise SweepError("--ray needs the ray package (pip install 'simrl[ray]'); it is not installed") from None
+        ray.init(address=ray_address, ignore_reinit_error=True)
+        task = ray.remote(_fast_batch)
+        futures = [task.remote(static, padded(c), wa) for c in chunks]
+        results = ((c, ray.get(f)) for c, f in zip(chunks, futures, strict=True))
+    else:
+        results = ((c, _fast_batch(static, padded(c), wa)) for c in chunks)
+    for c, res in results:
+        for m, (job, _, _) in enumerate(c):
+            job.row.update(fast_metrics(res, m, job.gpus))
+            job.row.setdefault("status", "ok" if job.row["complete"] else "failed")
+            if not job.row["complete"]:
+                job.row["reason"] = "fast: stuck (a batch can never form)" if bool(res.stuck[m]) else "fast: incomplete"
+            job.row["engine"] = "fast"
+        tick(len(c))
+
+
+def default_jobs() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def run_jobs(space: Space, fast: dict, oracle: list[Job], jobs: int, chunk: int, ray_address: str | None,
+             tick: Callable[[int], None]) -> None:
+    """Oracle jobs go to the spawn pool first (they run while the fast batches run here)."""
+    import threading
+
+    lock = threading.Lock()
+
+    def done(job: Job):
+        def cb(row: dict) -> None:
+            with lock:
+                job.row.update(row)
+                job.row.setdefault("status", "ok" if row.get("complete") else "failed")
+                job.row["engine"] = "simpy"
+            tick(1)
+        return cb
+
+    if oracle:
+        with OraclePool(min(jobs, len(oracle))) as pool:
+            pending = [pool.submit(oracle_args(space, j), done(j)) for j in oracle]
+            for items in fast.values():
+                run_fast(items, chunk, ray_address, tick)
+            for p in pending:
+                p.get()
+    else:
+        for items in fast.values():
+            run_fast(items, chunk, ray_address, tick)
