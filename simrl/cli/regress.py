@@ -5,32 +5,39 @@ Commands parse, call `simrl.cost.fit`, render. User errors leave through `abort(
 
 from __future__ import annotations
 
-import json
-
 import click
 
+from simrl.cli.app import (
+    AppGroup,
+    abort,
+    check_output_file,
+    common_options,
+    debug,
+    info,
+    json_option,
+    to_json,
+    user_errors,
+)
 from simrl.cost.artifact import write_artifact
-from simrl.cost.base import CostModelError
 from simrl.cost.fit import evaluate, fit_artifact, fittable_families
-from simrl.cost.observations import ObservationError, read_many
+from simrl.cost.observations import read_many
 from simrl.cost.registry import fitted_family
 from simrl.cost.registry import read as read_artifact
 
 EXAMPLES = """\b
 Examples:
-  srl-profile import vidur -o vidur.jsonl          # the Vidur H100 data shipped with simrl
+  srl-profile import vidur -o vidur.jsonl
   srl-regress fit --family composed --obs vidur.jsonl -o composed.json --kfold 5
   srl-regress eval composed.json --obs vidur.jsonl --json
   srl-regress show composed.json
 """
 
 
-def abort(message: str, code: int = 2):
-    click.secho(f"error: {message}", fg="red", err=True)
-    raise SystemExit(code)
+SEED = click.IntRange(0, 2**63 - 1)
+DEGREE = click.IntRange(1, 4096)
 
 
-@click.group(epilog=EXAMPLES)
+@click.group(cls=AppGroup, epilog=EXAMPLES)
 def cli():
     """Fit, evaluate and inspect cost-model artifacts."""
 
@@ -46,60 +53,75 @@ def _errors_table(result: dict) -> str:
 @cli.command("fit")
 @click.option("--family", required=True, type=click.Choice(sorted([*fittable_families(), "weight_sync"])))
 @click.option("--obs", "obs_files", multiple=True, required=True, type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
-@click.option("--kfold", type=int, default=0, help="k-fold cross-validation (0: off)")
-@click.option("--seed", type=int, default=0, help="fold assignment seed")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="artifact to write (JSON)")
+@click.option("--kfold", type=click.IntRange(0, None), default=0,
+              help="k-fold cross-validation, 2 to the number of observations (0: off)")
+@click.option("--seed", type=SEED, default=0, help="fold assignment seed")
 @click.option("--model", default=None, help="model the fit belongs to (layout-specific families)")
 @click.option("--gpu", default=None, help="GPU of the observations (default: from them)")
-@click.option("--tp", type=int, default=None)
-@click.option("--pp", type=int, default=None)
+@click.option("--tp", type=DEGREE, default=None)
+@click.option("--pp", type=DEGREE, default=None)
 @click.option("--no-tables", is_flag=True, help="composed: keep only the physics, not the measured tables")
 @click.option("--label", default="fitted on measured observations", help="provenance label")
-def fit_cmd(family, obs_files, output, kfold, seed, model, gpu, tp, pp, no_tables, label):
+@common_options
+@json_option
+def fit_cmd(family, obs_files, output, kfold, seed, model, gpu, tp, pp, no_tables, label, as_json):
     """Fit FAMILY on observation files and write an artifact."""
-    given = {"model": model, "gpu": gpu, "tp": tp, "pp": pp}
-    try:
+    if kfold == 1:
+        abort("--kfold 1 is not cross-validation (every observation would be held out at once); "
+              "use 0 (off) or 2 and more")
+    with user_errors(ValueError):
+        check_output_file(output)
         obs = read_many(obs_files)
+        if kfold > len(obs):
+            abort(f"--kfold {kfold} exceeds the {len(obs)} observations in {', '.join(obs_files)}; "
+                  f"use at most {len(obs)} folds (or 0: off)")
+        given = {"model": model, "gpu": gpu, "tp": tp, "pp": pp}
         missing = [k for k in fitted_family(family).fit_requires if given[k] is None]
         if missing:
             abort(f"--family {family} is fitted for one deployment: give {' and '.join('--' + k for k in missing)} "
                   "(recorded as fitted_for; the run and the fast path refuse another layout)")
         opts = {k: v for k, v in given.items() if v is not None}
+        debug(f"fitting {family} on {len(obs)} observations" + (f", {kfold} folds" if kfold else ""))
         art = fit_artifact(family, obs, files=list(obs_files), kfold=kfold, seed=seed, label=label,
                            with_tables=not no_tables, **opts)
         write_artifact(output, art)
-    except (ObservationError, CostModelError, ValueError) as exc:
-        abort(str(exc))
-    click.echo(f"wrote {output}: {art['target']} family {art['family']} from {len(obs)} observations")
-    click.echo(_errors_table(art["fit_quality"]["training"]))
+    if as_json:
+        click.echo(to_json({"output": str(output), "target": art["target"], "family": art["family"],
+                               "observations": len(obs), "fit_quality": art["fit_quality"]}))
+        return
+    info(f"wrote {output}: {art['target']} family {art['family']} from {len(obs)} observations")
+    info(_errors_table(art["fit_quality"]["training"]))
     if "kfold" in art["fit_quality"]:
-        click.echo(f"\n{kfold}-fold cross-validation (held-out):")
-        click.echo(_errors_table(art["fit_quality"]["kfold"]))
+        info(f"\n{kfold}-fold cross-validation (held-out):")
+        info(_errors_table(art["fit_quality"]["kfold"]))
 
 
 @cli.command("eval")
 @click.argument("artifact", type=click.Path(dir_okay=False))
 @click.option("--obs", "obs_files", multiple=True, required=True, type=click.Path(dir_okay=False))
 @click.option("--physics-only", is_flag=True, help="composed: ignore measured tables (unseen-shape error)")
-@click.option("--json", "as_json", is_flag=True)
+@common_options
+@json_option
 def eval_cmd(artifact, obs_files, physics_only, as_json):
     """Median, mean and max absolute percentage error of ARTIFACT on observations."""
-    try:
+    with user_errors(ValueError):
         art, _ = read_artifact(artifact)
         result = evaluate(art, read_many(obs_files), physics_only=physics_only, **art.get("fitted_for", {}))
-    except (ObservationError, CostModelError, ValueError) as exc:
-        abort(str(exc))
-    click.echo(json.dumps(result, indent=1, sort_keys=True) if as_json else _errors_table(result))
+    click.echo(to_json(result) if as_json else _errors_table(result))
 
 
 @cli.command("show")
 @click.argument("artifact", type=click.Path(dir_okay=False))
-def show_cmd(artifact):
+@common_options
+@json_option
+def show_cmd(artifact, as_json):
     """Summarise an artifact: family, provenance, validity domain, fit quality."""
-    try:
+    with user_errors(ValueError):
         art, _ = read_artifact(artifact)
-    except CostModelError as exc:
-        abort(str(exc))
+    if as_json:
+        click.echo(to_json(art))
+        return
     click.echo(f"{artifact}: {art['target']} / {art['family']} ({art['schema']})")
     prov = art["provenance"]
     click.echo(f"provenance: {prov.get('label', '')}; {prov.get('n_observations', '?')} observations; "
