@@ -29,10 +29,22 @@ setup: $(CORE_STAMP)
 
 setup-test: $(TEST_STAMP)
 
+# The profilers' tests (srl-profile fsdp / kernels / weight-sync on the CPU) need torch. torch 2.13.0's
+# CPU wheel lies on this project's machines and CI (pip takes it from there: about 1 minute,
+# 750 MB); elsewhere pip would fetch a CUDA build of several GB: `make test TORCH=` skips it and
+# those tests skip.
+TORCH ?= torch==2.13.0
+$(VENV)/.torch: $(TEST_STAMP)
+ifneq ($(TORCH),)
+	@echo "== installing $(TORCH) for the profilers' tests (make test TORCH= skips it)"
+	$(BIN)/pip install --progress-bar on "$(TORCH)"
+endif
+	@touch $@
+
 demo: setup
 	$(BIN)/srl
 
-test: setup-test
+test: setup-test $(VENV)/.torch
 	$(BIN)/pytest
 
 lint: setup-test

@@ -20,15 +20,17 @@ from simrl.cost.observations import ObservationError, write_observations
 
 EPILOG = """\b
 Examples:
-  srl-profile import vidur /work/shared/data/vidur -o vidur.jsonl
+  srl-profile import vidur -o vidur.jsonl      # the Vidur H100 data shipped with simrl
+  srl-profile fetch vidur -o vidur-full && srl-profile import vidur vidur-full -o all.jsonl
   srl-profile kernels --model phi-2 --tp 1 --device cpu --tokens 1,16,128 --repeats 3 -o k.jsonl
   srl-profile kernels --model llama-3.1-8b --tp 2 --device cuda -o h100-kernels.jsonl
   srl-profile kv-probe --model Qwen/Qwen3-8B --tp 1 --gpu-memory-utilization 0.9 -o kv.jsonl
   srl-regress fit --family composed --obs k.jsonl -o composed.json
 
 \b
-kernels needs torch (pip install 'simrl[profile-torch]'); kv-probe needs vLLM and a GPU
-(pip install 'simrl[profile-vllm]'). Schema: docs/observations.md.
+kernels, fsdp and weight-sync need torch (pip install 'simrl[profile-torch]'); vllm and kv-probe
+need vLLM and a GPU (pip install 'simrl[profile-vllm]'); megatron needs Megatron-Bridge and GPUs.
+third_party/install.sh installs the pinned GPU stack. Schema: docs/observations.md.
 """
 
 
@@ -48,21 +50,59 @@ def import_group():
 
 
 @import_group.command("vidur")
-@click.argument("path", type=click.Path(exists=True))
+@click.argument("path", type=click.Path(exists=True), required=False)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 def import_vidur_cmd(path, output):
-    """Convert Vidur compute (mlp.csv) and network (all_reduce / send_recv) CSVs under PATH."""
-    from simrl.cost.vidur_import import import_vidur
+    """Convert Vidur compute (mlp.csv) and network (all_reduce / send_recv) CSVs under PATH.
+
+    PATH defaults to the Vidur H100 data shipped with simrl (simrl/cost/data/vidur); a folder
+    written by `srl-profile fetch vidur` or a single CSV also works.
+    """
+    from simrl.cost.vidur_import import import_vidur, vidur_data_dir
 
     try:
-        obs = import_vidur(path)
+        obs = import_vidur(path if path is not None else vidur_data_dir())
         n = write_observations(output, obs)
-    except (ObservationError, ValueError, KeyError) as exc:
+    except (ObservationError, ValueError, KeyError, FileNotFoundError) as exc:
         abort(str(exc))
     counts = collections.Counter((o.kind, o.name) for o in obs)
     click.echo(f"wrote {n} observations to {output}")
     for (kind, name), c in sorted(counts.items()):
         click.echo(f"  {kind:<10} {name:<26} {c}")
+
+
+@cli.group("fetch")
+def fetch_group():
+    """Download published measurement sets."""
+
+
+@fetch_group.command("vidur")
+@click.option("--commit", default=None, help="microsoft/vidur commit, tag or branch [default: the shipped data's]")
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
+              help="folder to create (compute/, network/, traces/, LICENSE, NOTICE, source.json)")
+@click.option("--base-url", default=None, hidden=True,
+              help="repository URL whose /archive/<commit>.tar.gz is fetched (a mirror)")
+@click.option("--timeout", type=float, default=120.0, show_default=True, help="seconds per network read")
+def fetch_vidur_cmd(commit, output, base_url, timeout):
+    """Download Vidur's full measurement set (all GPUs and models) at COMMIT from GitHub.
+
+    Only the profiling CSVs, the processed traces and the licence are kept, in the layout of the
+    shipped data, so `srl-profile import vidur OUTPUT` reads them. See adapters/vidur_fetch.py.
+    """
+    from adapters.vidur_fetch import UPSTREAM, FetchError, fetch_vidur
+    from simrl.cost.vidur_import import VIDUR_COMMIT
+
+    try:
+        res = fetch_vidur(output, commit or VIDUR_COMMIT, base_url or UPSTREAM, timeout=timeout,
+                          progress=lambda line: click.echo(line, err=True))
+    except (FetchError, ValueError, OSError) as exc:
+        abort(str(exc))
+    if res.already_present:
+        click.echo(f"{output} already holds Vidur {res.commit} ({len(res.files)} files); nothing to do")
+        return
+    n_mlp = sum(f.endswith("mlp.csv") for f in res.files)
+    click.echo(f"wrote {len(res.files)} files of Vidur {res.commit} to {output} "
+               f"({n_mlp} mlp.csv; archive sha256 {res.sha256[:16]}...)")
 
 
 @cli.command("kernels")
@@ -114,6 +154,168 @@ def _median_table(obs, tokens):
     for name in names:
         cells = "".join(f"{by[(name, t)] * 1e6:>10.1f}" if (name, t) in by else f"{'-':>10}" for t in tokens)
         click.echo(f"{name:<26}{cells}")
+
+
+@cli.command("fsdp")
+@click.option("--model", default="simrl/tiny-llama", show_default=True,
+              help="dense model of simrl.cost.architectures, built in code with random weights")
+@click.option("--world-sizes", default="1,2", show_default=True, help="comma-separated process counts")
+@click.option("--seq-lens", default="64,128,256", show_default=True, help="comma-separated sequence lengths")
+@click.option("--sharding", default="full", show_default=True,
+              help="comma-separated: full (reshard_after_forward=True, ZeRO-3), grad-op (False, ZeRO-2)")
+@click.option("--micro-batch", type=int, default=1, show_default=True, help="sequences per rank per step")
+@click.option("--steps", type=int, default=3, show_default=True, help="timed optimizer steps per point")
+@click.option("--warmup", type=int, default=1, show_default=True, help="untimed steps before them")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="cpu: gloo, one process per rank; cuda: nccl, rank r on cuda:r")
+@click.option("--clock", type=click.Choice(["wall", "process"]), default="wall", show_default=True,
+              help="wall: step time; process: CPU seconds of each rank (CPU only; ignores waiting)")
+@click.option("--threads", type=int, default=1, show_default=True, help="torch intra-op threads per rank")
+@click.option("--start-method", type=click.Choice(["spawn", "fork", "forkserver"]), default="spawn",
+              show_default=True, help="how ranks start (fork: CPU only, skips re-importing torch per rank)")
+@click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+              help="bf16: FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)")
+@click.option("--activation-checkpointing", is_flag=True, help="recompute each decoder layer in backward")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup, device, clock, threads,
+             start_method, dtype, activation_checkpointing, seed, output):
+    """Time FSDP2 (fully_shard) training steps and peak memory per sharding, world size and length.
+
+    Spawns WORLD processes per point (gloo on CPU, NCCL on GPUs) that train a model built in code;
+    writes a time (s) and a memory (bytes) training_step observation per point. Fit them with
+    `srl-regress fit --family fsdp`. See adapters/fsdp.py.
+    """
+    from adapters.fsdp import FsdpPlan, parse_ints, profile_fsdp
+
+    try:
+        plan = FsdpPlan(model=model, world_sizes=parse_ints(world_sizes, "--world-sizes"),
+                        seq_lens=parse_ints(seq_lens, "--seq-lens"),
+                        shardings=tuple(s.strip() for s in sharding.split(",") if s.strip()),
+                        micro_batch=micro_batch, steps=steps, warmup=warmup, device=device, clock=clock,
+                        start_method=start_method, threads=threads, dtype=dtype, activation_checkpointing=activation_checkpointing, seed=seed)
+        prof = profile_fsdp(plan, progress=lambda line: click.echo(line, err=True))
+        n = write_observations(output, prof.observations)
+    except (MissingExtraError, CostModelError, ObservationError, ValueError) as exc:
+        abort(str(exc))
+    click.echo(f"wrote {n} training_step observations to {output} ({prof.params:,} parameters, "
+               f"{prof.hardware}, {plan.backend}, clock {plan.clock})")
+    click.echo(f"{'sharding':<10}{'world':>6}{'seq_len':>9}{'step ms':>12}{'peak MiB':>11}")
+    for t, m in zip(prof.observations[::2], prof.observations[1::2], strict=True):
+        i = t.inputs
+        click.echo(f"{i['sharding']:<10}{i['dp']:>6}{i['seq_lens'][0]:>9}{t.value * 1e3:>12.1f}{m.value / 2**20:>11.1f}")
+
+
+@cli.command("vllm")
+@click.option("--model", required=True, help="Hugging Face id or local path, as vLLM's EngineArgs takes it")
+@click.option("--tp", type=int, default=1, show_default=True, help="tensor_parallel_size")
+@click.option("--scenarios", default="1x512x128,8x512x128,32x512x128,64x128x256,16x2048x64", show_default=True,
+              help="comma-separated REQUESTSxPROMPT_LENxOUTPUT_LEN batches, each run to completion")
+@click.option("--gpu-memory-utilization", type=float, default=None, help="vLLM's (default: vLLM's own)")
+@click.option("--max-model-len", type=int, default=None, help="vLLM's (default: the model's)")
+@click.option("--max-num-seqs", type=int, default=None, help="vLLM's scheduler limit (default: vLLM's)")
+@click.option("--max-num-batched-tokens", type=int, default=None, help="vLLM's token budget per step")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def vllm_cmd(model, tp, scenarios, gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
+             seed, output):
+    """Drive a vLLM engine with forced-length batches and record every iteration. Needs a GPU.
+
+    One iteration observation per engine step (step time, batch size, prefill / decode tokens,
+    KV in use, running and waiting requests) and one kv_probe observation of the capacity.
+    Fit them with `srl-regress fit --family psrl` (or distserve). See adapters/vllm_iter.py.
+    """
+    from adapters.vllm_iter import parse_scenarios, profile_vllm
+
+    try:
+        run = profile_vllm(model, parse_scenarios(scenarios), tp=tp, gpu_memory_utilization=gpu_memory_utilization,
+                           max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                           max_num_batched_tokens=max_num_batched_tokens, seed=seed,
+                           progress=lambda line: click.echo(line, err=True))
+        n = write_observations(output, run.observations)
+    except (MissingExtraError, ObservationError, ValueError) as exc:
+        abort(str(exc))
+    click.echo(f"wrote {n} observations to {output}: {run.iterations} iterations and a KV capacity of "
+               f"{run.kv_capacity_tokens} tokens for {model} at tp={tp}")
+
+
+@cli.command("weight-sync")
+@click.option("--sizes-mb", default="4,16,64", show_default=True, help="comma-separated payload sizes (MiB of bf16)")
+@click.option("--instances", default="1,2", show_default=True, help="comma-separated receiver counts")
+@click.option("--method", default="broadcast", show_default=True, help="comma-separated: broadcast, filesystem")
+@click.option("--bucket-mb", type=float, default=16.0, show_default=True, help="bucket size of the transfer")
+@click.option("--repeats", type=int, default=3, show_default=True)
+@click.option("--warmup", type=int, default=1, show_default=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="cpu: gloo; cuda: NCCL, rank r on cuda:r (instances + 1 GPUs)")
+@click.option("--start-method", type=click.Choice(["spawn", "fork", "forkserver"]), default="spawn",
+              show_default=True)
+@click.option("--dir", "directory", default=None, type=click.Path(file_okay=False),
+              help="filesystem method: where the checkpoint is written [default: the temp folder]")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def weight_sync_cmd(sizes_mb, instances, method, bucket_mb, repeats, warmup, device, start_method, directory,
+                    output):
+    """Time publishing weights from a trainer rank to N instances by broadcast or checkpoint file.
+
+    One weight_sync observation per (method, size, instances). Fit them with
+    `srl-regress fit --family weight_sync`. See adapters/weight_sync.py.
+    """
+    from adapters.fsdp import parse_ints
+    from adapters.weight_sync import MiB, SyncPlan, profile_weight_sync
+
+    try:
+        try:
+            sizes = tuple(int(float(v) * MiB) for v in sizes_mb.split(",") if v.strip())
+        except ValueError:
+            raise ValueError(f"--sizes-mb expects comma-separated numbers, got {sizes_mb!r}") from None
+        plan = SyncPlan(sizes_bytes=sizes, instances=parse_ints(instances, "--instances"),
+                        methods=tuple(m.strip() for m in method.split(",") if m.strip()), bucket_mb=bucket_mb,
+                        repeats=repeats, warmup=warmup, device=device, start_method=start_method,
+                        directory=directory)
+        prof = profile_weight_sync(plan, progress=lambda line: click.echo(line, err=True))
+        n = write_observations(output, prof.observations)
+    except (MissingExtraError, ObservationError, ValueError) as exc:
+        abort(str(exc))
+    click.echo(f"wrote {n} weight_sync observations to {output} ({prof.hardware}, {plan.backend})")
+    for o in prof.observations:
+        i = o.inputs
+        click.echo(f"  {i['method']:<10} {i['bytes'] / MiB:8.1f} MiB -> {i['n_instances']} instance(s) "
+                   f"{o.value * 1e3:10.2f} ms")
+
+
+@cli.command("megatron")
+@click.option("--recipe", default="megatron.bridge.recipes.qwen.h100.qwen3:qwen3_8b_pretrain_16gpu_h100_bf16_config",
+              show_default=True, help="Megatron-Bridge recipe function (module:function) returning a ConfigContainer")
+@click.option("--model", required=True, help="model name recorded in the observations (of simrl.cost.architectures)")
+@click.option("--layouts", default="tp1pp1", show_default=True, help="comma-separated tpXppYcpZepW layouts")
+@click.option("--seq-lengths", default="2048,4096", show_default=True, help="comma-separated sequence lengths")
+@click.option("--micro-batch", type=int, default=1, show_default=True)
+@click.option("--global-batch", type=int, default=None, help="default: micro batch x DP (one micro-batch per rank)")
+@click.option("--nproc", type=int, default=8, show_default=True, help="GPUs on this node (torchrun --nproc-per-node)")
+@click.option("--steps", type=int, default=5, show_default=True, help="timed training steps per point")
+@click.option("--warmup", type=int, default=2, show_default=True, help="untimed steps before them")
+@click.option("--recompute", type=click.Choice(["none", "full", "selective"]), default=None,
+              help="activation recomputation [default: the recipe's]")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def megatron_cmd(recipe, model, layouts, seq_lengths, micro_batch, global_batch, nproc, steps, warmup, recompute,
+                 output):
+    """Time Megatron-Bridge training steps and peak memory per layout and sequence length. Needs GPUs.
+
+    Runs each (layout, length) under torchrun on this node with mock data and writes a time and a
+    memory training_step observation per point, for the hydraulis and analytical families. See
+    adapters/megatron.py.
+    """
+    from adapters.fsdp import parse_ints
+    from adapters.megatron import make_point, parse_layouts, profile_megatron
+
+    try:
+        points = [make_point(recipe, model, lay, s, micro_batch, global_batch, nproc, steps, warmup, recompute)
+                  for lay in parse_layouts(layouts) for s in parse_ints(seq_lengths, "--seq-lengths")]
+        obs = profile_megatron(points, progress=lambda line: click.echo(line, err=True))
+        n = write_observations(output, obs)
+    except (MissingExtraError, ObservationError, ValueError) as exc:
+        abort(str(exc))
+    click.echo(f"wrote {n} training_step observations to {output}")
 
 
 @cli.command("kv-probe")

@@ -42,10 +42,8 @@ environment, which has no GPU.
 
 from __future__ import annotations
 
-import datetime
 import math
 import platform
-import socket
 import time
 from collections.abc import Callable, Sequence
 
@@ -163,12 +161,63 @@ def operator_inputs(dims: LayerDims, num_tokens: int, dtype: str) -> dict:
             "use_gated_mlp": a.gated_mlp, "head_dim": a.head_dim, "model": a.name, "dtype": dtype}
 
 
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def operator_details(dims: LayerDims, op: str, num_tokens: int, dtype: str) -> dict:
+    """What one timed call of ``op`` runs: the torch call, operand shapes, FLOPs and bytes touched.
+
+    FLOPs count 2 per multiply-add of the projections and one per element of the element-wise
+    operators; bytes are operands read plus the result written, at the dtype's width (the
+    embedding reads only the T looked-up rows). E.g. ``mlp_down_proj`` of a 4096-wide model at
+    TP 1 with 11008 MLP width and T = 2: [2, 11008] x [11008, 4096] -> 2*2*11008*4096 = 180,355,072
+    FLOPs and 2*(2*11008 + 11008*4096 + 2*4096) = 90,237,952 bytes in bf16.
+    """
+    t, e, b = int(num_tokens), dims.hidden, DTYPE_BYTES[dtype]
+    gated = dims.arch.gated_mlp
+
+    def linear(k, n):
+        return {"call": "torch.nn.functional.linear", "shapes": {"input": [t, k], "weight": [n, k]},
+                "flops": 2 * t * k * n, "bytes": b * (t * k + n * k + t * n)}
+
+    if op == "emb":
+        return {"call": "torch.nn.functional.embedding", "shapes": {"ids": [t], "table": [dims.vocab_rows, e]},
+                "flops": 0, "bytes": 8 * t + 2 * b * t * e}
+    if op in ("input_layernorm", "post_attention_layernorm"):
+        call = "rms_norm (eager: pow, mean, rsqrt, mul)" if gated else "torch.nn.functional.layer_norm"
+        return {"call": call, "shapes": {"input": [t, e], "weight": [e]}, "flops": 4 * t * e,
+                "bytes": b * (2 * t * e + e)}
+    if op == "attn_pre_proj":
+        return linear(e, dims.qkv_out)
+    if op == "attn_post_proj":
+        return linear(dims.attn_out_in, e)
+    if op == "mlp_up_proj":
+        return linear(e, dims.up_out)
+    if op == "mlp_down_proj":
+        return linear(dims.mlp_width, e)
+    if op == "attn_rope":
+        n = t * (dims.q_heads + dims.kv_heads) * dims.head_dim
+        return {"call": "neox rotary (eager: chunk, mul, cat)", "shapes": {"q": [t, dims.q_heads, dims.head_dim],
+                "k": [t, dims.kv_heads, dims.head_dim]}, "flops": 3 * n, "bytes": b * 3 * n}
+    if op == "mlp_act":
+        f = dims.mlp_width
+        call = "silu(gate) * up" if gated else "torch.nn.functional.gelu(approximate='tanh')"
+        return {"call": call, "shapes": {"input": [t, dims.up_out]}, "flops": (2 if gated else 1) * t * f,
+                "bytes": b * (t * dims.up_out + t * f)}
+    if op == "add":
+        k = 2 if gated else 3
+        return {"call": "tensor add", "shapes": {"operands": [[t, e]] * k}, "flops": (k - 1) * t * e,
+                "bytes": b * (k + 1) * t * e}
+    raise KeyError(f"unknown operator {op!r}")
+
+
 def operator_observation(dims: LayerDims, op: str, num_tokens: int, times_s: Sequence[float],
                          provenance: dict, dtype: str, warmup: int) -> Observation:
     """One ``operator`` observation from the measured repeat times of (op, num_tokens)."""
     stats = timing_stats(times_s)
     prov = dict(provenance)
     prov["timing"] = {**stats, "unit": "s", "repeats": len(times_s), "warmup": warmup}
+    prov["operator"] = operator_details(dims, op, num_tokens, dtype)
     return make("operator", stats["median"], "s", operator_inputs(dims, num_tokens, dtype), prov,
                 name=op, spread=stats["std"])
 
@@ -202,18 +251,20 @@ def resolve_device(torch, device: str):
 
 
 def torch_provenance(torch, dev, dtype: str) -> dict:
-    """hardware / source / date / software of a torch run on ``dev``."""
-    host = socket.gethostname()
+    """hardware / source / date / driver / software of a torch run on ``dev`` (adapters.provenance)."""
+    from adapters.provenance import collect
+
     if dev.type == "cuda":
-        hardware = torch.cuda.get_device_name(dev)
-        software = {"profiler": PROFILER, "torch": torch.__version__, "cuda": torch.version.cuda,
-                    "device": str(dev), "dtype": dtype, "clock": "torch.cuda.Event"}
+        software = {"device": str(dev), "dtype": dtype, "clock": "torch.cuda.Event"}
+        props = torch.cuda.get_device_properties(dev)
+        extra = {"gpu_memory_bytes": int(props.total_memory), "sm_count": int(props.multi_processor_count),
+                 "compute_capability": f"{props.major}.{props.minor}"}
     else:
-        hardware = f"{_cpu_name()} (CPU)"
-        software = {"profiler": PROFILER, "torch": torch.__version__, "device": "cpu", "dtype": dtype,
-                    "threads": torch.get_num_threads(), "clock": "time.perf_counter"}
-    return {"hardware": hardware, "source": f"{PROFILER} on {host}", "host": host,
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "software": software}
+        software = {"device": "cpu", "dtype": dtype, "threads": torch.get_num_threads(), "clock": "time.perf_counter"}
+        extra = {}
+    prov = collect(PROFILER, torch=torch, device=str(dev), extra_software=software)
+    prov.update(extra)
+    return prov
 
 
 class _Layer:

@@ -13,13 +13,12 @@ import json
 import sys
 
 import numpy as np
-from _shared import shared_data  # benchmarks/_shared.py
 
 from simrl.cost.fit import cross_validate
 from simrl.cost.heldout import leave_one_model_out
-from simrl.cost.vidur_import import import_vidur
+from simrl.cost.vidur_import import import_vidur, vidur_data_dir
 
-DEFAULT_DIR = str(shared_data() / "vidur" / "compute")
+DEFAULT_DIR = str(vidur_data_dir("compute"))  # the H100 data shipped with the package
 
 
 def _fmt(s: dict) -> str:

@@ -6,15 +6,13 @@ them for older imports.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 
 import simrl.cli  # noqa: F401  (the CLI layer loads presets when no entry points are installed)
 from simrl.config import load_config
 from simrl.cost.build import Costs
 from simrl.cost.linear import ConstantSync, ConstantTraining, LinearRollout
+from simrl.cost.vidur_import import vidur_data_dir
 from simrl.engine.sim import build_simulation, summarise
 from workloads.types import CallSpec, GroupSpec, TrajectorySpec, build_workload, single_turn_group
 
@@ -62,17 +60,8 @@ def run_sim(overrides=(), workload=None, costs=None):
     return summarise(sim), sim
 
 
-def _shared_data() -> Path:
-    """The workplace's shared real data: $SIMRL_SHARED_DATA, else ../shared/data beside the repo."""
-    env = os.environ.get("SIMRL_SHARED_DATA")
-    here = Path(__file__).resolve().parents[1]
-    for cand in (env, here.parent / "shared" / "data", Path("/work/shared/data")):
-        if cand and Path(cand).is_dir():
-            return Path(cand)
-    return here.parent / "shared" / "data"
-
-
-SHARED_DATA = _shared_data()
+# The real Vidur measurements shipped with the package (simrl/cost/data/vidur, MIT, NOTICE beside them).
+VIDUR_DATA = vidur_data_dir()
 
 
 def check_invariants(report, sim) -> None:

@@ -84,6 +84,7 @@ def summarize(pred: np.ndarray, act: np.ndarray, grp: Sequence[str]) -> dict:
 
 
 def evaluate(art: dict, obs: Sequence[Observation], physics_only: bool = False, **opts) -> dict:
+    opts = {**art.get("fitted_for", {}), **opts}  # the model / GPU / layout the artifact was fitted for
     pred, act, grp = predictions(art, obs, physics_only=physics_only, **opts)
     if pred.size == 0:
         raise CostModelError(f"{art['family']}: none of the {len(obs)} observations can be evaluated "

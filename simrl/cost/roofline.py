@@ -26,7 +26,7 @@ micro-batch. DP ranks inside an instance split the batch evenly. A fixed CPU/lau
 (scheduling, sampling, detokenization) is added per iteration, plus a small per-sequence term.
 
 Defaults describe vLLM V1 with CUDA graphs on H100 (calibrated against the Vidur H100 operator
-measurements in /work/shared/data/vidur, see tests/cost/test_roofline.py):
+measurements shipped in simrl/cost/data/vidur, see tests/cost/test_roofline.py):
 
 - ``compute_efficiency=0.6``: achieved/peak dense BF16 for the engine's GEMMs and attention
   (large cuBLAS GEMMs reach ~0.75; small and odd shapes less);

@@ -12,6 +12,10 @@ Two layouts are understood, both as published by the Vidur project:
 
 Missing operators (an empty or absent column, e.g. phi-2 has no post-attention layernorm) are
 skipped, not invented.
+
+The H100 subset the project uses ships with it as package data (``simrl/cost/data/vidur``, MIT
+licence and NOTICE beside the CSVs); `vidur_data_dir` finds it. ``srl-profile fetch vidur``
+downloads the full upstream set into the same layout.
 """
 
 from __future__ import annotations
@@ -27,6 +31,17 @@ VIDUR_COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"
 MS_TO_S = 1e-3
 FP16_BYTES = 2
 SHAPE_COLUMNS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size")
+SHIPPED_VIDUR = Path(__file__).resolve().parent / "data" / "vidur"
+
+
+def vidur_data_dir(part: str = "") -> Path:
+    """The Vidur data shipped with the package (``compute/``, ``network/``, ``traces/``), or ``part``
+    of it; an error naming the path when the install lacks it."""
+    path = SHIPPED_VIDUR / part if part else SHIPPED_VIDUR
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: the shipped Vidur data is missing from this install "
+                                "(reinstall simrl, or fetch it: srl-profile fetch vidur -o DIR)")
+    return path
 
 
 def _provenance(rel: str, hardware: str) -> dict:

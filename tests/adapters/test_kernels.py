@@ -177,3 +177,45 @@ def test_cpu_run_gated_model_subset_fp32(tmp_path):
     assert sorted((o.name, o.inputs["num_tokens"]) for o in obs) == sorted(
         (op, t) for op in ("post_attention_layernorm", "attn_rope", "mlp_act", "add") for t in (1, 4))
     assert all(o.inputs["tp"] == 2 and o.inputs["dtype"] == "fp32" and o.inputs["use_gated_mlp"] for o in obs)
+
+
+def test_operator_details_hand_checked():
+    from adapters.kernels import layer_dims, operator_details
+
+    d = operator_details(layer_dims("meta-llama/Llama-2-7b-hf", 1), "mlp_down_proj", 2, "bf16")
+    # [2, 11008] x [11008, 4096]: 2*2*11008*4096 FLOPs; bf16 bytes 2*(2*11008 + 11008*4096 + 2*4096).
+    assert d["flops"] == 180_355_072 and d["bytes"] == 90_237_952
+    assert d["shapes"] == {"input": [2, 11008], "weight": [4096, 11008]}
+    up = operator_details(layer_dims("meta-llama/Llama-2-7b-hf", 2), "mlp_up_proj", 1, "fp32")
+    assert up["shapes"]["weight"] == [11008, 4096]  # gate and up stacked, 2 x 11008 / TP 2
+
+
+def test_cuda_event_timing_path_with_a_stand_in_torch():
+    """time_call's CUDA branch: warm-up untimed, one event pair per repeat, one synchronize before
+    reading, elapsed_time (ms) converted to seconds. A stand-in records the order of calls."""
+    import types
+
+    from adapters.kernels import time_call
+
+    log = []
+
+    class Event:
+        n = 0
+
+        def __init__(self, enable_timing):
+            assert enable_timing
+            Event.n += 1
+            self.i = Event.n
+
+        def record(self):
+            log.append(("record", self.i))
+
+        def elapsed_time(self, end):
+            return 2.0 * (end.i - self.i)  # ms
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=Event, synchronize=lambda dev: log.append(("sync",))))
+    calls = []
+    times = time_call(fake, lambda: calls.append(1), types.SimpleNamespace(type="cuda"), warmup=2, repeats=3)
+    assert times == [0.002, 0.002, 0.002] and len(calls) == 5
+    assert log[0] == ("sync",) and log[-1] == ("sync",)
+    assert [x for x in log if x[0] == "record"] == [("record", i) for i in range(1, 7)]

@@ -33,6 +33,11 @@ PUBLISHED = {
     "meta-llama/Llama-2-7b-hf": 6.74e9,
     "meta-llama/Llama-2-70b-hf": 68.98e9,
     "microsoft/phi-2": 2.78e9,
+    # Not published: the CPU profiling model srl-profile fsdp builds, counted by hand: 4 layers x
+    # (attention 256*256 + 2*256*128 + 256*256 = 196,608; MLP 3*256*768 = 589,824; 2 norms 512)
+    # + embedding and LM head 2*4096*256 + final norm 256 = 5,245,184 (tests/adapters/test_fsdp.py
+    # checks the built torch module has exactly this many).
+    "simrl/tiny-llama": 5_245_184,
 }
 
 

@@ -4,12 +4,12 @@ leave-one-model-out error on the real Vidur data."""
 
 import numpy as np
 import pytest
-from simhelpers import SHARED_DATA
+from simhelpers import VIDUR_DATA
 
 from simrl.cost.kerneldb import KernelDB, LayerShape, OpCoefficients, fit_kernel_db, op_work
 from simrl.cost.observations import make
 
-VIDUR = SHARED_DATA / "vidur" / "compute"
+VIDUR = VIDUR_DATA / "compute"
 SHAPE = LayerShape(n_embd=1024, n_head=8, n_kv_head=8, n_expanded_embd=4096, vocab_size=1000)
 PROV = {"hardware": "H100", "source": "synthetic", "date": "2026-01-01"}
 TRUE = {"mlp_up_proj": OpCoefficients(5e-6, 600e12, 2.5e12, 3.0), "add": OpCoefficients(2e-6, 1e30, 3e12)}
@@ -58,7 +58,6 @@ def test_round_trip():
     assert again.predict("add", SHAPE, 100, 2) == db.predict("add", SHAPE, 100, 2)
 
 
-@pytest.mark.skipif(not VIDUR.exists(), reason="shared Vidur data not present")
 def test_leave_one_model_out_on_real_data():
     from simrl.cost.heldout import leave_one_model_out
     from simrl.cost.vidur_import import import_vidur

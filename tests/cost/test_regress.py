@@ -3,17 +3,15 @@
 import json
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
-from simhelpers import SHARED_DATA
+from simhelpers import VIDUR_DATA
 
 from adapters.cli import cli as profile_cli
 from simrl.cli.regress import cli as regress_cli
 
-PHI2 = SHARED_DATA / "vidur/compute/h100/microsoft/phi-2/mlp.csv"
+PHI2 = VIDUR_DATA / "compute/h100/microsoft/phi-2/mlp.csv"
 
 
-@pytest.mark.skipif(not PHI2.exists(), reason="shared Vidur data not present")
 def test_import_fit_eval_show(tmp_path):
     r = CliRunner()
     obs, art = str(tmp_path / "obs.jsonl"), str(tmp_path / "art.json")

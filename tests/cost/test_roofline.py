@@ -1,15 +1,14 @@
 """Roofline rollout: shape of the curves, plausible H100 figures, KV capacity, validity domain."""
 
 import csv
-import os
 
 import pytest
-from simhelpers import SHARED_DATA
+from simhelpers import VIDUR_DATA
 
 from simrl.cost.base import CostModelError, OutOfDomainError, RolloutCost
 from simrl.cost.roofline import RooflineRollout
 
-VIDUR_MLP = str(SHARED_DATA / "vidur/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv")
+VIDUR_MLP = str(VIDUR_DATA / "compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv")
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +119,6 @@ def test_validity_domain_counts_and_strict():
         strict.iteration_time(100, 1000, 0)
 
 
-@pytest.mark.skipif(not os.path.exists(VIDUR_MLP), reason="Vidur profiling data not available")
 @pytest.mark.parametrize("tp", [1, 2])
 def test_gemm_time_within_1_5x_of_vidur_h100_measurements(tp):
     """Llama-2-7B layer GEMMs (qkv, o, gate+up, down) measured on an H100 by Vidur, at 4096 tokens."""

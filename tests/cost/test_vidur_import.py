@@ -4,12 +4,11 @@ import collections
 import csv
 
 import pytest
-from simhelpers import SHARED_DATA
+from simhelpers import VIDUR_DATA
 
 from simrl.cost.vidur_import import import_vidur
 
-VIDUR = SHARED_DATA / "vidur"
-pytestmark = pytest.mark.skipif(not VIDUR.exists(), reason="shared Vidur data not present")
+VIDUR = VIDUR_DATA
 
 
 @pytest.fixture(scope="module")

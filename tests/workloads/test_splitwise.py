@@ -3,16 +3,14 @@
 
 import numpy as np
 import pytest
-from simhelpers import SHARED_DATA
+from simhelpers import VIDUR_DATA
 
 from workloads.splitwise import import_splitwise
 
-TRACES = SHARED_DATA / "vidur" / "traces"
+TRACES = VIDUR_DATA / "traces"
 CONV = TRACES / "splitwise_conv.csv"
-needs_data = pytest.mark.skipif(not CONV.exists(), reason="Vidur traces not present")
 
 
-@needs_data
 def test_import_conv_rows_become_trajectories():
     w = import_splitwise(CONV, group_size=4, seed=1)
     rows = np.loadtxt(CONV, delimiter=",", skiprows=1)
@@ -26,7 +24,6 @@ def test_import_conv_rows_become_trajectories():
     assert not np.array_equal(import_splitwise(CONV, group_size=4, seed=2).traj_reward, w.traj_reward)
 
 
-@needs_data
 def test_import_code_with_limits():
     w = import_splitwise(TRACES / "splitwise_code.csv", max_groups=100, max_model_len=4096)
     assert w.n_groups == 100 and w.group_size(0) == 1
