@@ -25,7 +25,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def plotted_run(tmp_path_factory):
     """A small simulated run with plots (the default scenario, 2 steps), made once per module."""
     out = tmp_path_factory.mktemp("runs")
-    res = CliRunner().invoke(srl_cli, [f"run.output_dir={out}", "run.name=small", "run.training_steps=2", "--quiet"])
+    res = CliRunner().invoke(srl_cli, [f"run.output_dir={out}", "run.name=small", "run.training_steps=2", "--quiet",
+                                        "--png"])
     assert res.exit_code == 0, res.output
     return out / "small"
 
