@@ -15,12 +15,14 @@ import collections
 import click
 
 from adapters.extras import MissingExtraError
+from simrl.cli.app import AppGroup, common_options, info, json_option, state, to_json
+from simrl.cli.app import abort as _app_abort
 from simrl.cost.base import CostModelError
 from simrl.cost.observations import ObservationError, write_observations
 
 EPILOG = """\b
 Examples:
-  srl-profile import vidur /work/shared/data/vidur -o vidur.jsonl
+  srl-profile import vidur path/to/vidur/data -o vidur.jsonl
   srl-profile kernels --model phi-2 --tp 1 --device cpu --tokens 1,16,128 --repeats 3 -o k.jsonl
   srl-profile kernels --model llama-3.1-8b --tp 2 --device cuda -o h100-kernels.jsonl
   srl-profile kv-probe --model Qwen/Qwen3-8B --tp 1 --gpu-memory-utilization 0.9 -o kv.jsonl
@@ -33,11 +35,11 @@ kernels needs torch (pip install 'simrl[profile-torch]'); kv-probe needs vLLM an
 
 
 def abort(message: str, code: int = 2):
-    click.secho(f"error: {message}", fg="red", err=True)
-    raise SystemExit(code)
+    _app_abort(message, code)
 
 
-@click.group(epilog=EPILOG)
+@click.group(cls=AppGroup, epilog=EPILOG)
+@common_options
 def cli():
     """Record measurements as JSONL observations (schema: docs/observations.md)."""
 
@@ -50,7 +52,9 @@ def import_group():
 @import_group.command("vidur")
 @click.argument("path", type=click.Path(exists=True))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
-def import_vidur_cmd(path, output):
+@common_options
+@json_option
+def import_vidur_cmd(path, output, as_json):
     """Convert Vidur compute (mlp.csv) and network (all_reduce / send_recv) CSVs under PATH."""
     from simrl.cost.vidur_import import import_vidur
 
@@ -60,9 +64,13 @@ def import_vidur_cmd(path, output):
     except (ObservationError, ValueError, KeyError) as exc:
         abort(str(exc))
     counts = collections.Counter((o.kind, o.name) for o in obs)
+    if as_json:
+        click.echo(to_json({"output": output, "observations": n,
+                            "counts": [{"kind": k, "name": m, "n": c} for (k, m), c in sorted(counts.items())]}))
+        return
     click.echo(f"wrote {n} observations to {output}")
     for (kind, name), c in sorted(counts.items()):
-        click.echo(f"  {kind:<10} {name:<26} {c}")
+        info(f"  {kind:<10} {name:<26} {c}")
 
 
 @cli.command("kernels")
@@ -77,8 +85,9 @@ def import_vidur_cmd(path, output):
 @click.option("--threads", type=int, default=None, help="torch CPU threads [default: torch's]")
 @click.option("--ops", default=None, help="comma-separated subset of operators (default: all of the layer)")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
-@click.option("--quiet", is_flag=True, help="no per-point progress lines")
-def kernels_cmd(model, tp, tokens, device, repeats, warmup, dtype, threads, ops, output, quiet):
+@common_options
+@json_option
+def kernels_cmd(model, tp, tokens, device, repeats, warmup, dtype, threads, ops, output, as_json):
     """Time one transformer layer's non-attention operators of MODEL at TP with torch.
 
     One operator observation per (operator, num_tokens): the median of the repeats, their
@@ -89,7 +98,7 @@ def kernels_cmd(model, tp, tokens, device, repeats, warmup, dtype, threads, ops,
     try:
         grid = parse_tokens(tokens) if tokens else None
         op_list = [o.strip() for o in ops.split(",") if o.strip()] if ops else None
-        progress = None if quiet else (lambda line: click.echo(line, err=True))
+        progress = None if state.quiet else (lambda line: click.echo(line, err=True))
         prof = profile_kernels(model, tp=tp, tokens=grid, device=device, repeats=repeats, warmup=warmup,
                                dtype=dtype, operators=op_list, threads=threads,
                                progress=progress)
@@ -99,11 +108,16 @@ def kernels_cmd(model, tp, tokens, device, repeats, warmup, dtype, threads, ops,
     except (MissingExtraError, CostModelError, ObservationError, ValueError) as exc:
         abort(str(exc))
     hw = prof.observations[0].provenance["hardware"] if prof.observations else "?"
+    if as_json:
+        click.echo(to_json({"output": output, "observations": n, "hardware": hw, "device": prof.device,
+                            "dtype": prof.dtype, "skipped": list(prof.skipped)}))
+        return
     click.echo(f"wrote {n} operator observations to {output} ({hw}, {prof.device}, {prof.dtype}, "
                f"{prof.repeats} repeats after {prof.warmup} warm-up)")
-    _median_table(prof.observations, prof.tokens)
+    if not state.quiet:
+        _median_table(prof.observations, prof.tokens)
     for line in prof.skipped:
-        click.echo(f"  skipped {line}")
+        info(f"  skipped {line}")
 
 
 def _median_table(obs, tokens):
@@ -122,7 +136,9 @@ def _median_table(obs, tokens):
 @click.option("--gpu-memory-utilization", type=float, default=None, help="vLLM's (default: vLLM's own)")
 @click.option("--max-model-len", type=int, default=None, help="vLLM's (default: the model's)")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
-def kv_probe_cmd(model, tp, gpu_memory_utilization, max_model_len, output):
+@common_options
+@json_option
+def kv_probe_cmd(model, tp, gpu_memory_utilization, max_model_len, output, as_json):
     """Start a vLLM engine and record the KV-cache capacity (tokens) it allocated. Needs a GPU.
 
     capacity = num_gpu_blocks x block_size of the engine's cache config. See adapters/vllm_probe.py.
@@ -135,6 +151,10 @@ def kv_probe_cmd(model, tp, gpu_memory_utilization, max_model_len, output):
     except (MissingExtraError, ObservationError, ValueError) as exc:
         abort(str(exc))
     eng = ob.provenance.get("engine", {})
+    if as_json:
+        click.echo(to_json({"output": output, "kv_capacity_tokens": ob.value, "engine": eng,
+                            "hardware": ob.provenance["hardware"]}))
+        return
     click.echo(f"wrote 1 kv_probe observation to {output}: {ob.value:.0f} tokens "
                f"({eng.get('num_gpu_blocks')} blocks x {eng.get('block_size')} tokens) "
                f"for {model} at tp={tp} on {ob.provenance['hardware']}")
