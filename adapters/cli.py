@@ -15,6 +15,8 @@ import collections
 import click
 
 from adapters.extras import MissingExtraError
+from simrl.cli.app import AppGroup, common_options, info, json_option, state, to_json
+from simrl.cli.app import abort as _app_abort
 from simrl.cost.base import CostModelError
 from simrl.cost.observations import ObservationError, write_observations
 
@@ -35,11 +37,11 @@ third_party/install.sh installs the pinned GPU stack. Schema: docs/observations.
 
 
 def abort(message: str, code: int = 2):
-    click.secho(f"error: {message}", fg="red", err=True)
-    raise SystemExit(code)
+    _app_abort(message, code)
 
 
-@click.group(epilog=EPILOG)
+@click.group(cls=AppGroup, epilog=EPILOG)
+@common_options
 def cli():
     """Record measurements as JSONL observations (schema: docs/observations.md)."""
 
@@ -52,7 +54,9 @@ def import_group():
 @import_group.command("vidur")
 @click.argument("path", type=click.Path(exists=True), required=False)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
-def import_vidur_cmd(path, output):
+@common_options
+@json_option
+def import_vidur_cmd(path, output, as_json):
     """Convert Vidur compute (mlp.csv) and network (all_reduce / send_recv) CSVs under PATH.
 
     PATH defaults to the Vidur H100 data shipped with simrl (simrl/cost/data/vidur); a folder
@@ -66,9 +70,13 @@ def import_vidur_cmd(path, output):
     except (ObservationError, ValueError, KeyError, FileNotFoundError) as exc:
         abort(str(exc))
     counts = collections.Counter((o.kind, o.name) for o in obs)
+    if as_json:
+        click.echo(to_json({"output": output, "observations": n,
+                            "counts": [{"kind": k, "name": m, "n": c} for (k, m), c in sorted(counts.items())]}))
+        return
     click.echo(f"wrote {n} observations to {output}")
     for (kind, name), c in sorted(counts.items()):
-        click.echo(f"  {kind:<10} {name:<26} {c}")
+        info(f"  {kind:<10} {name:<26} {c}")
 
 
 @cli.group("fetch")
@@ -83,6 +91,7 @@ def fetch_group():
 @click.option("--base-url", default=None, hidden=True,
               help="repository URL whose /archive/<commit>.tar.gz is fetched (a mirror)")
 @click.option("--timeout", type=float, default=120.0, show_default=True, help="seconds per network read")
+@common_options
 def fetch_vidur_cmd(commit, output, base_url, timeout):
     """Download Vidur's full measurement set (all GPUs and models) at COMMIT from GitHub.
 
@@ -117,8 +126,9 @@ def fetch_vidur_cmd(commit, output, base_url, timeout):
 @click.option("--threads", type=int, default=None, help="torch CPU threads [default: torch's]")
 @click.option("--ops", default=None, help="comma-separated subset of operators (default: all of the layer)")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
-@click.option("--quiet", is_flag=True, help="no per-point progress lines")
-def kernels_cmd(model, tp, tokens, device, repeats, warmup, dtype, threads, ops, output, quiet):
+@common_options
+@json_option
+def kernels_cmd(model, tp, tokens, device, repeats, warmup, dtype, threads, ops, output, as_json):
     """Time one transformer layer's non-attention operators of MODEL at TP with torch.
 
     One operator observation per (operator, num_tokens): the median of the repeats, their
@@ -129,7 +139,7 @@ def kernels_cmd(model, tp, tokens, device, repeats, warmup, dtype, threads, ops,
     try:
         grid = parse_tokens(tokens) if tokens else None
         op_list = [o.strip() for o in ops.split(",") if o.strip()] if ops else None
-        progress = None if quiet else (lambda line: click.echo(line, err=True))
+        progress = None if state.quiet else (lambda line: click.echo(line, err=True))
         prof = profile_kernels(model, tp=tp, tokens=grid, device=device, repeats=repeats, warmup=warmup,
                                dtype=dtype, operators=op_list, threads=threads,
                                progress=progress)
@@ -139,11 +149,16 @@ def kernels_cmd(model, tp, tokens, device, repeats, warmup, dtype, threads, ops,
     except (MissingExtraError, CostModelError, ObservationError, ValueError) as exc:
         abort(str(exc))
     hw = prof.observations[0].provenance["hardware"] if prof.observations else "?"
+    if as_json:
+        click.echo(to_json({"output": output, "observations": n, "hardware": hw, "device": prof.device,
+                            "dtype": prof.dtype, "skipped": list(prof.skipped)}))
+        return
     click.echo(f"wrote {n} operator observations to {output} ({hw}, {prof.device}, {prof.dtype}, "
                f"{prof.repeats} repeats after {prof.warmup} warm-up)")
-    _median_table(prof.observations, prof.tokens)
+    if not state.quiet:
+        _median_table(prof.observations, prof.tokens)
     for line in prof.skipped:
-        click.echo(f"  skipped {line}")
+        info(f"  skipped {line}")
 
 
 def _median_table(obs, tokens):
@@ -178,6 +193,7 @@ def _median_table(obs, tokens):
 @click.option("--activation-checkpointing", is_flag=True, help="recompute each decoder layer in backward")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@common_options
 def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup, device, clock, threads,
              start_method, dtype, activation_checkpointing, seed, output):
     """Time FSDP2 (fully_shard) training steps and peak memory per sharding, world size and length.
@@ -217,6 +233,7 @@ def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup,
 @click.option("--max-num-batched-tokens", type=int, default=None, help="vLLM's token budget per step")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@common_options
 def vllm_cmd(model, tp, scenarios, gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
              seed, output):
     """Drive a vLLM engine with forced-length batches and record every iteration. Needs a GPU.
@@ -253,6 +270,7 @@ def vllm_cmd(model, tp, scenarios, gpu_memory_utilization, max_model_len, max_nu
 @click.option("--dir", "directory", default=None, type=click.Path(file_okay=False),
               help="filesystem method: where the checkpoint is written [default: the temp folder]")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@common_options
 def weight_sync_cmd(sizes_mb, instances, method, bucket_mb, repeats, warmup, device, start_method, directory,
                     output):
     """Time publishing weights from a trainer rank to N instances by broadcast or checkpoint file.
@@ -297,6 +315,7 @@ def weight_sync_cmd(sizes_mb, instances, method, bucket_mb, repeats, warmup, dev
 @click.option("--recompute", type=click.Choice(["none", "full", "selective"]), default=None,
               help="activation recomputation [default: the recipe's]")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@common_options
 def megatron_cmd(recipe, model, layouts, seq_lengths, micro_batch, global_batch, nproc, steps, warmup, recompute,
                  output):
     """Time Megatron-Bridge training steps and peak memory per layout and sequence length. Needs GPUs.
@@ -324,7 +343,9 @@ def megatron_cmd(recipe, model, layouts, seq_lengths, micro_batch, global_batch,
 @click.option("--gpu-memory-utilization", type=float, default=None, help="vLLM's (default: vLLM's own)")
 @click.option("--max-model-len", type=int, default=None, help="vLLM's (default: the model's)")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
-def kv_probe_cmd(model, tp, gpu_memory_utilization, max_model_len, output):
+@common_options
+@json_option
+def kv_probe_cmd(model, tp, gpu_memory_utilization, max_model_len, output, as_json):
     """Start a vLLM engine and record the KV-cache capacity (tokens) it allocated. Needs a GPU.
 
     capacity = num_gpu_blocks x block_size of the engine's cache config. See adapters/vllm_probe.py.
@@ -337,6 +358,10 @@ def kv_probe_cmd(model, tp, gpu_memory_utilization, max_model_len, output):
     except (MissingExtraError, ObservationError, ValueError) as exc:
         abort(str(exc))
     eng = ob.provenance.get("engine", {})
+    if as_json:
+        click.echo(to_json({"output": output, "kv_capacity_tokens": ob.value, "engine": eng,
+                            "hardware": ob.provenance["hardware"]}))
+        return
     click.echo(f"wrote 1 kv_probe observation to {output}: {ob.value:.0f} tokens "
                f"({eng.get('num_gpu_blocks')} blocks x {eng.get('block_size')} tokens) "
                f"for {model} at tp={tp} on {ob.provenance['hardware']}")

@@ -1,8 +1,13 @@
-"""The `bench` command. Each command parses, calls the domain, renders; user errors leave via `abort`."""
+"""The `bench` command. Each command parses, calls the domain, renders; user errors leave via `abort`.
+
+It is an app of `simrl.cli.app` (docs/cli.md): ``-h``, ``-q/-v``, ``--json``, ``-o``, and the
+exit codes 0 ok, 1 result negative (a run or results directory judged INVALID / ABORTED),
+2 user error (a `BenchError`: bad flag, stale image, unknown lease), 3 a requested GPU is
+leased by another run, 4 a requested GPU is busy, 130/143 interrupted.
+"""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,35 +18,56 @@ from harness import pins as P
 from harness import plan as plan_mod
 from harness import recipes
 from harness.errors import BenchError
+from simrl.cli.app import EXIT_USAGE, AppGroup, common_options, info, json_option, state, to_json
+from simrl.cli.app import abort as _app_abort
 
 
-def abort(msg: str, code: int = 1):
-    click.echo(f"error: {msg}", err=True)
-    sys.exit(code)
+def abort(msg: str, code: int = EXIT_USAGE):
+    _app_abort(msg, code)
 
 
-class _Group(click.Group):
+def _code(exc: BenchError) -> int:
+    """A BenchError's exit code on the common table: its generic code 1 is a user error (2)."""
+    return EXIT_USAGE if exc.exit_code == 1 else exc.exit_code
+
+
+class _Group(AppGroup):
     """Turns every BenchError raised by a command into a one-line message and its exit code."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except BenchError as exc:
-            abort(str(exc), exc.exit_code)
-        except KeyboardInterrupt:  # between runs of a suite; a run itself turns signals into `aborted`
-            abort("interrupted", 130)
+            abort(str(exc), _code(exc))
 
 
-@click.group(cls=_Group)
+EPILOG = """\b
+Examples:
+  bench plan                                   # the comparison suite's runs
+  bench gpus --json                            # GPUs, processes, leases as JSON
+  bench run --backend art --workload multi_turn --gpus 0,1,2,3 -o results
+  bench validate results/<run-id>              # exit 0 only when VALID
+  bench report results/* -o comparison.md
+"""
+
+
+@click.group(cls=_Group, epilog=EPILOG)
+@common_options
 def main() -> None:
     """RL Systems Bench: ART and SkyRL native async pipelines on four GPUs."""
 
 
 @main.command("plan")
 @click.option("--suite", default="comparison", show_default=True)
-def plan_cmd(suite: str) -> None:
+@common_options
+@json_option
+def plan_cmd(suite: str, as_json: bool) -> None:
     """Print the suite's runs in order."""
     runs = plan_mod.plan(suite)
+    if as_json:
+        click.echo(to_json({"suite": suite, "runs": [
+            {"backend": b, "workload": w, "settings": P.pipeline_settings(b)} for b, w in runs]}))
+        return
     click.echo(f"suite {suite}: {len(runs)} runs, serial, stop on first failure")
     click.echo(f"model {P.MODEL}@{P.MODEL_REVISION[:12]} {P.DTYPE}, LoRA rank 8 alpha {P.LORA_ALPHA}; "
                f"{P.WARMUP_UPDATES} warmup + {P.MEASURED_UPDATES} measured updates, headline c15..c20")
@@ -54,7 +80,8 @@ def plan_cmd(suite: str) -> None:
 
 @main.command("gpus")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None)
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@common_options
+@json_option
 def gpus_cmd(state_dir: str | None, as_json: bool) -> None:
     """GPUs with memory, compute processes, and lease holders (with liveness)."""
     from harness.inventory import inventory
@@ -62,7 +89,7 @@ def gpus_cmd(state_dir: str | None, as_json: bool) -> None:
 
     rows = inventory(LeaseStore(Path(state_dir) if state_dir else None))
     if as_json:
-        click.echo(json.dumps(rows, indent=1))
+        click.echo(to_json(rows))
         return
     click.echo(f"{'IDX':>3}  {'UUID':40s}  {'NAME':14s}  {'MEM MiB':>15s}  {'PROCS':>5s}  LEASE")
     for r in rows:
@@ -79,6 +106,7 @@ def gpus_cmd(state_dir: str | None, as_json: bool) -> None:
 @main.command("build")
 @click.option("--backend", type=click.Choice(P.BACKENDS), required=True)
 @click.option("--engine", default="docker", show_default=True)
+@common_options
 def build_cmd(backend: str, engine: str) -> None:
     """Build containers/<backend>.Dockerfile with the benchmark-Python and recipe hashes baked in."""
     cmd = recipes.build_command(backend, engine=engine)
@@ -109,11 +137,14 @@ def build_cmd(backend: str, engine: str) -> None:
 @click.option("--skyrl-batch-size", type=click.Choice(["4", "1"]), default="4", show_default=True)
 @click.option("--skyrl-cuda-compat", is_flag=True)
 @click.option("--image", default=None, help="container image (default: the tag `bench build` makes)")
-@click.option("--results-dir", default="results", show_default=True, type=click.Path(file_okay=False))
+@click.option("-o", "--output", "--results-dir", "results_dir", default="results", show_default=True,
+              type=click.Path(file_okay=False), help="directory each run's results/<run-id>/ goes into")
 @click.option("--state-dir", default=None, type=click.Path(file_okay=False))
 @click.option("--seed", default=P.DEFAULT_SEED, show_default=True, type=int)
+@common_options
+@json_option
 def run_cmd(suite, backend, workload, gpus, runtime, python_, skyrl_source, hf_cache, rank, skyrl_batch_size,
-            skyrl_cuda_compat, image, results_dir, state_dir, seed) -> None:
+            skyrl_cuda_compat, image, results_dir, state_dir, seed, as_json) -> None:
     """Run one benchmark, or a suite; each run gets a fresh results/<run-id>/."""
     from harness.run import RunRequest, run_one, run_suite
 
@@ -126,15 +157,22 @@ def run_cmd(suite, backend, workload, gpus, runtime, python_, skyrl_source, hf_c
                      skyrl_batch_size=int(skyrl_batch_size), skyrl_cuda_compat=skyrl_cuda_compat,
                      results_dir=results_dir, state_dir=state_dir, seed=seed, suite=suite, image=image,
                      argv=tuple(["bench", *sys.argv[1:]]))
-    echo = click.echo
+    echo = (lambda line: info(line, err=True)) if as_json else info
     if suite:
         done = run_suite(req, echo)
         ok = len(done) == len(plan_mod.plan(suite)) and all(m["status"] == "valid" for _, m in done)
-        click.echo(f"suite {suite}: {sum(m['status'] == 'valid' for _, m in done)}/{len(plan_mod.plan(suite))} valid")
-        if ok:
-            click.echo("compare with: bench report " + " ".join(str(d) for d, _ in done))
+        if as_json:
+            click.echo(to_json({"suite": suite, "runs": [{"results_dir": str(d), "status": m["status"],
+                                                          "reasons": m.get("reasons", [])} for d, m in done]}))
+        else:
+            click.echo(f"suite {suite}: {sum(m['status'] == 'valid' for _, m in done)}/"
+                       f"{len(plan_mod.plan(suite))} valid")
+            if ok:
+                click.echo("compare with: bench report " + " ".join(str(d) for d, _ in done))
         sys.exit(0 if ok else _exit_code([m for _, m in done]))
-    _, man = run_one(req, echo)
+    d, man = run_one(req, echo)
+    if as_json:
+        click.echo(to_json({"results_dir": str(d), "status": man["status"], "reasons": man.get("reasons", [])}))
     sys.exit(0 if man["status"] == "valid" else _exit_code([man]))
 
 
@@ -146,12 +184,19 @@ def _exit_code(manifests: list[dict]) -> int:
 
 @main.command("validate")
 @click.argument("results_dir", type=click.Path(exists=True, file_okay=False))
-def validate_cmd(results_dir: str) -> None:
-    """Re-run every validation check on a results directory; exit 0 only when VALID."""
+@common_options
+@json_option
+def validate_cmd(results_dir: str, as_json: bool) -> None:
+    """Re-run every validation check on a results directory; exit 0 only when VALID (else 1)."""
     from harness.validate import validate_or_error
 
     verdict = validate_or_error(Path(results_dir))
+    if as_json:
+        click.echo(to_json(verdict))
+        sys.exit(0 if verdict["verdict"] == "VALID" else 1)
     for c in verdict["checks"]:
+        if state.quiet and c["passed"]:
+            continue
         click.echo(f"{'PASS' if c['passed'] else 'FAIL'}  {c['check']:20s} {c['detail']}")
     click.echo(verdict["verdict"])
     sys.exit(0 if verdict["verdict"] == "VALID" else 1)
@@ -159,14 +204,26 @@ def validate_cmd(results_dir: str) -> None:
 
 @main.command("report")
 @click.argument("results_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
-@click.option("--output", default=None, type=click.Path(dir_okay=False), help="also write the table here")
-def report_cmd(results_dirs, output) -> None:
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False), help="also write the table here")
+@common_options
+@json_option
+def report_cmd(results_dirs, output, as_json) -> None:
     """Comparison table (markdown) of headline and trainer rates; rank 1 in its own table."""
     from harness.fsio import write_atomic
     from harness.report import comparison_markdown, load_summaries
+    from simrl.cli.app import OutputError, check_output_file
 
-    text = comparison_markdown(load_summaries([Path(d) for d in results_dirs]))
-    click.echo(text, nl=False)
+    if output:
+        try:
+            check_output_file(output)
+        except OutputError as exc:
+            abort(str(exc))
+    summaries = load_summaries([Path(d) for d in results_dirs])
+    text = comparison_markdown(summaries)
+    if as_json:
+        click.echo(to_json(summaries))
+    else:
+        click.echo(text, nl=False)
     if output:
         write_atomic(Path(output), text)
 
@@ -176,6 +233,7 @@ def report_cmd(results_dirs, output) -> None:
 @click.option("--force", is_flag=True, help="required: breaks the lease whatever its holder's state")
 @click.option("--reason", default="manual release", show_default=True)
 @click.option("--state-dir", default=None, type=click.Path(file_okay=False))
+@common_options
 def release_cmd(lease_id: str, force: bool, reason: str, state_dir: str | None) -> None:
     """Break a lease by id (logged). Inspect its run and processes with `bench gpus` first."""
     from harness.lease import LeaseStore
@@ -187,13 +245,14 @@ def release_cmd(lease_id: str, force: bool, reason: str, state_dir: str | None) 
     click.echo(f"released lease {lease_id}: {', '.join(freed)} (logged in reservations.jsonl)")
 
 
-@main.command("k8s", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.pass_context
-def k8s_cmd(ctx) -> None:
-    """Qualify an image on Kubernetes (same flags as scripts/qualify_kubernetes.py)."""
+def _add_k8s() -> None:
+    """`bench k8s`: the qualifier's own command, so `bench k8s --help` lists its options."""
     from harness.k8s_cli import main as k8s_main
 
-    k8s_main.main(args=list(ctx.args), prog_name="bench k8s", standalone_mode=True)
+    main.add_command(k8s_main, "k8s")
+
+
+_add_k8s()
 
 
 if __name__ == "__main__":

@@ -11,15 +11,16 @@ from harness.errors import BenchError
 from harness.fsio import read_json
 from harness.k8s import K8sOptions, Kubectl, pod_spec, qualify
 from harness.pins import BACKENDS
+from simrl.cli.app import EXIT_USAGE, AppCommand, abort, common_options, info
 
 
-@click.command()
+@click.command(cls=AppCommand)
 @click.option("--backend", type=click.Choice(BACKENDS), required=True)
 @click.option("--name", required=True, help="unique pod name for this invocation")
 @click.option("--image", required=True, help="REGISTRY/IMAGE@sha256:MANIFEST_DIGEST")
 @click.option("--source-provenance", required=True, type=click.Path(exists=True, dir_okay=False),
               help="JSON {source_sha256, recipe_sha256} generated from the same checkout")
-@click.option("--output", required=True, type=click.Path(file_okay=False), help="fresh local output directory")
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False), help="fresh local output directory")
 @click.option("--context", default=None)
 @click.option("--pvc", default=None, help="existing writable PVC holding the HF cache")
 @click.option("--cache-subpath", default=None, help="HF_HOME directory (with hub/) relative to the PVC")
@@ -31,9 +32,13 @@ from harness.pins import BACKENDS
 @click.option("--skyrl-cuda-compat", is_flag=True)
 @click.option("--dry-run", is_flag=True, help="print the pod spec JSON; launch nothing")
 @click.option("--resume", is_flag=True, help="observe the saved pod; never create or rerun")
+@common_options
 def main(backend, name, image, source_provenance, output, context, pvc, cache_subpath, pull_secret, namespace,
          scheduler, node_selector, runtime_class, skyrl_cuda_compat, dry_run, resume) -> None:
-    """Run all four workloads of one backend image in one Kubernetes pod and collect the evidence."""
+    """Run all four workloads of one backend image in one Kubernetes pod and collect the evidence.
+
+    Exit codes: 0 qualified, 1 the pod's checks failed, 2 a user error (flag, provenance file).
+    """
     try:
         if any("=" not in kv for kv in node_selector):
             raise BenchError("--node-selector takes KEY=VALUE")
@@ -51,8 +56,8 @@ def main(backend, name, image, source_provenance, output, context, pvc, cache_su
         if dry_run:
             click.echo(json.dumps(pod_spec(opts), indent=1, sort_keys=True))
             return
-        record = qualify(opts, Kubectl(context, namespace), resume=resume, echo=click.echo)
+        record = qualify(opts, Kubectl(context, namespace), resume=resume, echo=info)
         sys.exit(0 if record.get("exit_code") == 0 else 1)
     except (BenchError, ValueError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(getattr(exc, "exit_code", 1))
+        code = getattr(exc, "exit_code", 1)
+        abort(str(exc), EXIT_USAGE if code == 1 else code)

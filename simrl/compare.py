@@ -96,7 +96,11 @@ def compare(sim: RealRun, real: RealRun, allow_partial: bool = False) -> dict[st
 
 
 def _side(run: RealRun) -> dict[str, Any]:
-    return {"system": run.system, "model": run.model, "source": run.source, "steps": len(run.steps)}
+    from simrl.realrun.convert import model_label
+
+    model = model_label(run.model)
+    label = f"{run.system}, {model}" if model else run.system
+    return {"system": run.system, "model": model, "source": run.source, "steps": len(run.steps), "label": label}
 
 
 def attribute(rows: list[dict]) -> dict[str, Any]:

@@ -32,8 +32,9 @@ def telemetry_lines(events: list[dict], samples: list[tuple]) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_markdown(report: Report, plots: tuple[str, ...] = ()) -> str:
-    """The run report in Markdown; ``plots`` names the views under plots/ to embed (relative links)."""
+def render_markdown(report: Report, plots: tuple[str, ...] = (), png: bool = True) -> str:
+    """The run report in Markdown; ``plots`` names the views under plots/ to embed (relative
+    links): the PNG images when ``png``, else links to the interactive HTML views."""
     t = report.totals
     lines = [
         f"# SimRL run `{report.run_name}`",
@@ -48,9 +49,14 @@ def render_markdown(report: Report, plots: tuple[str, ...] = ()) -> str:
         from simrl.plots import PLOT_TITLES
 
         lines += ["## Plots", ""]
-        for name in plots:
-            lines += [f"![{PLOT_TITLES.get(name, name)}](plots/{name}.png)", ""]
-        lines += ["Interactive versions: `plots/<name>.html`.", ""]
+        if png:
+            for name in plots:
+                lines += [f"![{PLOT_TITLES.get(name, name)}](plots/{name}.png)", ""]
+            lines += ["Interactive versions: `plots/<name>.html`.", ""]
+        else:
+            lines += [f"- [{PLOT_TITLES.get(name, name)}](plots/{name}.html)" for name in plots]
+            lines += ["", "Interactive views (open in a browser). PNG images: `srl --png ...`, or "
+                      "`srl-plot RUN_DIR` afterwards.", ""]
     lines += ["## Totals", "", "| quantity | value |", "|---|---|"]
     for k in sorted(t):
         v = t[k]
@@ -88,7 +94,7 @@ def run_dir(cfg: SimConfig, report: Report) -> Path:
 
 
 def write_run(cfg: SimConfig, report: Report, events: list[dict], samples: list[tuple],
-              out: Path | None = None) -> Path:
+              out: Path | None = None, png: bool = True) -> Path:
     """Write the run's files into ``out`` (default `run_dir`) and return it.
 
     The CLI passes a staged directory (`simrl.atomic.staged_dir`) that replaces the run directory
@@ -101,5 +107,5 @@ def write_run(cfg: SimConfig, report: Report, events: list[dict], samples: list[
     atomic_write(out / "report.json", report.to_json())
     from simrl.plots import PLOT_NAMES
 
-    atomic_write(out / "report.md", render_markdown(report, PLOT_NAMES if cfg.run.plots else ()))
+    atomic_write(out / "report.md", render_markdown(report, PLOT_NAMES if cfg.run.plots else (), png))
     return out

@@ -6,12 +6,29 @@ Commands parse, call the domain, render. User errors leave through `simrl.cli.ap
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
-import click
 
-from simrl.cli.app import (
+def _process_age_s() -> float:
+    """Seconds since this process started (Linux /proc; 0 elsewhere), so the printed wall time
+    includes the interpreter's start and the imports."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+_T_START = time.perf_counter() - _process_age_s()  # the command's start, before the imports below
+
+import click  # noqa: E402
+
+from simrl.cli.app import (  # noqa: E402
     EXIT_IMPOSSIBLE,
     AppGroup,
     abort,
@@ -25,8 +42,8 @@ from simrl.cli.app import (
     user_errors,
     warn,
 )
-from simrl.config import load_config, unstructure
-from simrl.strictio import did_you_mean
+from simrl.config import load_config, unstructure  # noqa: E402
+from simrl.strictio import did_you_mean  # noqa: E402
 
 EXAMPLES = """\b
 Examples:
@@ -34,6 +51,7 @@ Examples:
   srl policy=sync                        # another policy, its defaults
   srl policy=bounded_async policy.max_staleness=2 deployment.rollout.instances=4
   srl --config my.yaml run.seed=3        # a YAML file, then overrides
+  srl --png                              # also PNG plots (HTML plots are always written)
   srl step                               # step through the default run event by event
   srl presets                            # list the policies / system presets
 """
@@ -75,35 +93,40 @@ def load(config_path, overrides, output_dir=None):
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML configuration file.")
 @click.option("-o", "--output", "output_dir", type=click.Path(file_okay=False),
               help="Directory the run directory goes into (sets run.output_dir).")
+@click.option("--png", is_flag=True,
+              help="Also render the plots as PNG (seconds per run; the HTML views are always written).")
 @common_options
 @json_option
 @click.argument("overrides", nargs=-1)
-def run_cmd(config_path, output_dir, as_json, overrides):
+def run_cmd(config_path, output_dir, png, as_json, overrides):
     """Run one simulation and write <run.output_dir>/<run-name>/.
 
     The run directory is built beside its final place and renamed in when complete: a rerun
     replaces the previous run's directory whole.
     """
     from simrl.atomic import staged_dir
+    from simrl.cli.progress import sim_progress
     from simrl.engine.sim import build_simulation, summarise
     from simrl.output import run_dir, write_run
 
-    t0 = time.perf_counter()
-    phases = {}
+    t0 = _T_START
+    phases = {"start-up": time.perf_counter() - t0}  # interpreter and imports
     with user_errors():
         cfg = load(config_path, overrides, output_dir)
         check_output_dir(cfg.run.output_dir, "run.output_dir (-o/--output)")
-        phases["configure"] = time.perf_counter() - t0
+        phases["configure"] = time.perf_counter() - t0 - sum(phases.values())
         sim = build_simulation(cfg)
-        sim.run()
+        phases["build"] = time.perf_counter() - t0 - sum(phases.values())
+        with sim_progress(sim):
+            sim.run()
         report = summarise(sim)
         phases["simulate"] = time.perf_counter() - t0 - sum(phases.values())
         out = run_dir(cfg, report)
         with staged_dir(out) as tmp:
-            write_run(cfg, report, sim.events, sim.samples, out=tmp)
+            write_run(cfg, report, sim.events, sim.samples, out=tmp, png=png)
             phases["write"] = time.perf_counter() - t0 - sum(phases.values())
             if cfg.run.plots:
-                _write_plots(tmp, report, sim)
+                _write_plots(tmp, report, sim, png)
                 phases["plots"] = time.perf_counter() - t0 - sum(phases.values())
     wall = time.perf_counter() - t0
     debug("phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
@@ -118,13 +141,13 @@ def run_cmd(config_path, output_dir, as_json, overrides):
         raise SystemExit(EXIT_IMPOSSIBLE)
 
 
-def _write_plots(out, report, sim) -> None:
+def _write_plots(out, report, sim, png: bool) -> None:
     try:
         from simrl.plots import write_plots
     except ImportError as exc:
         warn(f"plots skipped ({exc}); install the plot dependencies: pip install altair vl-convert-python")
         return
-    write_plots(out, report, sim.events, sim.samples)
+    write_plots(out, report, sim.events, sim.samples, png=png)
 
 
 def render_summary(report, wall_s: float) -> str:

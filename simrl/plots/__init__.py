@@ -1,7 +1,9 @@
-"""Run plots: six views of a run, as altair charts written to PNG (vl-convert) and HTML.
+"""Run plots: six views of a run, as altair charts written to HTML and, optionally, PNG (vl-convert).
 
-`write_plots(run_dir, report, events, samples)` writes ``<run>/plots/<view>.png|html`` for the
-views in `PLOT_NAMES` (docs/plots.md). Inputs are rounded exactly as report.json and
+`write_plots(run_dir, report, events, samples, png=...)` writes ``<run>/plots/<view>.html`` (and
+``.png``) for the views in `PLOT_NAMES` (docs/plots.md). HTML is always written (milliseconds);
+PNG rendering costs seconds per run, so `srl` writes PNGs only with ``--png`` and `srl-plot`
+writes them by default (benchmarks/plots.py measures both). Inputs are rounded exactly as report.json and
 telemetry.jsonl round them, so `srl-plot` re-rendering from those files gives byte-identical
 output. `write_realrun_plots` draws the same views for a real run where its data allow.
 altair and vl-convert are imported only when something is drawn.
@@ -58,7 +60,7 @@ def sync_mode(run_dir: str | os.PathLike) -> str:
 
 
 def render_views(data, plot_dir: Path, skipped: dict[str, str] | None = None,
-                 placeholders: bool = True) -> tuple[list[Path], dict[str, str]]:
+                 placeholders: bool = True, png: bool = True) -> tuple[list[Path], dict[str, str]]:
     """Render every view of `PlotData`; a view without data gets a placeholder or is skipped."""
     from simrl.plots import charts
     from simrl.plots.render import placeholder, render
@@ -73,12 +75,13 @@ def render_views(data, plot_dir: Path, skipped: dict[str, str] | None = None,
             if not placeholders:
                 continue
             chart = placeholder(f"{PLOT_TITLES[name]}: nothing to show", why)
-        paths += render(chart, plot_dir, name, ds.values)
+        paths += render(chart, plot_dir, name, ds.values, png=png)
     return paths, skipped
 
 
-def write_plots(out_dir, report, events, samples) -> list[Path]:
-    """Write the six plots of a simulated run under ``out_dir/plots``; return the files written.
+def write_plots(out_dir, report, events, samples, png: bool = True) -> list[Path]:
+    """Write the six plots of a simulated run under ``out_dir/plots`` (HTML, and PNG when ``png``);
+    return the files written.
 
     ``report`` is a `Report` or the dict of report.json; ``events`` and ``samples`` are the
     engine's telemetry (or the rows read back from telemetry.jsonl).
@@ -89,7 +92,7 @@ def write_plots(out_dir, report, events, samples) -> list[Path]:
     report_d = report if isinstance(report, dict) else report.to_dict()
     evs = [_round(e) for e in events if e.get("kind") != "sample"]
     data = from_sim(report_d, evs, sample_rows(samples), sync_mode(out_dir))
-    paths, _ = render_views(data, Path(out_dir) / "plots")
+    paths, _ = render_views(data, Path(out_dir) / "plots", png=png)
     return paths
 
 

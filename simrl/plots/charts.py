@@ -18,10 +18,18 @@ STATE_COLORS = {"waiting for a batch": "#bdbdbd", "training": "#1f77b4", "weight
 PHASES = ("waiting for a batch", "training", "weight sync")
 
 
+MARKERS = {"abort": ("cross", "#000000"), "preemption": ("triangle-down", "#8c564b")}
+
+
 def _alt():
     import altair as alt
 
     return alt
+
+
+def _count_axis(title: str):
+    """A y axis for a count: whole-number ticks only, however small the data."""
+    return _alt().Axis(title=title, tickMinStep=1, format="d")
 
 
 class Datasets:
@@ -37,7 +45,7 @@ class Datasets:
 
 
 def _t_end(d: PlotData) -> float:
-    ends = [s.end for s in d.steps] + ([d.load[-1][0]] if d.load else [])
+    ends = [s.end for s in d.steps] + ([d.load[-1][0]] if d.load else []) + ([d.t_end] if d.t_end else [])
     return max(ends, default=1.0) or 1.0
 
 
@@ -74,12 +82,12 @@ def instance_load(ds: Datasets, d: PlotData):
     xs = alt.Scale(domain=[0, t_end], nice=False)
     xax = alt.X("t:Q", title="time (s)", scale=xs)
     panels = []
-    queue = [(r[0], r[5]) for r in d.load if r[5] is not None]
+    queue = list(d.queue) if d.queue is not None else [(r[0], r[5]) for r in d.load if r[5] is not None]
     if queue:
         rows = [{"t": t, "v": v} for t, v in downsample(queue + _tail(d, queue, t_end), t_end)]
         empty = max(r["v"] for r in rows) == 0  # an always-empty queue still gets a readable axis
         line = alt.Chart(ds(rows)).mark_line(interpolate="step-after", color="#444444").encode(
-            x=xax, y=alt.Y("v:Q", title="router queue (requests)",
+            x=xax, y=alt.Y("v:Q", axis=_count_axis("router queue (requests)"),
                            scale=alt.Scale(domain=[0, 1]) if empty else alt.Scale(domainMin=0)))
         panels.append(("router queue", line, 130))
     req, kv = [], []
@@ -95,7 +103,7 @@ def instance_load(ds: Datasets, d: PlotData):
             kv += [{"t": t, "v": v, "instance": f"instance {i}"} for t, v in downsample(pts + _tail(d, pts, t_end), t_end)]
     color = alt.Color("instance:N", title="rollout instance")
     panels.append(("requests", alt.Chart(ds(req)).mark_line(interpolate="step-after").encode(
-        x=xax, y=alt.Y("v:Q", title="requests (running + waiting)"), color=color), 170))
+        x=xax, y=alt.Y("v:Q", axis=_count_axis("requests (running + waiting)")), color=color), 170))
     if kv:
         ytitle = "KV in use (% of capacity)" if d.kv_capacity else "KV in use (tokens)"
         panels.append(("kv", alt.Chart(ds(kv)).mark_line(interpolate="step-after").encode(
@@ -123,7 +131,9 @@ def timeline(ds: Datasets, d: PlotData):
             rows.append({"lane": f"instance {i}", "a": a, "b": b, "state": "generating"})
     for i, a, b, why in d.paused:
         rows.append({"lane": f"instance {i}", "a": a, "b": b, "state": why})
-    lanes += [f"instance {i}" for i in range(d.instances) if any(r["lane"] == f"instance {i}" for r in rows)]
+    marked = {f"instance {m[0]}" for m in d.markers}
+    lanes += [f"instance {i}" for i in range(d.instances)
+              if f"instance {i}" in marked or any(r["lane"] == f"instance {i}" for r in rows)]
     states = [s for s in STATE_COLORS if any(r["state"] == s for r in rows)]
     xs = alt.Scale(domain=[0, t_end], nice=False)
     y = alt.Y("lane:N", title=None, sort=lanes)
@@ -135,9 +145,40 @@ def timeline(ds: Datasets, d: PlotData):
     rule = alt.Chart(ds(versions)).mark_rule(strokeDash=[4, 3], color="#555555").encode(x=alt.X("t:Q", scale=xs))
     text = alt.Chart(ds(versions)).mark_text(align="left", dx=3, dy=-12, fontSize=10).encode(
         x=alt.X("t:Q", scale=xs), y=y, text="label:N")
-    return alt.layer(bars, rule, text).properties(width=WIDTH, height=34 * len(lanes) + 20, title=_title(
-        "Timeline: rollout, training and weight sync", d,
-        "vN: version N published; paused = instance could not generate while weights changed"))
+    layers = [bars, rule, text]
+    marks = _marker_rows(d, t_end, lanes)
+    if marks:
+        kinds = [k for k in MARKERS if any(m["event"] == k for m in marks)]
+        layers.append(alt.Chart(ds(marks)).mark_point(size=60, filled=True, opacity=0.9).encode(
+            x=alt.X("t:Q", scale=xs), y=y,
+            shape=alt.Shape("event:N", title="event", sort=kinds,
+                            scale=alt.Scale(domain=kinds, range=[MARKERS[k][0] for k in kinds])),
+            fill=alt.Fill("event:N", legend=None, scale=alt.Scale(domain=kinds, range=[MARKERS[k][1] for k in kinds])),
+            stroke=alt.Stroke("event:N", legend=None,
+                              scale=alt.Scale(domain=kinds, range=[MARKERS[k][1] for k in kinds])),
+            tooltip=["event:N", "lane:N", "t:Q", "count:Q"]))
+    n_abort = sum(1 for m in d.markers if m[2] == "abort")
+    n_pre = len(d.markers) - n_abort
+    sub = "vN: version N published; paused = instance could not generate while weights changed"
+    if d.markers:
+        sub += f"; markers: {n_abort} aborts, {n_pre} preemptions"
+    return alt.layer(*layers).properties(width=WIDTH, height=34 * len(lanes) + 20, title=_title(
+        "Timeline: rollout, training and weight sync", d, sub))
+
+
+def _marker_rows(d: PlotData, t_end: float, lanes: list[str], buckets: int = 400) -> list[dict]:
+    """Abort and preemption markers per instance lane, one per (lane, event, ~2 px bucket) with its count."""
+    seen: dict[tuple[str, str, int], dict] = {}
+    for inst, t, what in d.markers:
+        lane = f"instance {inst}"
+        if lane not in lanes:
+            continue
+        key = (lane, what, min(int(t / t_end * buckets), buckets - 1) if t_end > 0 else 0)
+        if key in seen:
+            seen[key]["count"] += 1
+        else:
+            seen[key] = {"lane": lane, "t": t, "event": what, "count": 1}
+    return sorted(seen.values(), key=lambda r: (r["t"], r["lane"], r["event"]))
 
 
 def staleness(ds: Datasets, d: PlotData):
@@ -150,7 +191,7 @@ def staleness(ds: Datasets, d: PlotData):
     rows = [{"staleness": k, "groups": counts.get(k, 0)} for k in range(0, max(counts, default=0) + 1)]
     mean = sum(d.staleness) / len(d.staleness) if d.staleness else 0.0
     x = alt.X("staleness:O", title="staleness (versions behind the trained policy)", axis=alt.Axis(labelAngle=0))
-    base = alt.Chart(ds(rows)).encode(x=x, y=alt.Y("groups:Q", title="trained groups"))
+    base = alt.Chart(ds(rows)).encode(x=x, y=alt.Y("groups:Q", axis=_count_axis("trained groups")))
     return alt.layer(base.mark_bar(color="#1f77b4", size=40), base.mark_text(dy=-7).encode(text="groups:Q")).properties(
         width=420, height=260, title=_title("Staleness of trained groups", d,
                                             f"{len(d.staleness)} groups, mean {mean:.2f}"))
@@ -211,7 +252,7 @@ def distributions(ds: Datasets, d: PlotData):
             for k in range(len(counts))]
     h = alt.Chart(ds(hist)).mark_bar(color="#2ca02c").encode(
         x=alt.X("a:Q", title="completion length (tokens)", bin="binned"), x2="b:Q",
-        y=alt.Y("n:Q", title="requests"),
+        y=alt.Y("n:Q", axis=_count_axis("requests")),
     ).properties(width=400, height=260, title=f"Completion lengths (median {np.median(lens) if len(lens) else 0:.0f})")
     return alt.hconcat(c, h, title=_title("Request latency and completion lengths", d))
 

@@ -53,6 +53,9 @@ class PlotData:
     completion_lengths: tuple[int, ...] | None = None  # per finished request, tokens
     source: str = "simulated"  # shown in titles
     hold_to_end: bool = True  # the last load sample holds until the run ends (sim); False: sampled data
+    queue: tuple[tuple[float, int], ...] | None = None  # router queue (t, requests); None: from `load`
+    markers: tuple[tuple[int, float, str], ...] = ()  # (instance, t, "abort" | "preemption")
+    t_end: float | None = None  # when the run ended (sim: its makespan)
 
 
 def downsample(points: list[tuple[float, float]], t_end: float, n: int = MAX_POINTS) -> list[tuple[float, float]]:
@@ -135,6 +138,37 @@ def pause_windows(mode: str, steps, events, instances: int) -> tuple[tuple[int, 
     return tuple(out)
 
 
+def router_queue_series(samples: list[dict], events: list[dict], at_end: int | None,
+                        t_end: float) -> tuple[tuple[float, int], ...]:
+    """The router queue over time: load samples, plus the arrivals between them, plus the end.
+
+    A load sample is taken when an instance changes, and records the router queue then. The
+    queue also grows while no instance changes (every instance paused for a weight sync, or
+    full): each ``call_arrive`` event adds one request to the last known length, and the next
+    sample resets it to the recorded value. ``at_end`` (report.json's ``router_queue_at_end``)
+    is the length when the run ended at ``t_end``. Rows are in telemetry order (events before
+    samples at one instant, as the engine logs an arrival before routing it).
+    """
+    rows = [(e["t"], 0, None) for e in events if e["kind"] == "call_arrive"]
+    rows += [(r["t"], 1, r["router_queue"]) for r in samples if r.get("router_queue") is not None]
+    rows.sort(key=lambda r: (r[0], r[1]))
+    out: list[tuple[float, int]] = []
+    q = 0
+    for t, _, v in rows:
+        q = q + 1 if v is None else v
+        out.append((t, q))
+    if at_end is not None and (not out or t_end >= out[-1][0]):
+        out.append((t_end, int(at_end)))
+    return tuple(out)
+
+
+def event_markers(events: list[dict]) -> tuple[tuple[int, float, str], ...]:
+    """Aborts and preemptions as (instance, t, what), from the telemetry events."""
+    names = {"abort": "abort", "preempt": "preemption"}
+    return tuple((int(e["inst"]), e["t"], names[e["kind"]]) for e in events
+                 if e["kind"] in names and e.get("inst") is not None and e["inst"] >= 0)
+
+
 def from_sim(report: dict, events: list[dict], samples: list[dict], sync_mode: str = "unknown") -> PlotData:
     """Plot data of a simulated run: ``report`` as in report.json, telemetry rows as written."""
     steps = report["steps"]
@@ -151,6 +185,9 @@ def from_sim(report: dict, events: list[dict], samples: list[dict], sync_mode: s
     n_inst = len(report["instances"])
     caps = {i["kv_capacity_tokens"] for i in report["instances"]}
     load = tuple((r["t"], r["inst"], r["running"], r["waiting"], r["kv_used"], r["router_queue"]) for r in samples)
+    totals = report.get("totals", {})
+    t_end = max([totals.get("makespan_s") or 0.0] + [s["publish_end"] for s in steps]
+                + [r["t"] for r in samples[-1:]] + [e["t"] for e in events[-1:]])
     return PlotData(
         title=report["run_name"], steps=views,
         train_bands=tuple((s["train_start"], s["train_end"]) for s in steps), instances=n_inst,
@@ -159,6 +196,8 @@ def from_sim(report: dict, events: list[dict], samples: list[dict], sync_mode: s
         paused=pause_windows(sync_mode, steps, events, n_inst),
         latencies=tuple(c["finish"] - c["arrival"] for c in calls),
         completion_lengths=tuple(c["generated_tokens"] for c in calls),
+        queue=router_queue_series(samples, events, totals.get("router_queue_at_end"), t_end) if samples else None,
+        markers=event_markers(events), t_end=t_end or None,
     )
 
 

@@ -15,8 +15,13 @@ PHASE_LABELS = {"wait": "waiting for a batch", "train": "training", "sync": "wei
 
 def _title(text: str, result: dict, sub: str):
     return _alt().TitleParams(text=text, subtitle=[
-        f"sim: {result['sim']['source'] or result['sim']['system']}",
-        f"real: {result['real']['source'] or result['real']['system']}", sub])
+        _side_label("sim", result["sim"]), _side_label("real", result["real"]), sub])
+
+
+def _side_label(which: str, side: dict) -> str:
+    """``sim: bounded_async, qwen3-8b (outputs/run)``: system and model, then where it came from."""
+    label = side.get("label") or side["system"]
+    return f"{which}: {label}" + (f" ({side['source']})" if side.get("source") else "")
 
 
 def step_time(ds: Datasets, result: dict):

@@ -37,14 +37,20 @@ def placeholder(title: str, why: str):
         width=500, height=80, title=title)
 
 
-def render(chart, out_dir: Path, name: str, datasets: dict[str, list[dict]] | None = None) -> list[Path]:
-    """Write ``<name>.png`` and ``<name>.html`` under ``out_dir``; return both paths."""
+def render(chart, out_dir: Path, name: str, datasets: dict[str, list[dict]] | None = None,
+           png: bool = True) -> list[Path]:
+    """Write ``<name>.html`` (and ``<name>.png`` when ``png``) under ``out_dir``; return the paths.
+
+    The HTML costs milliseconds (the browser runs Vega); the PNG runs Vega and rasterises here,
+    0.3-2.5 s per view (benchmarks/plots.py), which is why `srl` makes it opt-in.
+    """
     import vl_convert as vlc
 
     spec = spec_json(chart, datasets)
-    png = vlc.vegalite_to_png(spec, scale=SCALE)
-    html = vlc.vegalite_to_html(spec, bundle=False)
-    paths = [out_dir / f"{name}.png", out_dir / f"{name}.html"]
-    atomic_write(paths[0], png)
-    atomic_write(paths[1], html)
+    paths = []
+    if png:
+        paths.append(out_dir / f"{name}.png")
+        atomic_write(paths[-1], vlc.vegalite_to_png(spec, scale=SCALE))
+    paths.append(out_dir / f"{name}.html")
+    atomic_write(paths[-1], vlc.vegalite_to_html(spec, bundle=False))
     return paths

@@ -90,6 +90,21 @@ def from_sim_run(run_dir: str | Path) -> RealRun:
     return from_sim_report(report, samples, model=model, source=str(run_dir))
 
 
+def model_label(model) -> str:
+    """A human-readable model name: the harness manifest's model record (name, revision, dtype,
+    LoRA) as ``name@revision12 dtype, LoRA rank R``; a string as it is."""
+    if not isinstance(model, dict):
+        return "" if model is None else str(model)
+    label = str(model.get("name") or "model ?")
+    if model.get("revision"):
+        label += f"@{str(model['revision'])[:12]}"
+    extra = [str(model["dtype"])] if model.get("dtype") else []
+    lora = model.get("lora")
+    if isinstance(lora, dict) and lora.get("rank") is not None:
+        extra.append(f"LoRA rank {lora['rank']}")
+    return label + (f" ({', '.join(extra)})" if extra else "")
+
+
 UPDATE_REQUIRED = ("k", "d_k", "c_k", "train_end", "publish_end", "tokens")
 
 
@@ -131,7 +146,7 @@ def from_harness(results_dir: str | Path) -> RealRun:
         steps.append(prev)
     man = _read_json(d / "manifest.json") if (d / "manifest.json").exists() else {}
     system = f"{man.get('backend', 'harness')}" if isinstance(man, dict) else "harness"
-    model = str(man.get("model", "")) if isinstance(man, dict) else ""
+    model = model_label(man.get("model", "")) if isinstance(man, dict) else ""
     notes = "converted from bench harness evidence" + ("" if turns else "; no turns.jsonl: generated = trained")
     return RealRun(system=system, model=model, steps=tuple(steps), notes=notes, source=str(d))
 

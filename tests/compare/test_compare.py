@@ -107,3 +107,22 @@ def test_cli_bad_inputs_are_clean_errors(sim_run, tmp_path):
         assert needle in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(cli, [str(sim_run), str(DATA / "harness_sample"), "--allow-partial"])
     assert res.exit_code == 0 and "partial" in res.output
+
+
+def test_harness_model_record_is_labelled_readably(tmp_path):
+    """A bench results directory's manifest holds the model as a record; labels show its name."""
+    import shutil
+
+    from simrl.compare import compare, render_text
+    from simrl.realrun import load_run
+
+    d = tmp_path / "results"
+    shutil.copytree(Path(__file__).parents[1] / "data" / "harness_sample", d)
+    (d / "manifest.json").write_text(json.dumps({"backend": "art", "model": {
+        "name": "Qwen/Qwen3-8B", "revision": "0123456789abcdef", "dtype": "bf16", "lora": {"rank": 8}}}))
+    run = load_run(d)
+    assert run.model == "Qwen/Qwen3-8B@0123456789ab (bf16, LoRA rank 8)"
+    result = compare(run, run)
+    assert result["real"]["label"] == "art, Qwen/Qwen3-8B@0123456789ab (bf16, LoRA rank 8)"
+    text = render_text(result)
+    assert "{" not in text.splitlines()[1] and "Qwen/Qwen3-8B@0123456789ab" in text

@@ -23,7 +23,7 @@ def test_plan(cli):
     assert "8 runs" in lines[0]
     assert " 1. art   multi_turn" in r.output and " 8. skyrl multi_turn_salted" in r.output
     assert "B4 workers12 staleness4 TP1 CP1 EP2 DP2" in r.output
-    assert cli("plan", "--suite", "nope").exit_code == 1
+    assert cli("plan", "--suite", "nope").exit_code == 2  # a user error (docs/cli.md)
 
 
 def test_gpus_shows_lease_holder(cli, fake_smi):
@@ -72,10 +72,10 @@ def test_held_lease_refuses_run_and_forced_release(cli, fake_smi, synthetic, tmp
     assert r.exit_code == 1 and "leased by run other" in r.output
     assert {x["run_id"] for x in LeaseStore().records()} == {"other"}  # rolled back, other untouched
     r = cli("release", "--lease-id", lease["lease_id"])
-    assert r.exit_code == 1 and "without --force" in r.output
+    assert r.exit_code == 2 and "without --force" in r.output
     r = cli("release", "--lease-id", lease["lease_id"], "--force")
     assert r.exit_code == 0 and fake_smi.uuid(3) in r.output
-    assert cli("release", "--lease-id", "nope", "--force").exit_code == 1
+    assert cli("release", "--lease-id", "nope", "--force").exit_code == 2
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -115,3 +115,18 @@ def test_suite_runs_all_eight_serially(cli, fake_smi, synthetic, tmp_path):
     r = cli("run", "--suite", "comparison", "--runtime", "sim", "--gpus", "0,1,2,3", "--results-dir", tmp_path / "r")
     assert r.exit_code == 0, r.output
     assert "suite comparison: 8/8 valid" in r.output and len(list((tmp_path / "r").iterdir())) == 8
+
+
+def test_common_options_of_the_cli_app(cli):
+    """-h everywhere, --json where there is output, `bench k8s --help` lists the qualifier's options."""
+    import json
+
+    assert cli("-h").exit_code == 0 and "Examples:" in cli("-h").output
+    for sub in ("plan", "gpus", "run", "validate", "report", "release", "build"):
+        r = cli(sub, "-h")
+        assert r.exit_code == 0 and "--quiet" in r.output, sub
+    k8s = cli("k8s", "--help")
+    assert k8s.exit_code == 0 and "--backend" in k8s.output and "-o, --output" in k8s.output
+    plan = json.loads(cli("plan", "--json").output)
+    assert plan["suite"] == "comparison" and len(plan["runs"]) == 8
+    assert cli("plan", "--bogus").exit_code == 2

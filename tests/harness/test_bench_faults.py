@@ -127,7 +127,7 @@ def test_rank_8_on_real_art_is_refused_before_any_lease(fake_smi, tmp_path):
     res = CliRunner().invoke(bench, ["run", "--backend", "art", "--workload", "multi_turn", "--runtime", "native",
                                      "--python", sys.executable, "--gpus", "0,1,2,3",
                                      "--results-dir", str(tmp_path / "r")])
-    assert res.exit_code == 1 and "LoRA rank 1 only" in res.output
+    assert res.exit_code == 2 and "LoRA rank 1 only" in res.output  # a user error (docs/cli.md)
     assert not (tmp_path / "r").exists()
 
 

@@ -52,7 +52,7 @@ def test_dry_run_pod_spec(prov, tmp_path):
 def test_rejects_tag_image(prov, tmp_path):
     r = CliRunner().invoke(main, ["--backend", "art", "--name", "x", "--image", "registry/img:latest",
                                   "--source-provenance", str(prov), "--output", str(tmp_path / "o"), "--dry-run"])
-    assert r.exit_code == 1 and "immutable digest" in r.output
+    assert r.exit_code == 2 and "immutable digest" in r.output  # a user error (docs/cli.md)
 
 
 class FakeKubectl:

@@ -20,7 +20,7 @@ def test_launcher_runs_bench_from_any_directory(tmp_path):
     assert out.stdout.startswith("suite comparison: 8 runs")
     bad = subprocess.run([str(ROOT / "bench"), "validate", str(tmp_path)], cwd=tmp_path, env=env,
                          capture_output=True, text=True)
-    assert bad.returncode == 1 and "no manifest.json" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "no manifest.json" in bad.stderr and "Traceback" not in bad.stderr
 
 
 class Template:

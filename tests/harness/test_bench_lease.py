@@ -29,7 +29,7 @@ def _contend(state_dir, ids, barrier, results):
 
 def test_concurrent_acquirers_exactly_one_holder_per_gpu(tmp_path):
     sets = [(0, 1, 2, 3)] * 8 + [(2, 3, 4, 5)] * 8 + [(4, 5, 6, 7)] * 8
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("spawn")  # never fork: JAX may be loaded in the test process
     barrier, results = ctx.Barrier(len(sets)), ctx.Queue()
     procs = [ctx.Process(target=_contend, args=(tmp_path, ids, barrier, results)) for ids in sets]
     for p in procs:
@@ -67,7 +67,7 @@ def _hold_and_die(state_dir, q):
 
 
 def test_killed_supervisor_blocks_until_forced_release(tmp_path):
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("spawn")  # never fork: JAX may be loaded in the test process
     q = ctx.Queue()
     p = ctx.Process(target=_hold_and_die, args=(tmp_path, q))
     p.start()

@@ -25,7 +25,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def plotted_run(tmp_path_factory):
     """A small simulated run with plots (the default scenario, 2 steps), made once per module."""
     out = tmp_path_factory.mktemp("runs")
-    res = CliRunner().invoke(srl_cli, [f"run.output_dir={out}", "run.name=small", "run.training_steps=2", "--quiet"])
+    res = CliRunner().invoke(srl_cli, [f"run.output_dir={out}", "run.name=small", "run.training_steps=2", "--quiet",
+                                        "--png"])
     assert res.exit_code == 0, res.output
     return out / "small"
 
@@ -122,3 +123,42 @@ def test_import_simrl_does_not_import_altair():
     code = "import sys, simrl, simrl.output, simrl.plots, simrl.realrun, simrl.compare; " \
            "assert 'altair' not in sys.modules and 'vl_convert' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_router_queue_series_counts_arrivals_between_samples_and_ends_at_the_report():
+    from simrl.plots.data import router_queue_series
+
+    samples = [{"t": 1.0, "router_queue": 0}, {"t": 5.0, "router_queue": 1}]
+    events = [{"t": 2.0, "kind": "call_arrive"}, {"t": 3.0, "kind": "call_arrive"},
+              {"t": 3.0, "kind": "preempt"}, {"t": 6.0, "kind": "call_arrive"}]
+    # 0 at t=1; +1 at 2 and 3 (no sample while every instance was paused); the sample at 5 says 1;
+    # +1 at 6; the report says 4 were queued when the run ended at 9
+    assert router_queue_series(samples, events, 4, 9.0) == ((1.0, 0), (2.0, 1), (3.0, 2), (5.0, 1), (6.0, 2), (9.0, 4))
+    # an arrival and a sample at one instant: the arrival first (the engine logs it, then routes)
+    assert router_queue_series([{"t": 2.0, "router_queue": 0}], [{"t": 2.0, "kind": "call_arrive"}], None, 3.0) \
+        == ((2.0, 1), (2.0, 0))
+
+
+def test_timeline_marks_aborts_and_preemptions_and_counts_use_integer_ticks():
+    import json
+
+    from simrl.plots import charts
+    from simrl.plots.data import PlotData, StepView, event_markers
+    from simrl.plots.render import spec_json
+
+    events = [{"t": 1.0, "kind": "preempt", "inst": 0}, {"t": 1.001, "kind": "preempt", "inst": 0},
+              {"t": 4.0, "kind": "abort", "inst": 1}, {"t": 4.0, "kind": "call_finish", "inst": 1}]
+    d = PlotData(title="t", steps=(StepView(1, 0.0, 3.0, 4.0, 5.0, 10, 10),), train_bands=((3.0, 4.0),),
+                 instances=2, markers=event_markers(events),
+                 load=((0.0, 0, 1, 0, 10, 0), (0.0, 1, 1, 0, 10, 0), (5.0, 0, 0, 0, 0, 0), (5.0, 1, 0, 0, 0, 0)))
+    assert d.markers == ((0, 1.0, "preemption"), (0, 1.001, "preemption"), (1, 4.0, "abort"))
+    ds = charts.Datasets()
+    spec = json.loads(spec_json(charts.timeline(ds, d), ds.values))
+    rows = [r for v in spec["datasets"].values() for r in v if "event" in r]
+    # the two preemptions 1 ms apart share one marker (400 buckets over 5 s: 12.5 ms each)
+    assert rows == [{"lane": "instance 0", "t": 1.0, "event": "preemption", "count": 2},
+                    {"lane": "instance 1", "t": 4.0, "event": "abort", "count": 1}]
+    assert "1 aborts, 2 preemptions" in json.dumps(spec["title"])
+    ds = charts.Datasets()
+    load = json.dumps(json.loads(spec_json(charts.instance_load(ds, d), ds.values)))
+    assert load.count('"tickMinStep": 1') >= 2 and '"format": "d"' in load
