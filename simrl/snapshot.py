@@ -272,7 +272,7 @@ def parse_snapshot(data, source: str = "<snapshot>") -> Snapshot:
     if snap.trainer.phase not in TRAINER_PHASES:
         r.fail("trainer.phase", f"expected one of {list(TRAINER_PHASES)}, got {snap.trainer.phase!r}")
     gids = {g.gid for g in snap.running_groups}
-    for k, (_, where, q) in enumerate(snap.requests()):
+    for _, where, q in snap.requests():
         if q.gid not in gids:
             r.fail(f"request rid {q.rid} ({where})", f"its group {q.gid} is not among running_groups")
     for i, inst in enumerate(snap.instances):
@@ -338,6 +338,24 @@ def _group(g, in_queue: set[tuple[int, int]], last_finish: dict[tuple[int, int],
                      tag=encode_value(dict(g.tag)), trajs=tuple(trajs))
 
 
+def _trainer_wakeup(sim) -> float | None:
+    """When the trainer's pending timeout (the training step, an offload) fires, if it waits on one.
+
+    Read from SimPy's event queue (simpy 4.1.2: ``Environment._queue`` holds
+    ``(time, priority, id, event)``; a waiting process is resumed through a callback bound to
+    ``Process._resume``, and the process keeps its generator in ``Process._generator``).
+    """
+    from simrl.engine.trainer import Trainer
+
+    for t, _prio, _eid, ev in getattr(sim.env, "_queue", ()):
+        for cb in getattr(ev, "callbacks", None) or ():
+            proc = getattr(cb, "__self__", None)
+            gen = getattr(proc, "_generator", None)
+            if gen is not None and getattr(gen, "gi_code", None) is Trainer.run.__code__:
+                return float(t)
+    return None
+
+
 def _trainer(sim) -> SnapTrainer:
     phase_text = sim.trainer.phase
     st = sim.st
@@ -349,8 +367,12 @@ def _trainer(sim) -> SnapTrainer:
     elif phase_text.startswith("training") or phase_text.startswith("pausing"):
         phase = "training"
         started = next((e["t"] for e in reversed(evs) if e["kind"] in ("train_start", "batch_ready")), now)
+        wake = _trainer_wakeup(sim) if phase_text.startswith("training") else None
         done = [s.train_end - s.train_start for s in sim.steps]
-        expected = sum(done) / len(done) if done else None
+        if wake is not None:  # the step's end is already scheduled: its duration is known
+            expected = wake - started
+        else:
+            expected = sum(done) / len(done) if done else None
     elif phase_text.startswith("publishing"):
         phase = "publishing"
         started = next((e["t"] for e in reversed(evs) if e["kind"] == "train_end"), now)
