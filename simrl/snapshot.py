@@ -299,7 +299,7 @@ def read_snapshot(path: str | Path) -> Snapshot:
 
 
 def snapshot_dict(snap: Snapshot) -> dict:
-    return attrs.asdict(snap, recurse=True)
+    return json.loads(json.dumps(attrs.asdict(snap, recurse=True)))  # plain lists, as read back
 
 
 def write_snapshot(snap: Snapshot, path: str | Path) -> None:

@@ -70,8 +70,9 @@ class LengthSampler:
 
     Per group (`draw_group`, first calls): lengths are correlated within a group (a prompt's
     latent difficulty), so the group is conditioned as a whole: each group of the draw workload
-    is weighted by how well it explains the evidence -- the fraction of its lengths above each
-    in-flight sibling's g, and a log-normal kernel around each finished sibling's length --
+    is weighted by how well it explains the evidence -- the probability that one of its lengths
+    exceeds each in-flight sibling's g, and the density at each finished sibling's length, both
+    under a log-normal kernel around the group's lengths --
     one group is drawn by weight, and each in-flight sibling takes one of that group's lengths
     above its g (the per-call rule when it has none).
     """
@@ -87,6 +88,10 @@ class LengthSampler:
         self.by_turn = {int(t): np.sort(lengths[turn == t]) for t in np.unique(turn)}
         first = wl.traj_call_start[:-1]
         self.groups = [np.sort(lengths[first[wl.group_trajs(g)]]) for g in range(wl.n_groups)]
+        width = max(len(g) for g in self.groups)
+        self.log_lengths = np.full((len(self.groups), width), np.nan)
+        for j, g in enumerate(self.groups):
+            self.log_lengths[j, :len(g)] = np.log(np.maximum(g, 1))
 
     def draw(self, turn: int, generated: int) -> int:
         pool = self.by_turn.get(turn)
@@ -104,15 +109,17 @@ class LengthSampler:
         """Lengths of a group's in-flight first calls, given their tokens so far and the
         lengths of its finished siblings."""
         logw = np.zeros(len(self.groups))
-        for j, gl in enumerate(self.groups):
-            n = len(gl)
-            for g in generated:
-                logw[j] += math.log(max(n - np.searchsorted(gl, g, side="right"), 0.5) / n)
-            if finished:
-                lg = np.log(gl)
-                for f in finished:
-                    z = (math.log(max(f, 1)) - lg) / self.KERNEL_SIGMA
-                    logw[j] += math.log(float(np.mean(np.exp(-0.5 * z * z))) + 1e-12)
+        lg = self.log_lengths  # [groups, max size], NaN-padded
+        ok = ~np.isnan(lg)
+        n = ok.sum(axis=1)
+        for g in generated:  # P(L > g) under each group, smoothed like the kernel below
+            z = (lg - math.log(max(g, 1))) / self.KERNEL_SIGMA
+            p_above = np.where(ok, 0.5 * erfc(-np.nan_to_num(z) / math.sqrt(2.0)), 0.0).sum(axis=1) / n
+            logw += np.log(p_above + 1e-300)
+        for f in finished:  # density at a finished sibling's length
+            z = (math.log(max(f, 1)) - lg) / self.KERNEL_SIGMA
+            dens = np.where(ok, np.exp(-0.5 * np.nan_to_num(z) ** 2), 0.0).sum(axis=1) / n
+            logw += np.log(dens + 1e-12)
         w = np.exp(logw - logw.max())
         pick = self.groups[int(self.rng.choice(len(w), p=w / w.sum()))]
         out = []
@@ -120,6 +127,15 @@ class LengthSampler:
             k = int(np.searchsorted(pick, g, side="right"))
             out.append(int(pick[k + int(self.rng.integers(len(pick) - k))]) if k < len(pick) else self.draw(0, g))
         return out
+
+
+def erfc(x: np.ndarray) -> np.ndarray:
+    """Complementary error function, vectorised (Abramowitz and Stegun 7.1.26, |error| < 1.5e-7)."""
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    y = poly * np.exp(-a * a)
+    return np.where(x >= 0, y, 2.0 - y)
 
 
 @attrs.define
