@@ -25,6 +25,7 @@ HELP = """commands:
   b            buffer: print the trainer's buffer of finished groups
   tr           trainer: print the trainer and policy state
   c            continue to the end of the run
+  snap PATH    write a snapshot of this instant (JSON, docs/predict.md) for srl-predict
   h, help, ?   this help
   q, quit, x   quit (also exit, or end of input)"""
 
@@ -128,13 +129,24 @@ def execute(sim, line: str, echo) -> bool:
             echo(fmt_buffer(sim))
         elif cmd in ("tr", "trainer"):
             echo(fmt_trainer(sim))
+        elif cmd == "snap":
+            if not args:
+                raise ValueError("snap needs a file path")
+            from simrl.snapshot import SnapshotError, take_snapshot, write_snapshot
+
+            try:
+                write_snapshot(take_snapshot(sim), args[0])
+            except (OSError, SnapshotError) as exc:
+                echo(f"snap: cannot write {args[0]}: {exc}")
+            else:
+                echo(f"snapshot at t = {sim.env.now:.6f} s written to {args[0]}")
         elif cmd in ("c", "continue"):
             while sim.step():
                 pass
             echo(f"end: t = {sim.env.now:.6f} s, steps done {sim.st.steps_done}")
         else:
             known = ("s", "step", "t", "until", "k", "kind", "i", "instance", "qu", "queues", "b", "buffer",
-                     "tr", "trainer", "c", "continue", "h", "help", "q", "quit", "x", "exit")
+                     "tr", "trainer", "snap", "c", "continue", "h", "help", "q", "quit", "x", "exit")
             echo(f"unknown command {cmd!r}{did_you_mean(cmd, known)}; help for the commands")
     except (ValueError, IndexError, OverflowError) as exc:
         echo(f"bad arguments for {cmd!r}: {exc}; help for the commands")
