@@ -101,7 +101,7 @@ class ThroughputBalance(Strategy):
 
 @attrs.frozen
 class KvCacheAware(Strategy):
-    """Prefix affinity with an imbalance escape, else the most free KV (vllm-router cache_aware)."""
+    """Prefix affinity with an imbalance escape, else the smallest tree (sglang-router cache_aware)."""
 
     family: ClassVar[str] = "router"
     name: ClassVar[str] = "kv_cache_aware"
