@@ -166,8 +166,9 @@ class RouterConfig:
 
     ``active_cap`` caps the requests resident on one instance (0 = off); calls beyond it wait
     in the router queue. ``cache_threshold`` / ``balance_abs_threshold`` /
-    ``balance_rel_threshold`` are the kv_cache_aware knobs (vllm-router / sglang-gateway
-    defaults: 0.3, 64, 1.5).
+    ``balance_rel_threshold`` are the kv_cache_aware knobs, named and defaulted as
+    sglang-router's cache_aware CLI (``--cache-threshold 0.3``, ``--balance-abs-threshold 64``,
+    ``--balance-rel-threshold 1.5``; sgl-router/py_src/sglang_router/router_args.py).
     """
 
     name: str = attrs.field(

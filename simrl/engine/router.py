@@ -35,6 +35,10 @@ class Router:
         self.rr_next = 0
         self.wake_ev = env.event()
         self.routed = 0
+        # kv_cache_aware's approximate trees, by instance index (see `cache_aware`)
+        self.tree_size: dict[int, int] = {}
+        self.tree_trajs: dict[int, dict[tuple[int, int], int]] = {}  # (gid, tid) -> prompt
+        self.tree_groups: dict[int, dict[int, int]] = {}  # workload group -> shared prefix
 
     def submit(self, req: Request, front: bool = False) -> None:
         req.instance = -1
@@ -95,18 +99,57 @@ class Router:
         return self.cache_aware(req, cands)
 
     def cache_aware(self, req: Request, cands: list[RoutableInstance]) -> RoutableInstance:
-        """Prefix affinity with an imbalance escape, else the most KV headroom.
+        """sglang-router's ``cache_aware`` policy (docs/model.md, "Router").
 
-        Follows vllm-router / sglang-gateway ``cache_aware``: when loads are imbalanced
-        (max - min > abs threshold and max > rel threshold * min) pick the least loaded;
-        otherwise the instance with the longest cached prefix if its match ratio reaches
-        ``cache_threshold``; otherwise the one with the most free KV.
+        Checked against sgl-project/sglang@026f853b, sgl-router/src/policies/cache_aware.rs
+        (``select_worker``) and sgl-router/src/tree.rs (``get_smallest_tenant``):
+
+        1. Imbalanced when (max - min) > ``balance_abs_threshold`` and max >
+           ``balance_rel_threshold`` * min, over the outstanding (routed, not finished) calls of
+           every instance: then the least loaded eligible instance.
+        2. Else the eligible instance whose approximate tree holds the longest prefix of the
+           call's prompt, if that prefix is more than ``cache_threshold`` of the prompt (strict).
+        3. Else the eligible instance with the smallest approximate tree.
+
+        Either way the call's prompt is then inserted into the chosen instance's tree. The tree
+        is the router's own record of what it sent where (not the engine's cache): a group's
+        shared prompt prefix and, per trajectory, the longest prompt routed there. Its size is
+        the prompt tokens each routed call added beyond its match on that instance (a radix
+        tree's character count, in tokens). Upstream's periodic LRU eviction (``max_tree_size``
+        2**26 characters every 120 s) is not modelled: the trees only grow.
         """
-        loads = [i.assigned for i in cands]
+        loads = [i.assigned for i in self.instances]
         lo, hi = min(loads), max(loads)
         if hi - lo > self.cfg.balance_abs_threshold and hi > self.cfg.balance_rel_threshold * lo:
-            return min(cands, key=lambda i: (i.assigned, i.index))
-        best = max(cands, key=lambda i: (i.cached_prefix(req), -i.index))
-        if best.cached_prefix(req) >= self.cfg.cache_threshold * req.prompt_tokens and best.cached_prefix(req) > 0:
-            return best
-        return max(cands, key=lambda i: (i.kv_free(), -i.index))
+            pick = min(cands, key=lambda i: (i.assigned, i.index))
+        else:
+            matches = [self.tree_match(i.index, req) for i in cands]
+            best = max(range(len(cands)), key=lambda k: (matches[k], -cands[k].index))
+            rate = matches[best] / req.prompt_tokens if req.prompt_tokens else 0.0
+            if rate > self.cfg.cache_threshold:
+                pick = cands[best]
+            else:
+                pick = min(cands, key=lambda i: (self.tree_size.get(i.index, 0), i.index))
+        self.tree_insert(pick.index, req)
+        return pick
+
+    def tree_match(self, index: int, req: Request) -> int:
+        """Prompt tokens of ``req`` already in instance ``index``'s approximate tree.
+
+        A later call's prompt extends the earlier ones of its trajectory (same dispatch), so the
+        longest of them routed here is a prefix of it. Every call also starts with its workload
+        group's shared prompt prefix (the same text in every epoch and retry), recorded when a
+        turn-0 call carrying it (``shared_tokens`` > 0: not salted) was routed here.
+        """
+        traj = self.tree_trajs.get(index, {}).get((req.group.gid, req.traj.tid), 0)
+        group = self.tree_groups.get(index, {}).get(req.group.wg, 0)
+        return min(max(traj, group), req.prompt_tokens)
+
+    def tree_insert(self, index: int, req: Request) -> None:
+        self.tree_size[index] = self.tree_size.get(index, 0) + req.prompt_tokens - self.tree_match(index, req)
+        trajs = self.tree_trajs.setdefault(index, {})
+        key = (req.group.gid, req.traj.tid)
+        trajs[key] = max(trajs.get(key, 0), req.prompt_tokens)
+        if req.shared_tokens:
+            groups = self.tree_groups.setdefault(index, {})
+            groups[req.group.wg] = max(groups.get(req.group.wg, 0), req.shared_tokens)

@@ -101,12 +101,12 @@ class ThroughputBalance(Strategy):
 
 @attrs.frozen
 class KvCacheAware(Strategy):
-    """Prefix affinity with an imbalance escape, else the most free KV (vllm-router cache_aware)."""
+    """Prefix affinity with an imbalance escape, else the smallest tree (sglang-router cache_aware)."""
 
     family: ClassVar[str] = "router"
     name: ClassVar[str] = "kv_cache_aware"
     cache_threshold: float = _p(0.3, (0.0, 1.0), v.and_(v.instance_of(float), v.ge(0.0), v.le(1.0)),
-                                "min fraction of the prompt cached for affinity to apply")
+                                "fraction of the prompt the router's tree must exceed for affinity")
     balance_abs_threshold: int = _p(64, (0, 128), v.and_(v.instance_of(int), v.ge(0)),
                                     "imbalance escape: max - min assigned calls above this ...")
     balance_rel_threshold: float = _p(1.5, (1.0, 2.0), v.and_(v.instance_of(float), v.ge(1.0)),
