@@ -64,18 +64,12 @@ class LayoutCache:
 
 
 def check_heads(cfg: SimConfig) -> str | None:
-    from simrl.cost.architectures import model_arch
+    """The heads/experts/layers rules of `simrl.deployment_check` (vLLM and Megatron), one rule set:
+    `load_config` already refuses such a point; this names the reason for a config built otherwise."""
+    from simrl.deployment_check import deployment_errors
 
-    m = model_arch(cfg.deployment.model)
-    for side, tp in (("rollout", cfg.deployment.rollout.tp), ("training", cfg.deployment.training.tp)):
-        if m.heads % tp:
-            return f"heads: {m.name} has {m.heads} attention heads, not divisible by {side} tp={tp}"
-        kv = m.kv_heads
-        if side == "rollout" and (kv % tp if tp <= kv else tp % kv):
-            return f"heads: {m.name} has {kv} KV heads; rollout tp={tp} neither divides nor is a multiple of it"
-        if side == "training" and kv % tp:
-            return f"heads: {m.name} has {kv} KV heads (query groups), not divisible by training tp={tp}"
-    return None
+    errs = [e for e in deployment_errors(cfg) if ".tp:" in e or ".ep:" in e or ".pp:" in e]
+    return f"heads: {errs[0]}" if errs else None
 
 
 def _largest_batch(cfg: SimConfig, workload) -> list[int]:

@@ -1,9 +1,10 @@
 """Objectives, binding limit, Pareto front, feasibility checks and the linear surrogate."""
 
+import attrs
 import numpy as np
 import pytest
 
-from simrl.config import load_config
+from simrl.config import ConfigError, load_config
 from simrl.cost.build import build_costs
 from simrl.engine.sim import load_workload
 from simrl_explore.checks import LayoutCache, check_heads, run_checks
@@ -60,8 +61,11 @@ def test_linearised_roofline_is_exact_on_decode_and_keeps_kv_capacity():
 
 def test_checks_name_the_reason():
     cache = LayoutCache()
-    cfg = load_config(None, ["deployment.rollout.tp=3"])
-    assert "32 attention heads, not divisible by rollout tp=3" in check_heads(cfg)
+    with pytest.raises(ConfigError, match="tp=3 does not divide the 32 attention heads"):
+        load_config(None, ["deployment.rollout.tp=3"])  # the config layer refuses it before any check
+    cfg = attrs.evolve(load_config(), deployment=attrs.evolve(
+        load_config().deployment, rollout=attrs.evolve(load_config().deployment.rollout, tp=3)))
+    assert check_heads(cfg).startswith("heads: deployment.rollout.tp: tp=3 does not divide the 32 attention heads")
     ok = load_config(None, ["deployment.rollout.tp=16"])  # 8 KV heads replicated twice: vLLM accepts
     assert check_heads(ok) is None
     w = load_workload(load_config(None, ["workload.groups=4"]))

@@ -70,7 +70,8 @@ def test_space_outputs_are_complete_and_byte_identical(tmp_path):
             "axes": [{"name": "inst", "key": "deployment.rollout.instances", "grid": [1, 2]},
                      {"name": "seqs", "key": "deployment.rollout.max_num_seqs",
                       "lhs": {"low": 2, "high": 8, "integer": True}}],
-            "derived": [{"name": "tp", "key": "deployment.rollout.tp", "expr": "4 if inst == 2 else 3"}],
+            "derived": [{"name": "tp", "key": "deployment.rollout.tp", "expr": "4 if inst == 2 else 3"},
+                        {"name": "fit_tp", "key": "cost.rollout_knobs.fitted_for.tp", "expr": "tp"}],
             "plot": {"x": "inst", "y": "seqs"}}
     p = tmp_path / "space.yaml"
     p.write_text(yaml.safe_dump(spec))
@@ -87,7 +88,7 @@ def test_space_outputs_are_complete_and_byte_identical(tmp_path):
     rows = list(csv.DictReader((outs[0] / "points.csv").open()))
     # tp=3 does not divide Qwen3-8B's 32 heads: dropped before simulation, with the reason.
     assert [r["status"] for r in rows] == ["dropped", "dropped", "ok", "ok"]
-    assert "32 attention heads, not divisible by rollout tp=3" in rows[0]["reason"]
+    assert "tp=3 does not divide the 32 attention heads" in rows[0]["reason"]
     assert all(r["binding"] in ("rollout", "training", "weight_sync") for r in rows[2:])
     assert any(r["pareto"] == "True" for r in rows[2:])
 
@@ -116,10 +117,11 @@ def test_progress_is_quiet_off_a_terminal():
 
 
 def test_an_axis_the_cost_model_ignores_is_reported(tmp_path):
-    # Under the linear rollout family TP has no effect (the model has no layout): say so.
+    # Under the constant training family the ZeRO stage has no effect (the model has no layout): say so.
     r = CliRunner().invoke(main, [*BASE, "cost.training_knobs.a=0.1", "policy.max_staleness=0",
-                                  "--grid", "deployment.rollout.tp=1,2", "--grid", "deployment.rollout.instances=1,2",
+                                  "--grid", "deployment.training.zero_stage=1,2",
+                                  "--grid", "deployment.rollout.instances=1,2",
                                   "--engine", "simpy", "-o", str(tmp_path / "o")])
     assert r.exit_code == 0, r.output
-    assert "change no simulated outcome" in r.output and "deployment_rollout_tp" in r.output
+    assert "change no simulated outcome" in r.output and "deployment_training_zero_stage" in r.output
     assert "deployment_rollout_instances" not in r.output.split("change no simulated outcome")[1].splitlines()[0]
