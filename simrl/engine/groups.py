@@ -72,6 +72,7 @@ class GroupBook:
         self.dispatch_paused = False  # set by the weight keeper while it drains
         self.instances: Sequence = ()
         self.router = None
+        self.clock = None  # the trainer's `LimitClock` (simrl.engine.limits), when one watches
 
     def attach(self, instances: Sequence, router) -> None:
         """Wire the instances and the router (they are built after the book)."""
@@ -85,6 +86,8 @@ class GroupBook:
     # -- LoadPort ----------------------------------------------------------------------------
     def sample(self, instance: int, waiting: int, running: int, kv_used: int) -> None:
         self.rec.sample(self.env.now, instance, waiting, running, kv_used, len(self.router.queue))
+        if self.clock is not None:
+            self.clock.sample(instance, waiting, running)
 
     def instance_loads(self) -> list[InstanceLoad]:
         return [instance_load(i) for i in self.instances]
@@ -101,6 +104,8 @@ class GroupBook:
                         "check its batch and staleness knobs"
                     )
                 self.start_group()
+            if self.clock is not None:
+                self.clock.settled(self.dispatch_paused)
             yield self.changed.wait()
 
     def start_group(self) -> GroupRecord:

@@ -8,10 +8,12 @@ cost around it. The process only waits; the sums and checks are the pure helpers
 
 from __future__ import annotations
 
+import attrs
 import simpy
 
 from simrl.engine.errors import SimulationError
 from simrl.engine.groups import GroupBook
+from simrl.engine.limits import WAIT_PARTS, LimitClock, binding_limit
 from simrl.engine.recorder import Recorder
 from simrl.engine.weights import Weights
 from simrl.policy.base import GroupRecord
@@ -26,6 +28,24 @@ def batch_seq_lens(workload: Workload, batch: list[GroupRecord]) -> list[int]:
         int(w.call_prompt_tokens[c] + w.call_completion_tokens[c])
         for g in batch for tr in g.trajs for c in [int(w.traj_call_start[tr.tid + 1]) - 1]
     ]
+
+
+def step_phases(training, seq_lens: list[int]) -> dict[str, float]:
+    """The training cost model's phase breakdown of one step ({} when it has none).
+
+    `phases` checks the validity domain as `step_time` does; the counts are restored so that a
+    step is counted once in the report's domain warnings.
+    """
+    phases = getattr(training, "phases", None)
+    if phases is None:
+        return {}
+    domain = getattr(training, "domain", None)
+    saved = (dict(domain.counts), dict(domain.worst)) if domain is not None else None
+    try:
+        return {k: float(v) for k, v in phases(seq_lens).items()}
+    finally:
+        if saved is not None:
+            domain.counts, domain.worst = saved
 
 
 def check_memory(step: int, peak: float, cap: float) -> None:
@@ -50,17 +70,25 @@ class Trainer:
         self.colocated = colocated
         self.done = done
         self.phase = "waiting"  # what the trainer is doing, for `srl step` and the diagnosis
+        self.clock = LimitClock(env, book.st, book.policy, len(book.st.instance_versions))
+        book.clock = self.clock
 
     def run(self):
         env, book, st, policy = self.env, self.book, self.book.st, self.book.policy
         for step in range(1, self.steps + 1):
             wait_start = st.now = env.now
             self.phase = "waiting for a batch"
+            clock = self.clock
+            clock.trainer(waiting=True)
+            spent0 = clock.snapshot()
             while (batch := policy.form_batch(st)) is None:
                 yield book.changed.wait()
                 st.now = env.now
             taken = {g.gid for g in batch}
             st.buffer = [g for g in st.buffer if g.gid not in taken]
+            spent1 = clock.snapshot()
+            wait_parts = {k: spent1[k] - spent0[k] for k in WAIT_PARTS}
+            clock.trainer(waiting=False, training_groups=len(batch))
             # Taking a batch frees buffer room (queue-depth admission, batch semaphores): re-ask.
             book.changed.notify()
             batch_ready = env.now
@@ -81,6 +109,7 @@ class Trainer:
             self.phase = f"training step {step}"
             book.log("train_start", step=step)
             yield env.timeout(self.costs.training.step_time(seq_lens))
+            phases = step_phases(self.costs.training, seq_lens)
             train_end = env.now
             book.log("train_end", step=step)
             st.training = False
@@ -93,9 +122,12 @@ class Trainer:
             publish_end = env.now
             book.log("publish_end", step=step, version=st.version)
             book.trained(batch)
-            self.rec.steps.append(step_record(
+            clock.trainer(waiting=False, training_groups=0)
+            limit = binding_limit(wait_parts, train_end - batch_ready, publish_end - train_end)
+            self.rec.steps.append(attrs.evolve(step_record(
                 step, train_version, batch, seq_lens, peak, offload_s,
-                (wait_start, batch_ready, train_start, train_end, publish_end), staleness))
+                (wait_start, batch_ready, train_start, train_end, publish_end), staleness),
+                binding_limit=limit, wait_s=wait_parts, phases_s=phases))
             st.now = env.now
             book.after_publication()
             book.changed.notify()

@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PLOT_NAMES = ("instance_load", "timeline", "staleness", "throughput", "step_breakdown", "distributions")
+PLOT_NAMES = ("instance_load", "timeline", "staleness", "throughput", "step_breakdown", "distributions",
+              "queue_depth")
 PLOT_TITLES = {"instance_load": "Instance load", "timeline": "Timeline", "staleness": "Staleness",
                "throughput": "Throughput per step", "step_breakdown": "Step time breakdown",
-               "distributions": "Latency and completion lengths"}
+               "distributions": "Latency and completion lengths", "queue_depth": "Queue and buffer depth"}
 
 
 def sample_rows(samples) -> list[dict]:

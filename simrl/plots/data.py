@@ -53,6 +53,7 @@ class PlotData:
     completion_lengths: tuple[int, ...] | None = None  # per finished request, tokens
     source: str = "simulated"  # shown in titles
     hold_to_end: bool = True  # the last load sample holds until the run ends (sim); False: sampled data
+    depth: tuple[tuple, ...] | None = None  # (t, in flight, buffered, training, {version: buffered}) (sim only)
 
 
 def downsample(points: list[tuple[float, float]], t_end: float, n: int = MAX_POINTS) -> list[tuple[float, float]]:
@@ -159,6 +160,7 @@ def from_sim(report: dict, events: list[dict], samples: list[dict], sync_mode: s
         paused=pause_windows(sync_mode, steps, events, n_inst),
         latencies=tuple(c["finish"] - c["arrival"] for c in calls),
         completion_lengths=tuple(c["generated_tokens"] for c in calls),
+        depth=tuple(tuple(r) for r in report.get("queue_depth", ())) or None,
     )
 
 
@@ -177,6 +179,7 @@ def from_realrun(run, title: str) -> tuple[PlotData, dict[str, str]]:
     if staleness is None:
         skipped["staleness"] = "the real run gives staleness only as per-step mean/max, not per trained group"
     skipped["distributions"] = "the real-run format carries no per-request latencies or completion lengths"
+    skipped["queue_depth"] = "the real-run format carries no queue or buffer depth"
     data = PlotData(
         title=title, steps=views, train_bands=tuple((v.batch_ready, v.train_end) for v in views),
         instances=n_inst, staleness=staleness, load=load or None, kv_capacity=run.kv_capacity_tokens,
