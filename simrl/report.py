@@ -44,10 +44,17 @@ class StepRecord:
     binding_limit: str = ""
     wait_s: dict[str, float] = attrs.field(factory=dict)  # rollout | staleness_bound | concurrency_cap
     phases_s: dict[str, float] = attrs.field(factory=dict)  # the training cost model's phases, if any
+    reward_s: float = 0.0  # scoring the batch, trainer-side (batch_ready..train_start, colocated offload apart)
+    validation_s: float = 0.0  # validation after publish_end (rollout paused); part of this step
+
+    @property
+    def step_end(self) -> float:
+        """When the trainer is free for the next step: publish_end, plus validation if it ran."""
+        return self.publish_end + self.validation_s
 
     @property
     def step_time(self) -> float:
-        return self.publish_end - self.wait_start
+        return self.step_end - self.wait_start
 
 
 @attrs.frozen

@@ -64,7 +64,7 @@ def summarise(sim: Simulation) -> Report:
     """Turn a finished (or stopped) simulation into its `Report`."""
     st, t = sim.st, sim.tally
     steps = tuple(sim.steps)
-    end = steps[-1].publish_end if steps else sim.env.now
+    end = steps[-1].step_end if steps else sim.env.now
     makespan = max(end, 1e-12)
     stale = [s for step in steps for s in step.staleness]
     hist: dict[str, int] = {}
@@ -158,4 +158,6 @@ def limit_totals(steps) -> dict:
         "trainer_wait_s": sum(s.batch_ready - s.wait_start for s in steps),
         "trainer_wait_by_cause_s": {k: sum(s.wait_s.get(k, 0.0) for s in steps) for k in WAIT_PARTS},
         "training_phases_s": phases,
+        "reward_s": sum(s.reward_s for s in steps),
+        "validation_s": sum(s.validation_s for s in steps),
     }

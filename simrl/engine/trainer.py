@@ -17,17 +17,50 @@ from simrl.engine.limits import WAIT_PARTS, LimitClock, binding_limit
 from simrl.engine.recorder import Recorder
 from simrl.engine.weights import Weights
 from simrl.policy.base import GroupRecord
+from simrl.policy.rules import InflightRule
 from simrl.report import StepRecord
 from workloads.types import Workload
 
 
-def batch_seq_lens(workload: Workload, batch: list[GroupRecord]) -> list[int]:
-    """Trained sequence length of every trajectory: its last call's prompt plus completion."""
+def batch_seq_lens(workload: Workload, batch: list[GroupRecord], book: GroupBook | None = None) -> list[int]:
+    """Trained sequence length of every trajectory: its last call's prompt plus completion
+    (the completion as the book forced it, drift included)."""
     w = workload
+    if book is None or book.drift is None:
+        return [
+            int(w.call_prompt_tokens[c] + w.call_completion_tokens[c])
+            for g in batch for tr in g.trajs for c in [int(w.traj_call_start[tr.tid + 1]) - 1]
+        ]
     return [
-        int(w.call_prompt_tokens[c] + w.call_completion_tokens[c])
+        int(w.call_prompt_tokens[c]) + book.completion_tokens(c, g)
         for g in batch for tr in g.trajs for c in [int(w.traj_call_start[tr.tid + 1]) - 1]
     ]
+
+
+@attrs.frozen
+class StepTimeConfig:
+    """Time in a step besides training (docs/model.md, "Reward and validation time"), from
+    ``deployment.training``."""
+
+    reward_s_per_trajectory: float = 0.0
+    reward_workers: int = 1
+    test_freq: int = 0
+    validation_s: float = 0.0
+
+    @classmethod
+    def of(cls, training) -> StepTimeConfig:
+        return cls(training.reward_s_per_trajectory, training.reward_workers, training.test_freq,
+                   training.validation_s)
+
+    def reward_s(self, trajectories: int) -> float:
+        """Scoring the batch: ceil(trajectories / workers) rounds of the per-trajectory time."""
+        if not self.reward_s_per_trajectory:
+            return 0.0
+        return -(-trajectories // self.reward_workers) * self.reward_s_per_trajectory
+
+    def validates(self, step: int, last: int) -> bool:
+        """verl's rule: after step k when k % test_freq == 0, and after the last step."""
+        return self.test_freq > 0 and self.validation_s > 0 and (step % self.test_freq == 0 or step == last)
 
 
 def step_phases(training, seq_lens: list[int]) -> dict[str, float]:
@@ -59,7 +92,8 @@ def check_memory(step: int, peak: float, cap: float) -> None:
 
 class Trainer:
     def __init__(self, env: simpy.Environment, book: GroupBook, weights: Weights, recorder: Recorder,
-                 costs, workload: Workload, steps: int, colocated: bool, done: simpy.Event):
+                 costs, workload: Workload, steps: int, colocated: bool, done: simpy.Event,
+                 step_time_cfg: StepTimeConfig | None = None):
         self.env = env
         self.book = book
         self.weights = weights
@@ -69,6 +103,7 @@ class Trainer:
         self.steps = steps
         self.colocated = colocated
         self.done = done
+        self.extra = step_time_cfg or StepTimeConfig()
         self.phase = "waiting"  # what the trainer is doing, for `srl step` and the diagnosis
         self.clock = LimitClock(env, book.st, book.policy, len(book.st.instance_versions))
         book.clock = self.clock
@@ -94,7 +129,7 @@ class Trainer:
             batch_ready = env.now
             train_version = st.version
             staleness = tuple(g.staleness(train_version) for g in batch)
-            seq_lens = batch_seq_lens(self.workload, batch)
+            seq_lens = batch_seq_lens(self.workload, batch, book)
             peak = self.costs.training.peak_memory_bytes(seq_lens)
             check_memory(step, peak, self.costs.training.memory_capacity_bytes())
             st.training = True
@@ -105,6 +140,11 @@ class Trainer:
                 yield from self.weights.pause_all(self.weights.colocated_rule())
                 offload_s = float(self.costs.offload_s)
                 yield env.timeout(offload_s / 2)
+            reward_s = self.extra.reward_s(sum(len(g.trajs) for g in batch))
+            if reward_s:
+                self.phase = f"scoring the batch of step {step}"
+                book.log("reward_start", step=step)
+                yield env.timeout(reward_s)
             train_start = env.now
             self.phase = f"training step {step}"
             book.log("train_start", step=step)
@@ -121,13 +161,25 @@ class Trainer:
             st.steps_done = step
             publish_end = env.now
             book.log("publish_end", step=step, version=st.version)
+            validation_s = 0.0
+            if self.extra.validates(step, self.steps):
+                # Validation on the new weights (verl's _validate after the update): it uses the
+                # rollout engines, so every instance pauses (keeping its requests) meanwhile.
+                self.phase = f"validating version {step}"
+                yield from self.weights.pause_all(InflightRule.KEEP_PAUSE)
+                book.log("validation_start", step=step)
+                yield env.timeout(self.extra.validation_s)
+                validation_s = env.now - publish_end  # the pause at the iteration boundary included
+                self.weights.resume_all()
+                book.log("validation_end", step=step)
             book.trained(batch)
             clock.trainer(waiting=False, training_groups=0)
             limit = binding_limit(wait_parts, train_end - batch_ready, publish_end - train_end)
             self.rec.steps.append(attrs.evolve(step_record(
                 step, train_version, batch, seq_lens, peak, offload_s,
                 (wait_start, batch_ready, train_start, train_end, publish_end), staleness),
-                binding_limit=limit, wait_s=wait_parts, phases_s=phases))
+                binding_limit=limit, wait_s=wait_parts, phases_s=phases, reward_s=reward_s,
+                validation_s=validation_s))
             st.now = env.now
             book.after_publication()
             book.changed.notify()
