@@ -149,6 +149,8 @@ class TrainingConfig:
     reward_workers: int = attrs.field(default=1, validator=_count(1_000_000))  # trajectories scored in parallel
     test_freq: int = attrs.field(default=0, validator=_count(10_000_000, lo=0))  # verl trainer.test_freq: validate every k steps
     validation_s: float = attrs.field(default=0.0, validator=_finite_nonneg)  # one validation pass (rollout paused)
+    # verl fully_async: mini-batch updates per weight publication (1: the whole batch is one update)
+    trigger_parameter_sync_step: int = attrs.field(default=1, validator=_count(1_000_000))
 
     @property
     def dp(self) -> int:

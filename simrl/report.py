@@ -46,6 +46,7 @@ class StepRecord:
     phases_s: dict[str, float] = attrs.field(factory=dict)  # the training cost model's phases, if any
     reward_s: float = 0.0  # scoring the batch, trainer-side (batch_ready..train_start, colocated offload apart)
     validation_s: float = 0.0  # validation after publish_end (rollout paused); part of this step
+    mini_batches: int = 1  # streaming trainer: mini-batch updates in this step (trained as they arrived)
 
     @property
     def step_end(self) -> float:

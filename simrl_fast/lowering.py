@@ -47,6 +47,7 @@ FEATURES = {
     "workload.knobs.length_growth_per_step / length_drift_knots": "unset (no length drift)",
     "deployment.training.reward_s_per_trajectory": "0",
     "deployment.training.test_freq / validation_s": "no periodic validation",
+    "deployment.training.trigger_parameter_sync_step": "1 (no streaming trainer)",
 }
 
 # The kernel's in-flight codes: positions in `InflightRule` (written once, in the enum).
@@ -216,6 +217,8 @@ def check_supported(cfg, workload, costs) -> None:
         _reject(f"deployment.training.reward_s_per_trajectory={t.reward_s_per_trajectory} (reward time in the step)")
     if t.test_freq and t.validation_s:
         _reject(f"deployment.training.test_freq={t.test_freq} with validation_s={t.validation_s} (periodic validation)")
+    if t.trigger_parameter_sync_step > 1:
+        _reject(f"deployment.training.trigger_parameter_sync_step={t.trigger_parameter_sync_step} (streaming trainer)")
     _rollout_form(cfg, costs)
     _training_terms(cfg, costs)
 

@@ -92,6 +92,7 @@ def test_validation_every_test_freq_steps_and_after_the_last():
     (["workload.knobs.length_growth_per_step=0.1"], "length_growth_per_step"),
     (["deployment.training.reward_s_per_trajectory=0.5"], "reward_s_per_trajectory"),
     (["deployment.training.test_freq=2", "deployment.training.validation_s=5"], "test_freq"),
+    (["deployment.training.trigger_parameter_sync_step=2"], "trigger_parameter_sync_step"),
 ])
 def test_fast_path_rejects_the_new_mechanics_by_name(extra, name):
     from simrl.cost.build import build_costs
@@ -104,3 +105,51 @@ def test_fast_path_rejects_the_new_mechanics_by_name(extra, name):
     cfg = load_config(None, [*fast, *extra])
     with pytest.raises(FastPathUnsupported, match=name):
         check_supported(cfg, load_workload(cfg), build_costs(cfg))
+
+
+# -- streaming trainer (deployment.training.trigger_parameter_sync_step) -------------------------
+
+SPREAD = ["policy=sync", "policy.batch_groups=4", "workload.groups=16", "workload.group_size=2",
+          "workload.knobs.completion_knots=[[0,20],[1,2000]]", "cost.rollout=linear", "cost.training=constant",
+          "cost.training_knobs.a=2.0", "cost.weight_sync=fixed", "cost.weight_sync_knobs.publish_s=1",
+          "run.training_steps=3", "run.plots=false"]
+
+
+def test_streaming_trains_mini_batches_as_they_arrive_and_publishes_after_k():
+    cfg = load_config(None, [*SPREAD, "deployment.training.trigger_parameter_sync_step=2"])
+    from simrl.engine.sim import build_simulation, summarise
+
+    sim = build_simulation(cfg)
+    sim.run()
+    r = summarise(sim)
+    ready = {}
+    for e in sim.events:
+        if e["kind"] == "mini_batch_ready":
+            ready[(e["step"], e["mini_batch"])] = e["t"]
+    for s in r.steps:
+        assert s.mini_batches == 2 and s.groups == 4
+        t1, t2 = ready[(s.step, 1)], ready[(s.step, 2)]
+        # mini-batch 1 trains from t1 for 2 s; mini-batch 2 starts at max(t2, t1 + 2) and takes 2 s;
+        # then the publication (1 s).
+        assert s.batch_ready == pytest.approx(t1) and s.train_start == pytest.approx(t1)
+        assert s.train_end == pytest.approx(max(t2, t1 + 2.0) + 2.0)
+        assert s.publish_end == pytest.approx(s.train_end + 1.0)
+        assert all(x == 0 for x in s.staleness)  # one version for the whole step
+    # The first mini-batch is trained while the rest of the batch is still generating.
+    assert any(ready[(s.step, 2)] > ready[(s.step, 1)] + 2.0 for s in r.steps)
+    # With a per-token training cost, training the first half while the rest generates shortens the
+    # run (with a constant cost per update both end at t2 + 2 s: nothing to overlap).
+    per_token = ["cost.training_knobs.a=0.5", "cost.training_knobs.per_token=0.0005"]
+    whole = simulate(load_config(None, [*SPREAD, *per_token]))
+    streamed = simulate(load_config(None, [*SPREAD, *per_token, "deployment.training.trigger_parameter_sync_step=2"]))
+    assert streamed.totals["makespan_s"] < whole.totals["makespan_s"]
+
+
+def test_streaming_needs_a_batch_it_can_split():
+    from simrl.engine.core import SimulationError
+
+    with pytest.raises(SimulationError, match="must divide the policy's batch of 4"):
+        simulate(load_config(None, [*SPREAD, "deployment.training.trigger_parameter_sync_step=3"]))
+    with pytest.raises(SimulationError, match="disaggregated"):
+        simulate(load_config(None, [*SPREAD, "deployment.training.trigger_parameter_sync_step=2",
+                                    "deployment.placement=colocated"]))
