@@ -50,11 +50,10 @@ class LengthDrift:
         return out
 
 
-def check_drift(where: str, knobs: dict[str, Any]) -> dict[str, Any]:
-    """The drift knobs coerced and checked; ValueError naming the knob otherwise."""
-    from workloads.registry import coerce_knob
-
-    out = {k: coerce_knob(where, k, knobs[k], d) for k, d in DRIFT_KNOBS.items() if k in knobs}
+def check_drift(where: str, knobs: dict[str, Any], coerce) -> dict[str, Any]:
+    """The drift knobs coerced (``coerce(where, key, value, default)``, the registry's) and checked;
+    ValueError naming the knob otherwise. Returns only those that differ from no drift."""
+    out = {k: coerce(where, k, knobs[k], d) for k, d in DRIFT_KNOBS.items() if k in knobs}
     g = out.get("length_growth_per_step", 0.0)
     if not math.isfinite(g):
         raise ValueError(f"{where}: knob length_growth_per_step={g!r} must be a finite number")

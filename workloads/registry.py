@@ -116,7 +116,8 @@ def generate(name: str, groups: int, seed: int, group_size: int | None = None, *
                       spec.min_group_size)
     from workloads.drift import DRIFT_KNOBS, check_drift
 
-    drift = check_drift(name, {k: knobs.pop(k) for k in list(knobs) if k in DRIFT_KNOBS and k not in spec.knobs})
+    drift = check_drift(name, {k: knobs.pop(k) for k in list(knobs) if k in DRIFT_KNOBS and k not in spec.knobs},
+                        coerce_knob)
     resolved = resolve_knobs(spec, knobs)
     if groups * size > MAX_TRAJECTORIES:
         raise ValueError(f"{name}: {groups} groups x {size} trajectories = {groups * size} trajectories exceeds "

@@ -1,4 +1,4 @@
-"""Run plots: six views of a run, as altair charts written to PNG (vl-convert) and HTML.
+"""Run plots: seven views of a run, as altair charts written to PNG (vl-convert) and HTML.
 
 `write_plots(run_dir, report, events, samples)` writes ``<run>/plots/<view>.png|html`` for the
 views in `PLOT_NAMES` (docs/plots.md). Inputs are rounded exactly as report.json and
@@ -61,14 +61,16 @@ def sync_mode(run_dir: str | os.PathLike) -> str:
 def render_views(data, plot_dir: Path, skipped: dict[str, str] | None = None,
                  placeholders: bool = True) -> tuple[list[Path], dict[str, str]]:
     """Render every view of `PlotData`; a view without data gets a placeholder or is skipped."""
-    from simrl.plots import charts
+    from simrl.plots import charts, depth
     from simrl.plots.render import placeholder, render
+
+    views = {**charts.VIEWS, "queue_depth": depth.queue_depth}
 
     skipped = dict(skipped or {})
     paths: list[Path] = []
     for name in PLOT_NAMES:
         ds = charts.Datasets()
-        chart = None if name in skipped else charts.VIEWS[name](ds, data)
+        chart = None if name in skipped else views[name](ds, data)
         if chart is None:
             why = skipped.setdefault(name, "no data for this view")
             if not placeholders:

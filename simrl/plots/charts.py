@@ -216,8 +216,6 @@ def distributions(ds: Datasets, d: PlotData):
     return alt.hconcat(c, h, title=_title("Request latency and completion lengths", d))
 
 
-from simrl.plots.depth import queue_depth  # noqa: E402  (a view in its own module)
-
 VIEWS = {
     "instance_load": instance_load,
     "timeline": timeline,
@@ -225,5 +223,4 @@ VIEWS = {
     "throughput": throughput,
     "step_breakdown": step_breakdown,
     "distributions": distributions,
-    "queue_depth": queue_depth,
 }
