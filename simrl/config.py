@@ -51,6 +51,11 @@ def _nonneg(_inst, att, value):
         raise ValueError(f"{att.name} must be >= 0, got {value!r}")
 
 
+def _finite_nonneg(_inst, att, value):
+    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{att.name} must be a finite number >= 0, got {value!r}")
+
+
 def _gpu(_inst, att, value):
     """A catalog GPU name, the path of a GPU YAML file, or a mapping of figures (simrl.cost.hardware)."""
     if not isinstance(value, str | dict):
@@ -139,6 +144,13 @@ class TrainingConfig:
     micro_batch_size: int = attrs.field(default=1, validator=_count(1 << 20))
     activation_checkpointing: bool = True
     zero_stage: int = attrs.field(default=1, validator=v.in_((0, 1, 2, 3)))
+    # Time in the step besides training (docs/model.md, "Reward and validation time"):
+    reward_s_per_trajectory: float = attrs.field(default=0.0, validator=_finite_nonneg)  # reward/verifier, trainer-side
+    reward_workers: int = attrs.field(default=1, validator=_count(1_000_000))  # trajectories scored in parallel
+    test_freq: int = attrs.field(default=0, validator=_count(10_000_000, lo=0))  # verl trainer.test_freq: validate every k steps
+    validation_s: float = attrs.field(default=0.0, validator=_finite_nonneg)  # one validation pass (rollout paused)
+    # verl fully_async: mini-batch updates per weight publication (1: the whole batch is one update)
+    trigger_parameter_sync_step: int = attrs.field(default=1, validator=_count(1_000_000))
 
     @property
     def dp(self) -> int:

@@ -62,13 +62,40 @@ def render_markdown(report: Report, plots: tuple[str, ...] = (), png: bool = Tru
         v = t[k]
         lines.append(f"| {k} | {json.dumps(_round(v), sort_keys=True)} |")
     lines += ["", "## Training steps", "",
-              "| step | wait start | batch ready | train | publish end | groups | trained tokens | staleness max |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| step | wait start | batch ready | train | publish end | groups | trained tokens | staleness max "
+              "| bound by | wait: rollout / staleness bound / concurrency cap |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for s in report.steps:
+        w = s.wait_s
         lines.append(
             f"| {s.step} | {s.wait_start:.3f} | {s.batch_ready:.3f} | {s.train_end - s.train_start:.3f} | "
-            f"{s.publish_end:.3f} | {s.groups} | {s.trained_completion_tokens} | {max(s.staleness, default=0)} |"
+            f"{s.publish_end:.3f} | {s.groups} | {s.trained_completion_tokens} | {max(s.staleness, default=0)} "
+            f"| {s.binding_limit} | {w.get('rollout', 0.0):.3f} / {w.get('staleness_bound', 0.0):.3f} / "
+            f"{w.get('concurrency_cap', 0.0):.3f} |"
         )
+    lines += ["", "The binding limit of a step is the largest of its wait parts, its training time and its "
+              "weight sync (docs/model.md, \"Binding limit of a step\")."]
+    phased = [s for s in report.steps if s.phases_s]
+    if phased:
+        names = list(phased[0].phases_s)
+        lines += ["", "## Training phases (s)", "", "| step | " + " | ".join(names) + " |",
+                  "|---" * (len(names) + 1) + "|"]
+        for s in phased:
+            lines.append(f"| {s.step} | " + " | ".join(f"{s.phases_s.get(n, 0.0):.3f}" for n in names) + " |")
+        lines.append("| total | " + " | ".join(f"{sum(s.phases_s.get(n, 0.0) for s in phased):.3f}"
+                                              for n in names) + " |")
+    if report.queue_depth:
+        depth = report.queue_depth
+        lines += ["", "## Queue and buffer depth", "",
+                  f"{len(depth)} changes recorded (report.json `queue_depth`: t, groups in flight, "
+                  "finished groups buffered, groups being trained, buffered groups per oldest version).", "",
+                  "| quantity | max | time-weighted mean |", "|---|---|---|"]
+        t_end = max(report.totals.get("makespan_s", 0.0), depth[-1][0])
+        for idx, name in ((1, "groups in flight"), (2, "groups buffered (finished, not trained)"),
+                          (3, "groups being trained")):
+            area = sum(d[idx] * ((depth[i + 1][0] if i + 1 < len(depth) else t_end) - d[0])
+                       for i, d in enumerate(depth))
+            lines.append(f"| {name} | {max(d[idx] for d in depth)} | {area / t_end if t_end > 0 else 0.0:.3f} |")
     lines += ["", "## Rollout instances", "", "| instance | busy fraction | iterations | preemptions |",
               "|---|---|---|---|"]
     for i in report.instances:

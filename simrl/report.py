@@ -40,10 +40,22 @@ class StepRecord:
     prompts: tuple[int, ...] = ()  # their workload group indices (the prompt each sampled)
     peak_memory_bytes: float = 0.0
     offload_s: float = 0.0  # colocated only: offload + reload around training
+    # what bound the step (simrl.engine.limits.LIMITS) and its wait for the batch split by cause
+    binding_limit: str = ""
+    wait_s: dict[str, float] = attrs.field(factory=dict)  # rollout | staleness_bound | concurrency_cap
+    phases_s: dict[str, float] = attrs.field(factory=dict)  # the training cost model's phases, if any
+    reward_s: float = 0.0  # scoring the batch, trainer-side (batch_ready..train_start, colocated offload apart)
+    validation_s: float = 0.0  # validation after publish_end (rollout paused); part of this step
+    mini_batches: int = 1  # streaming trainer: mini-batch updates in this step (trained as they arrived)
+
+    @property
+    def step_end(self) -> float:
+        """When the trainer is free for the next step: publish_end, plus validation if it ran."""
+        return self.publish_end + self.validation_s
 
     @property
     def step_time(self) -> float:
-        return self.publish_end - self.wait_start
+        return self.step_end - self.wait_start
 
 
 @attrs.frozen
@@ -82,6 +94,8 @@ class Report:
     diagnosis: str | None = None  # set when the run stopped early (deadlock, horizon)
     # per role: family, source, what it was fitted on, GPU / layout, out-of-domain queries
     cost_provenance: tuple[dict[str, Any], ...] = ()
+    # (t, groups in flight, groups buffered, groups being trained, {oldest version: buffered groups})
+    queue_depth: tuple[tuple, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return _round(attrs.asdict(self, recurse=True))

@@ -44,6 +44,10 @@ FEATURES = {
     "policy.buffer_capacity_groups": "-1 (unbounded)",
     "policy.batch": "batch_min_groups == batch_max_groups",
     "run.time_horizon_s": "inf",
+    "workload.knobs.length_growth_per_step / length_drift_knots": "unset (no length drift)",
+    "deployment.training.reward_s_per_trajectory": "0",
+    "deployment.training.test_freq / validation_s": "no periodic validation",
+    "deployment.training.trigger_parameter_sync_step": "1 (no streaming trainer)",
 }
 
 # The kernel's in-flight codes: positions in `InflightRule` (written once, in the enum).
@@ -205,6 +209,16 @@ def check_supported(cfg, workload, costs) -> None:
         _reject(f"router.active_cap={cfg.router.active_cap}")
     if not math.isinf(cfg.run.time_horizon_s):
         _reject(f"run.time_horizon_s={cfg.run.time_horizon_s}")
+    for knob in ("length_growth_per_step", "length_drift_knots"):  # workloads.drift
+        if workload.knobs.get(knob):
+            _reject(f"workload.knobs.{knob} (response length drifting over steps)")
+    t = cfg.deployment.training
+    if t.reward_s_per_trajectory:
+        _reject(f"deployment.training.reward_s_per_trajectory={t.reward_s_per_trajectory} (reward time in the step)")
+    if t.test_freq and t.validation_s:
+        _reject(f"deployment.training.test_freq={t.test_freq} with validation_s={t.validation_s} (periodic validation)")
+    if t.trigger_parameter_sync_step > 1:
+        _reject(f"deployment.training.trigger_parameter_sync_step={t.trigger_parameter_sync_step} (streaming trainer)")
     _rollout_form(cfg, costs)
     _training_terms(cfg, costs)
 

@@ -13,6 +13,7 @@ import numbers
 import operator
 from typing import Any
 
+import attrs
 import numpy as np
 
 from workloads.strictio import did_you_mean
@@ -113,6 +114,10 @@ def generate(name: str, groups: int, seed: int, group_size: int | None = None, *
     seed = _count_arg(name, "seed", seed, 0)
     size = _count_arg(name, "group_size", spec.default_group_size if group_size is None else group_size,
                       spec.min_group_size)
+    from workloads.drift import DRIFT_KNOBS, check_drift
+
+    drift = check_drift(name, {k: knobs.pop(k) for k in list(knobs) if k in DRIFT_KNOBS and k not in spec.knobs},
+                        coerce_knob)
     resolved = resolve_knobs(spec, knobs)
     if groups * size > MAX_TRAJECTORIES:
         raise ValueError(f"{name}: {groups} groups x {size} trajectories = {groups * size} trajectories exceeds "
@@ -122,7 +127,10 @@ def generate(name: str, groups: int, seed: int, group_size: int | None = None, *
         # drawn (knobs that contradict each other, a max_model_len below every prompt) fails on
         # these first groups in milliseconds instead of after drawing every sample.
         spec.build(PROBE_GROUPS, seed, size, resolved)
-    return spec.build(groups, seed, size, resolved)
+    w = spec.build(groups, seed, size, resolved)
+    if drift:
+        w = attrs.evolve(w, knobs={**w.knobs, **drift})
+    return w
 
 
 def _count_arg(gen: str, key: str, value: Any, minimum: int) -> int:

@@ -20,7 +20,7 @@ from simrl.engine.instance import Instance
 from simrl.engine.ports import Changed
 from simrl.engine.recorder import Recorder
 from simrl.engine.router import Router
-from simrl.engine.trainer import Trainer
+from simrl.engine.trainer import StepTimeConfig, Trainer
 from simrl.engine.watchdog import diagnose
 from simrl.engine.weights import Weights
 from simrl.policy.errors import PolicyError
@@ -65,7 +65,8 @@ class Simulation:
         ]
         self.book.attach(self.instances, self.router)
         self.trainer = Trainer(env, self.book, self.weights, self.recorder, costs, workload,
-                               cfg.run.training_steps, self.placement is Placement.COLOCATED, self.done)
+                               cfg.run.training_steps, self.placement is Placement.COLOCATED, self.done,
+                               StepTimeConfig.of(cfg.deployment.training))
         self.diagnosis: str | None = None
         self._started = False
 

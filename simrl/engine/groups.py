@@ -72,6 +72,10 @@ class GroupBook:
         self.dispatch_paused = False  # set by the weight keeper while it drains
         self.instances: Sequence = ()
         self.router = None
+        from workloads.drift import drift_of
+
+        self.drift = drift_of(workload.knobs)  # response length drifting over steps (workloads.drift)
+        self.clock = None  # the trainer's `LimitClock` (simrl.engine.limits), when one watches
 
     def attach(self, instances: Sequence, router) -> None:
         """Wire the instances and the router (they are built after the book)."""
@@ -85,6 +89,8 @@ class GroupBook:
     # -- LoadPort ----------------------------------------------------------------------------
     def sample(self, instance: int, waiting: int, running: int, kv_used: int) -> None:
         self.rec.sample(self.env.now, instance, waiting, running, kv_used, len(self.router.queue))
+        if self.clock is not None:
+            self.clock.sample(instance, waiting, running)
 
     def instance_loads(self) -> list[InstanceLoad]:
         return [instance_load(i) for i in self.instances]
@@ -101,6 +107,8 @@ class GroupBook:
                         "check its batch and staleness knobs"
                     )
                 self.start_group()
+            if self.clock is not None:
+                self.clock.settled(self.dispatch_paused)
             yield self.changed.wait()
 
     def start_group(self) -> GroupRecord:
@@ -141,7 +149,7 @@ class GroupBook:
             rid=self.next_rid, group=g, traj=tr, turn=turn, call=c,
             prompt_tokens=int(wl.call_prompt_tokens[c]), new_tokens=int(wl.call_new_tokens[c]),
             shared_tokens=0 if (turn or salted) else int(wl.group_shared_prompt_tokens[g.wg]),
-            completion_tokens=int(wl.call_completion_tokens[c]), salted=salted, arrival=self.env.now,
+            completion_tokens=self.completion_tokens(c, g), salted=salted, arrival=self.env.now,
         )
         self.next_rid += 1
         need = req.prompt_tokens + req.completion_tokens
@@ -153,6 +161,15 @@ class GroupBook:
             )
         self.log("call_arrive", rid=req.rid, gid=g.gid, tid=tr.tid, turn=turn)
         self.router.submit(req)
+
+    def completion_tokens(self, c: int, g: GroupRecord) -> int:
+        """Call c's forced completion length for group g: as drawn, or drifted by g's dispatch version."""
+        n = int(self.workload.call_completion_tokens[c])
+        if self.drift is None:
+            return n
+        mml = self.workload.knobs.get("max_model_len")
+        return self.drift.completion(n, int(self.workload.call_prompt_tokens[c]), g.dispatch_version,
+                                     int(mml) if mml else None)
 
     # -- CallPort ----------------------------------------------------------------------------
     def on_admit(self, instance: int, version: int, r: Request) -> None:

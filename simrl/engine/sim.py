@@ -64,7 +64,7 @@ def summarise(sim: Simulation) -> Report:
     """Turn a finished (or stopped) simulation into its `Report`."""
     st, t = sim.st, sim.tally
     steps = tuple(sim.steps)
-    end = steps[-1].publish_end if steps else sim.env.now
+    end = steps[-1].step_end if steps else sim.env.now
     makespan = max(end, 1e-12)
     stale = [s for step in steps for s in step.staleness]
     hist: dict[str, int] = {}
@@ -108,6 +108,7 @@ def summarise(sim: Simulation) -> Report:
         "call_latency_p99_s": float(np.percentile(latencies, 99)) if len(latencies) else 0.0,
         "kv_capacity_tokens": sim.kv_capacity,
         "router_queue_at_end": len(sim.router.queue),
+        **limit_totals(steps),
     }
     instances = tuple(
         {
@@ -136,4 +137,27 @@ def summarise(sim: Simulation) -> Report:
         domain_warnings=domain,
         diagnosis=sim.diagnosis,
         cost_provenance=provenance,
+        queue_depth=tuple(sim.trainer.clock.depth),
     )
+
+
+def limit_totals(steps) -> dict:
+    """Binding limits, the trainer's wait by cause and the training phases, over all steps."""
+    from simrl.engine.limits import LIMITS, WAIT_PARTS
+
+    bound = dict.fromkeys(LIMITS, 0)
+    for s in steps:
+        if s.binding_limit:
+            bound[s.binding_limit] += 1
+    phases: dict[str, float] = {}
+    for s in steps:
+        for k, v in s.phases_s.items():
+            phases[k] = phases.get(k, 0.0) + v
+    return {
+        "binding_limit_steps": bound,
+        "trainer_wait_s": sum(s.batch_ready - s.wait_start for s in steps),
+        "trainer_wait_by_cause_s": {k: sum(s.wait_s.get(k, 0.0) for s in steps) for k in WAIT_PARTS},
+        "training_phases_s": phases,
+        "reward_s": sum(s.reward_s for s in steps),
+        "validation_s": sum(s.validation_s for s in steps),
+    }

@@ -8,24 +8,97 @@ cost around it. The process only waits; the sums and checks are the pure helpers
 
 from __future__ import annotations
 
+import attrs
 import simpy
 
 from simrl.engine.errors import SimulationError
 from simrl.engine.groups import GroupBook
+from simrl.engine.limits import WAIT_PARTS, LimitClock, binding_limit
 from simrl.engine.recorder import Recorder
 from simrl.engine.weights import Weights
 from simrl.policy.base import GroupRecord
+from simrl.policy.rules import InflightRule
 from simrl.report import StepRecord
 from workloads.types import Workload
 
 
-def batch_seq_lens(workload: Workload, batch: list[GroupRecord]) -> list[int]:
-    """Trained sequence length of every trajectory: its last call's prompt plus completion."""
+def batch_seq_lens(workload: Workload, batch: list[GroupRecord], book: GroupBook | None = None) -> list[int]:
+    """Trained sequence length of every trajectory: its last call's prompt plus completion
+    (the completion as the book forced it, drift included)."""
     w = workload
+    if book is None or book.drift is None:
+        return [
+            int(w.call_prompt_tokens[c] + w.call_completion_tokens[c])
+            for g in batch for tr in g.trajs for c in [int(w.traj_call_start[tr.tid + 1]) - 1]
+        ]
     return [
-        int(w.call_prompt_tokens[c] + w.call_completion_tokens[c])
+        int(w.call_prompt_tokens[c]) + book.completion_tokens(c, g)
         for g in batch for tr in g.trajs for c in [int(w.traj_call_start[tr.tid + 1]) - 1]
     ]
+
+
+@attrs.frozen
+class StepTimeConfig:
+    """Time in a step besides training (docs/model.md, "Reward and validation time"), from
+    ``deployment.training``."""
+
+    reward_s_per_trajectory: float = 0.0
+    reward_workers: int = 1
+    test_freq: int = 0
+    validation_s: float = 0.0
+    trigger_parameter_sync_step: int = 1  # >1: streaming trainer, k mini-batch updates per publication
+
+    @classmethod
+    def of(cls, training) -> StepTimeConfig:
+        return cls(training.reward_s_per_trajectory, training.reward_workers, training.test_freq,
+                   training.validation_s, training.trigger_parameter_sync_step)
+
+    def reward_s(self, trajectories: int) -> float:
+        """Scoring the batch: ceil(trajectories / workers) rounds of the per-trajectory time."""
+        if not self.reward_s_per_trajectory:
+            return 0.0
+        return -(-trajectories // self.reward_workers) * self.reward_s_per_trajectory
+
+    def validates(self, step: int, last: int) -> bool:
+        """verl's rule: after step k when k % test_freq == 0, and after the last step."""
+        return self.test_freq > 0 and self.validation_s > 0 and (step % self.test_freq == 0 or step == last)
+
+
+def stream_groups(policy, k: int, colocated: bool) -> int:
+    """Groups per mini-batch of the streaming trainer (0: off): the policy's batch over k."""
+    if k <= 1:
+        return 0
+    params = getattr(policy, "params", None)
+    if params is None or not hasattr(params, "batch_max_groups") or params.batch_min_groups != params.batch_max_groups:
+        raise SimulationError(
+            f"deployment.training.trigger_parameter_sync_step={k} (streaming trainer) needs a policy with a fixed "
+            f"batch size (PolicyParams batch_min_groups == batch_max_groups); policy {policy.kind} has none")
+    if colocated:
+        raise SimulationError(f"deployment.training.trigger_parameter_sync_step={k} (streaming trainer) needs "
+                              "disaggregated placement (colocated rollout pauses for each whole step)")
+    b = int(params.batch_max_groups)
+    if b % k:
+        raise SimulationError(f"deployment.training.trigger_parameter_sync_step={k} must divide the policy's "
+                              f"batch of {b} groups")
+    return b // k
+
+
+def step_phases(training, seq_lens: list[int]) -> dict[str, float]:
+    """The training cost model's phase breakdown of one step ({} when it has none).
+
+    `phases` checks the validity domain as `step_time` does; the counts are restored so that a
+    step is counted once in the report's domain warnings.
+    """
+    phases = getattr(training, "phases", None)
+    if phases is None:
+        return {}
+    domain = getattr(training, "domain", None)
+    saved = (dict(domain.counts), dict(domain.worst)) if domain is not None else None
+    try:
+        return {k: float(v) for k, v in phases(seq_lens).items()}
+    finally:
+        if saved is not None:
+            domain.counts, domain.worst = saved
 
 
 def check_memory(step: int, peak: float, cap: float) -> None:
@@ -39,7 +112,8 @@ def check_memory(step: int, peak: float, cap: float) -> None:
 
 class Trainer:
     def __init__(self, env: simpy.Environment, book: GroupBook, weights: Weights, recorder: Recorder,
-                 costs, workload: Workload, steps: int, colocated: bool, done: simpy.Event):
+                 costs, workload: Workload, steps: int, colocated: bool, done: simpy.Event,
+                 step_time_cfg: StepTimeConfig | None = None):
         self.env = env
         self.book = book
         self.weights = weights
@@ -49,24 +123,43 @@ class Trainer:
         self.steps = steps
         self.colocated = colocated
         self.done = done
+        self.extra = step_time_cfg or StepTimeConfig()
+        self.stream_groups = stream_groups(book.policy, self.extra.trigger_parameter_sync_step, colocated)
         self.phase = "waiting"  # what the trainer is doing, for `srl step` and the diagnosis
+        self.clock = LimitClock(env, book.st, book.policy, len(book.st.instance_versions))
+        book.clock = self.clock
 
     def run(self):
         env, book, st, policy = self.env, self.book, self.book.st, self.book.policy
         for step in range(1, self.steps + 1):
             wait_start = st.now = env.now
             self.phase = "waiting for a batch"
+            clock = self.clock
+            if self.stream_groups:
+                out = yield from self.stream(step)
+                batch, wait_parts, batch_ready, train_start, train_end, seq_lens, peak, phases, reward_s, \
+                    train_s, staleness, train_version = out
+                offload_s = 0.0
+                yield from self.finish_step(step, batch, wait_parts, seq_lens, peak, offload_s, phases, reward_s,
+                                            (wait_start, batch_ready, train_start, train_end), staleness,
+                                            train_version, train_s, self.extra.trigger_parameter_sync_step)
+                continue
+            clock.trainer(waiting=True)
+            spent0 = clock.snapshot()
             while (batch := policy.form_batch(st)) is None:
                 yield book.changed.wait()
                 st.now = env.now
             taken = {g.gid for g in batch}
             st.buffer = [g for g in st.buffer if g.gid not in taken]
+            spent1 = clock.snapshot()
+            wait_parts = {k: spent1[k] - spent0[k] for k in WAIT_PARTS}
+            clock.trainer(waiting=False, training_groups=len(batch))
             # Taking a batch frees buffer room (queue-depth admission, batch semaphores): re-ask.
             book.changed.notify()
             batch_ready = env.now
             train_version = st.version
             staleness = tuple(g.staleness(train_version) for g in batch)
-            seq_lens = batch_seq_lens(self.workload, batch)
+            seq_lens = batch_seq_lens(self.workload, batch, book)
             peak = self.costs.training.peak_memory_bytes(seq_lens)
             check_memory(step, peak, self.costs.training.memory_capacity_bytes())
             st.training = True
@@ -77,30 +170,115 @@ class Trainer:
                 yield from self.weights.pause_all(self.weights.colocated_rule())
                 offload_s = float(self.costs.offload_s)
                 yield env.timeout(offload_s / 2)
+            reward_s = self.extra.reward_s(sum(len(g.trajs) for g in batch))
+            if reward_s:
+                self.phase = f"scoring the batch of step {step}"
+                book.log("reward_start", step=step)
+                yield env.timeout(reward_s)
             train_start = env.now
             self.phase = f"training step {step}"
             book.log("train_start", step=step)
             yield env.timeout(self.costs.training.step_time(seq_lens))
+            phases = step_phases(self.costs.training, seq_lens)
             train_end = env.now
             book.log("train_end", step=step)
             st.training = False
-            self.phase = f"publishing version {step}"
-            if self.colocated:
-                yield from self.weights.colocated_publish(offload_s)
-            else:
-                yield from self.weights.publish()
-            st.steps_done = step
-            publish_end = env.now
-            book.log("publish_end", step=step, version=st.version)
-            book.trained(batch)
-            self.rec.steps.append(step_record(
-                step, train_version, batch, seq_lens, peak, offload_s,
-                (wait_start, batch_ready, train_start, train_end, publish_end), staleness))
-            st.now = env.now
-            book.after_publication()
-            book.changed.notify()
+            yield from self.finish_step(step, batch, wait_parts, seq_lens, peak, offload_s, phases, reward_s,
+                                        (wait_start, batch_ready, train_start, train_end), staleness, train_version,
+                                        train_end - batch_ready, 1)
         self.phase = "done"
         self.done.succeed()
+
+    def finish_step(self, step, batch, wait_parts, seq_lens, peak, offload_s, phases, reward_s, times, staleness,
+                    train_version, train_s, mini_batches):
+        """Publish version `step`, validate if due, record the step, let the policy act."""
+        env, book, st, clock = self.env, self.book, self.book.st, self.clock
+        wait_start, batch_ready, train_start, train_end = times
+        self.phase = f"publishing version {step}"
+        if self.colocated:
+            yield from self.weights.colocated_publish(offload_s)
+        else:
+            yield from self.weights.publish()
+        st.steps_done = step
+        publish_end = env.now
+        book.log("publish_end", step=step, version=st.version)
+        validation_s = 0.0
+        if self.extra.validates(step, self.steps):
+            # Validation on the new weights (verl's _validate after the update): it uses the
+            # rollout engines, so every instance pauses (keeping its requests) meanwhile.
+            self.phase = f"validating version {step}"
+            yield from self.weights.pause_all(InflightRule.KEEP_PAUSE)
+            book.log("validation_start", step=step)
+            yield env.timeout(self.extra.validation_s)
+            validation_s = env.now - publish_end  # the pause at the iteration boundary included
+            self.weights.resume_all()
+            book.log("validation_end", step=step)
+        book.trained(batch)
+        clock.trainer(waiting=False, training_groups=0)
+        limit = binding_limit(wait_parts, train_s, publish_end - train_end)
+        self.rec.steps.append(attrs.evolve(step_record(
+            step, train_version, batch, seq_lens, peak, offload_s,
+            (wait_start, batch_ready, train_start, train_end, publish_end), staleness),
+            binding_limit=limit, wait_s=wait_parts, phases_s=phases, reward_s=reward_s,
+            validation_s=validation_s, mini_batches=mini_batches))
+        st.now = env.now
+        book.after_publication()
+        book.changed.notify()
+
+    def stream(self, step: int):
+        """Streaming trainer: k mini-batches of the batch, each trained as soon as its groups are
+        buffered (FIFO), on the same weights; the caller publishes after the k-th."""
+        env, book, st, clock = self.env, self.book, self.book.st, self.clock
+        k, mb = self.extra.trigger_parameter_sync_step, self.stream_groups
+        batch: list[GroupRecord] = []
+        seq_lens: list[int] = []
+        wait_parts = dict.fromkeys(WAIT_PARTS, 0.0)
+        phases: dict[str, float] = {}
+        reward_s = train_s = 0.0
+        peak = 0.0
+        batch_ready = train_start = -1.0
+        train_version = st.version
+        for j in range(k):
+            self.phase = f"waiting for mini-batch {j + 1}/{k} of step {step}"
+            clock.trainer(waiting=True)
+            spent0 = clock.snapshot()
+            while len(st.buffer) < mb:
+                yield book.changed.wait()
+                st.now = env.now
+            mini = st.buffer[:mb]
+            st.buffer = st.buffer[mb:]
+            spent1 = clock.snapshot()
+            for key in WAIT_PARTS:
+                wait_parts[key] += spent1[key] - spent0[key]
+            clock.trainer(waiting=False, training_groups=len(mini))
+            book.changed.notify()
+            if j == 0:
+                batch_ready = env.now
+            lens = batch_seq_lens(self.workload, mini, book)
+            mpeak = self.costs.training.peak_memory_bytes(lens)
+            check_memory(step, mpeak, self.costs.training.memory_capacity_bytes())
+            peak = max(peak, mpeak)
+            st.training = True
+            book.log("mini_batch_ready", step=step, mini_batch=j + 1, groups=len(mini))
+            t0 = env.now
+            r = self.extra.reward_s(sum(len(g.trajs) for g in mini))
+            reward_s += r
+            if r:
+                yield env.timeout(r)
+            if j == 0:
+                train_start = env.now
+            self.phase = f"training mini-batch {j + 1}/{k} of step {step}"
+            yield env.timeout(self.costs.training.step_time(lens))
+            for key, v in step_phases(self.costs.training, lens).items():
+                phases[key] = phases.get(key, 0.0) + v
+            train_s += env.now - t0
+            st.training = False
+            book.changed.notify()
+            batch += mini
+            seq_lens += lens
+        staleness = tuple(g.staleness(train_version) for g in batch)
+        return (batch, wait_parts, batch_ready, train_start, env.now, seq_lens, peak, phases, reward_s, train_s,
+                staleness, train_version)
 
 
 def step_record(step: int, train_version: int, batch: list[GroupRecord], seq_lens: list[int], peak: float,

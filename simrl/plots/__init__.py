@@ -1,4 +1,4 @@
-"""Run plots: six views of a run, as altair charts written to HTML and, optionally, PNG (vl-convert).
+"""Run plots: seven views of a run, as altair charts written to HTML and, optionally, PNG (vl-convert).
 
 `write_plots(run_dir, report, events, samples, png=...)` writes ``<run>/plots/<view>.html`` (and
 ``.png``) for the views in `PLOT_NAMES` (docs/plots.md). HTML is always written (milliseconds);
@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PLOT_NAMES = ("instance_load", "timeline", "staleness", "throughput", "step_breakdown", "distributions")
+PLOT_NAMES = ("instance_load", "timeline", "staleness", "throughput", "step_breakdown", "distributions",
+              "queue_depth")
 PLOT_TITLES = {"instance_load": "Instance load", "timeline": "Timeline", "staleness": "Staleness",
                "throughput": "Throughput per step", "step_breakdown": "Step time breakdown",
-               "distributions": "Latency and completion lengths"}
+               "distributions": "Latency and completion lengths", "queue_depth": "Queue and buffer depth"}
 
 
 def sample_rows(samples) -> list[dict]:
@@ -62,14 +63,16 @@ def sync_mode(run_dir: str | os.PathLike) -> str:
 def render_views(data, plot_dir: Path, skipped: dict[str, str] | None = None,
                  placeholders: bool = True, png: bool = True) -> tuple[list[Path], dict[str, str]]:
     """Render every view of `PlotData`; a view without data gets a placeholder or is skipped."""
-    from simrl.plots import charts
+    from simrl.plots import charts, depth
     from simrl.plots.render import placeholder, render
+
+    views = {**charts.VIEWS, "queue_depth": depth.queue_depth}
 
     skipped = dict(skipped or {})
     paths: list[Path] = []
     for name in PLOT_NAMES:
         ds = charts.Datasets()
-        chart = None if name in skipped else charts.VIEWS[name](ds, data)
+        chart = None if name in skipped else views[name](ds, data)
         if chart is None:
             why = skipped.setdefault(name, "no data for this view")
             if not placeholders:
@@ -80,7 +83,7 @@ def render_views(data, plot_dir: Path, skipped: dict[str, str] | None = None,
 
 
 def write_plots(out_dir, report, events, samples, png: bool = True) -> list[Path]:
-    """Write the six plots of a simulated run under ``out_dir/plots`` (HTML, and PNG when ``png``);
+    """Write the seven plots of a simulated run under ``out_dir/plots`` (HTML, and PNG when ``png``);
     return the files written.
 
     ``report`` is a `Report` or the dict of report.json; ``events`` and ``samples`` are the

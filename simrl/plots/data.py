@@ -56,6 +56,7 @@ class PlotData:
     queue: tuple[tuple[float, int], ...] | None = None  # router queue (t, requests); None: from `load`
     markers: tuple[tuple[int, float, str], ...] = ()  # (instance, t, "abort" | "preemption")
     t_end: float | None = None  # when the run ended (sim: its makespan)
+    depth: tuple[tuple, ...] | None = None  # (t, in flight, buffered, training, {version: buffered}) (sim only)
 
 
 def downsample(points: list[tuple[float, float]], t_end: float, n: int = MAX_POINTS) -> list[tuple[float, float]]:
@@ -198,6 +199,7 @@ def from_sim(report: dict, events: list[dict], samples: list[dict], sync_mode: s
         completion_lengths=tuple(c["generated_tokens"] for c in calls),
         queue=router_queue_series(samples, events, totals.get("router_queue_at_end"), t_end) if samples else None,
         markers=event_markers(events), t_end=t_end or None,
+        depth=tuple(tuple(r) for r in report.get("queue_depth", ())) or None,
     )
 
 
@@ -216,6 +218,7 @@ def from_realrun(run, title: str) -> tuple[PlotData, dict[str, str]]:
     if staleness is None:
         skipped["staleness"] = "the real run gives staleness only as per-step mean/max, not per trained group"
     skipped["distributions"] = "the real-run format carries no per-request latencies or completion lengths"
+    skipped["queue_depth"] = "the real-run format carries no queue or buffer depth"
     data = PlotData(
         title=title, steps=views, train_bands=tuple((v.batch_ready, v.train_end) for v in views),
         instances=n_inst, staleness=staleness, load=load or None, kv_capacity=run.kv_capacity_tokens,

@@ -58,7 +58,7 @@ def test_srl_plot_reproduces_the_run_plots_byte_identically(plotted_run, tmp_pat
     shutil.rmtree(copy / "plots")
     res = CliRunner().invoke(plot_cli, [str(copy)])
     assert res.exit_code == 0, res.output
-    assert "12 files" in res.output
+    assert f"{2 * len(PLOT_NAMES)} files" in res.output
     assert _files(copy) == before  # byte for byte, PNG included
 
 
@@ -106,7 +106,7 @@ def test_real_run_plots_skip_what_the_data_cannot_show(tmp_path):
     paths, skipped = write_realrun_plots(run, tmp_path, title="sample")
     names = {p.stem for p in paths}
     assert names == {"instance_load", "timeline", "throughput", "step_breakdown"}
-    assert set(skipped) == {"staleness", "distributions"}
+    assert set(skipped) == {"staleness", "distributions", "queue_depth"}
 
 
 def test_srl_psrl_plot_converts_and_plots(tmp_path):
