@@ -8,7 +8,8 @@ def test_default_mode_aborts_the_surplus_and_wastes_tokens():
     t = rep.totals
     aborted = [e for e in sim.events if e["kind"] == "group_abort"]
     assert len(aborted) == 8 * len(rep.steps)  # 40 submitted, 32 kept, 8 cut per rollout
-    assert t["tokens_wasted_abort"] > 0 and t["tokens_wasted_filter"] > 0
+    # Nothing is filtered: every token of a cut group is abort waste (docs/model.md).
+    assert t["tokens_wasted_abort"] > 0 and t["tokens_wasted_filter"] == 0
     assert t["staleness_max"] == 0
 
 
