@@ -75,10 +75,13 @@ def load(config_path, overrides, output_dir=None):
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML configuration file.")
 @click.option("-o", "--output", "output_dir", type=click.Path(file_okay=False),
               help="Directory the run directory goes into (sets run.output_dir).")
+@click.option("--staleness", "staleness", type=click.IntRange(min=0), default=None,
+              help="Bound staleness at N versions with the policy's own knob (also `staleness=N`); "
+                   "prints which knob it set.")
 @common_options
 @json_option
 @click.argument("overrides", nargs=-1)
-def run_cmd(config_path, output_dir, as_json, overrides):
+def run_cmd(config_path, output_dir, as_json, overrides, staleness=None):
     """Run one simulation and write <run.output_dir>/<run-name>/.
 
     The run directory is built beside its final place and renamed in when complete: a rerun
@@ -91,6 +94,11 @@ def run_cmd(config_path, output_dir, as_json, overrides):
     t0 = time.perf_counter()
     phases = {}
     with user_errors():
+        from presets.staleness import resolve_staleness
+
+        overrides, asked = resolve_staleness(config_path, overrides, staleness)
+        if asked is not None:
+            info(asked.message())
         cfg = load(config_path, overrides, output_dir)
         check_output_dir(cfg.run.output_dir, "run.output_dir (-o/--output)")
         phases["configure"] = time.perf_counter() - t0
@@ -112,6 +120,9 @@ def run_cmd(config_path, output_dir, as_json, overrides):
                             "wall_s": round(wall, 3), "phases_s": {k: round(v, 3) for k, v in phases.items()}}))
     else:
         info(render_summary(report, wall))
+        if asked is not None:
+            info(f"staleness asked {asked.n}: reached max {report.totals['staleness_max']}, mean "
+                 f"{report.totals['staleness_mean']:.2f}, bound declared {report.totals['staleness_bound']}")
         click.echo(f"run directory: {out}")
     if report.diagnosis:
         warn("the run stopped early:\n" + report.diagnosis)
