@@ -94,7 +94,7 @@ def run_cmd(config_path, output_dir, as_json, overrides, staleness=None):
     t0 = time.perf_counter()
     phases = {}
     with user_errors():
-        from presets.staleness import resolve_staleness
+        from presets._staleness import resolve_staleness
 
         overrides, asked = resolve_staleness(config_path, overrides, staleness)
         if asked is not None:

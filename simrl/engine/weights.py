@@ -37,10 +37,15 @@ class Weights:
 
     # -- global publication ------------------------------------------------------------------
     def publish(self) -> Generator:
-        """Make version v+1 usable by rollout, applying the declared sync."""
+        """Make version v+1 usable by rollout (once the policy is ready), applying the declared sync."""
+        self.st.now = self.env.now
+        while not self.policy.ready_to_publish(self.st):
+            yield self.book.changed.wait()
+            self.st.now = self.env.now
         if self.sync.scope is SyncScope.PER_INSTANCE:
-            return self._push()
-        return PUBLISH[self.sync.rule](self)
+            yield from self._push()
+        else:
+            yield from PUBLISH[self.sync.rule](self)
 
     def _push(self):
         # Push to the parameter server; each instance pulls on its own (`pull`).

@@ -3,7 +3,7 @@
 import pytest
 from click.testing import CliRunner
 
-from presets.staleness import resolve_staleness, staleness_overrides
+from presets._staleness import resolve_staleness, staleness_overrides
 from simrl.cli.main import cli
 from simrl.config import ConfigError, load_config
 from simrl.policy.registry import policy_kinds
