@@ -12,9 +12,12 @@ any token of the group (docs/model.md, "Trainer and batches").
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Callable
+
 import attrs
 
-from simrl.config import ConfigError
+from simrl.policy.errors import PolicyError
 
 
 @attrs.frozen
@@ -42,7 +45,7 @@ def _at_least(n: int, lo: int, knob: str) -> tuple[int, str]:
 def staleness_overrides(kind: str, n: int) -> StalenessAnswer:
     """The overrides that bound preset ``kind``'s staleness at ``n`` versions (nearest meaning)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ConfigError(f"staleness must be an integer >= 0, got {n!r}")
+        raise PolicyError(f"staleness must be an integer >= 0, got {n!r}")
 
     def ans(overrides, note, bounded=True):
         return StalenessAnswer(kind, n, tuple(f"policy.{o}" for o in overrides), note, bounded)
@@ -86,7 +89,7 @@ def staleness_overrides(kind: str, n: int) -> StalenessAnswer:
     if kind == "sync":
         if n == 0:
             return ans([], "sync is on-policy: staleness 0 already")
-        raise ConfigError(f"staleness={n}: policy 'sync' is on-policy (staleness 0); "
+        raise PolicyError(f"staleness={n}: policy 'sync' is on-policy (staleness 0); "
                           "use policy=bounded_async for a bound of N")
     if kind == "verl":
         return ans(["mode=fully_async", f"staleness_threshold={float(n)}"],
@@ -100,46 +103,49 @@ def staleness_overrides(kind: str, n: int) -> StalenessAnswer:
                    "slime has no per-sample bound knob; train_async (one rollout ahead) keeps staleness <= 1"
                    + ("" if n == 1 else f", the nearest mode within {n}"),
                    bounded=(n == 1))
-    raise ConfigError(f"staleness={n}: policy {kind!r} does not say how to bound its staleness")
+    raise PolicyError(f"staleness={n}: policy {kind!r} does not say how to bound its staleness")
 
 
 _SECTIONS = ("policy", "deployment", "workload", "router", "cost", "run")
 
 
-def resolve_staleness(config_path: str | None, overrides, n: int | None):
+def _did_you_mean(word: str, options) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def resolve_staleness(overrides, n: int | None, kind_of: Callable[[list[str]], str]):
     """The command line's staleness question: ``--staleness N`` or the shorthand ``staleness=N``.
 
     Returns the overrides to load (the shorthand removed, the preset's knobs appended) and the
     `StalenessAnswer`, or None when no staleness was asked. The preset is the one the rest of
-    the command line selects; a user override of a knob the answer sets is refused.
+    the command line selects (``kind_of(overrides)``, e.g. the loaded configuration's
+    ``policy.kind``); a user override of a knob the answer sets is refused (`PolicyError`).
     """
-    from simrl.config import load_config
-    from simrl.strictio import did_you_mean
-
     rest = []
     for ov in overrides:
         key, eq, raw = ov.partition("=")
         key = key.strip()
-        if eq and "." not in key and key not in (*_SECTIONS, "staleness") and did_you_mean(key, ["staleness"]):
-            raise ConfigError(f"override {ov!r}: unknown key{did_you_mean(key, ['staleness', *_SECTIONS])}; "
+        if eq and "." not in key and key not in (*_SECTIONS, "staleness") and _did_you_mean(key, ["staleness"]):
+            raise PolicyError(f"override {ov!r}: unknown key{_did_you_mean(key, ['staleness', *_SECTIONS])}; "
                               f"known: staleness, {', '.join(_SECTIONS)}")
         if eq and key == "staleness":
             try:
                 val = int(raw.strip())
             except ValueError:
-                raise ConfigError(f"override {ov!r}: staleness expects an integer >= 0") from None
+                raise PolicyError(f"override {ov!r}: staleness expects an integer >= 0") from None
             if n is not None and val != n:
-                raise ConfigError(f"staleness given twice ({n} and {val}); give it once")
+                raise PolicyError(f"staleness given twice ({n} and {val}); give it once")
             n = val
         else:
             rest.append(ov)
     if n is None:
         return list(overrides), None
-    kind = load_config(config_path, rest).policy.kind
+    kind = kind_of(rest)
     answer = staleness_overrides(kind, n)
     mine = {o.partition("=")[0] for o in answer.overrides}
     clash = [ov for ov in rest if ov.partition("=")[0].strip() in mine]
     if clash:
-        raise ConfigError(f"{', '.join(clash)} conflicts with staleness={n}, which sets "
+        raise PolicyError(f"{', '.join(clash)} conflicts with staleness={n}, which sets "
                           f"{' '.join(answer.overrides)}; give one or the other")
     return rest + list(answer.overrides), answer

@@ -95,8 +95,13 @@ def run_cmd(config_path, output_dir, as_json, overrides, staleness=None):
     phases = {}
     with user_errors():
         from presets._staleness import resolve_staleness
+        from simrl.policy import PolicyError
 
-        overrides, asked = resolve_staleness(config_path, overrides, staleness)
+        try:
+            overrides, asked = resolve_staleness(overrides, staleness,
+                                                 lambda ovs: load(config_path, ovs).policy.kind)
+        except PolicyError as exc:
+            abort(str(exc))
         if asked is not None:
             info(asked.message())
         cfg = load(config_path, overrides, output_dir)

@@ -5,8 +5,14 @@ from click.testing import CliRunner
 
 from presets._staleness import resolve_staleness, staleness_overrides
 from simrl.cli.main import cli
-from simrl.config import ConfigError, load_config
+from simrl.config import load_config
+from simrl.policy import PolicyError
 from simrl.policy.registry import policy_kinds
+
+
+def KIND(overrides):  # noqa: N802 - the CLI's reading: the loaded configuration's policy kind
+    return load_config(overrides=overrides).policy.kind
+
 
 #: presets whose knob cannot express the asked bound exactly (the answer says so)
 NOT_BOUNDED_AT_2 = {"verl", "slime"}
@@ -34,20 +40,20 @@ def test_knob_translations_follow_each_upstream_meaning():
     # no bound below 1 exists for these knobs: the nearest is taken and said
     assert staleness_overrides("openrlhf", 0).overrides == ("policy.async_queue_size=1",)
     assert "nearest bound is 1" in staleness_overrides("nemo_rl", 0).note
-    with pytest.raises(ConfigError, match="bounded_async"):
+    with pytest.raises(PolicyError, match="bounded_async"):
         staleness_overrides("sync", 2)
 
 
 def test_shorthand_is_the_option_and_conflicts_are_refused():
-    out, ans = resolve_staleness(None, ["policy=skyrl", "staleness=3"], None)
+    out, ans = resolve_staleness(["policy=skyrl", "staleness=3"], None, KIND)
     assert out == ["policy=skyrl", "policy.max_staleness_steps=3"] and ans.n == 3
-    assert resolve_staleness(None, ["policy=psrl"], None) == (["policy=psrl"], None)
-    with pytest.raises(ConfigError, match="given twice"):
-        resolve_staleness(None, ["policy=psrl", "staleness=3"], 2)
-    with pytest.raises(ConfigError, match="conflicts"):
-        resolve_staleness(None, ["policy=trl", "policy.max_staleness=3"], 1)
-    with pytest.raises(ConfigError, match="did you mean 'staleness'"):
-        resolve_staleness(None, ["stalenes=2"], None)
+    assert resolve_staleness(["policy=psrl"], None, KIND) == (["policy=psrl"], None)
+    with pytest.raises(PolicyError, match="given twice"):
+        resolve_staleness(["policy=psrl", "staleness=3"], 2, KIND)
+    with pytest.raises(PolicyError, match="conflicts"):
+        resolve_staleness(["policy=trl", "policy.max_staleness=3"], 1, KIND)
+    with pytest.raises(PolicyError, match="did you mean 'staleness'"):
+        resolve_staleness(["stalenes=2"], None, KIND)
 
 
 def test_cli_prints_the_knob_and_the_staleness_reached(tmp_path):
