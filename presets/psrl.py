@@ -5,17 +5,24 @@ Follows the design docs at ``lhy101/psrl_doc_preview@59c3ef46``: ``docs/design/
 ``docs/tutorial/configuration.md`` (the source itself was not available to us).
 
 * Admission (Reserve) -- one staleness buffer per version, ``staleness_buffer_entries`` (E)
-  entries each. A group dispatched at version v gets ``V_traj = v`` and reserves an entry in
-  buffer ``V_traj + staleness`` (its worst case); dispatch blocks while that buffer is full.
+  entries each. A group dispatched at version v (``V_traj = v``) reserves an entry in the
+  highest buffer of ``[v, v + staleness]`` that still has an EMPTY entry, falling back to
+  earlier ones; dispatch blocks only when none of them has room (upstream
+  ``StalenessInventory.reserve_data``). So at version 0 with enough instances
+  ``(staleness + 1) x E`` groups are in flight.
 * Routing -- a call may only run on an instance whose version is ``>= V_traj`` (``eligible``).
 * In flight -- the trainer pushes every version to the parameter server; each instance pulls
   on its own (``per_instance``): ``greedy`` as soon as a version exists, ``status_based`` once
   its indicator (``request_num``: running + waiting; ``kv_cache``: KV used fraction) falls
   below ``sync_threshold``. With ``partial_rollout_enable`` the pulling instance aborts its
   requests, keeping their tokens, and they re-enter the router (``abort_resume`` with re-route).
-* Filtering (Occupy) -- a finished group gives up its reservation and occupies the earliest
-  buffer with a free entry (never later than the reserved one, so the bound holds by
-  construction). ``dynamic_sampling_filter`` drops zero-variance groups (their entry is freed
+* Filtering (Occupy) -- upstream ``occupy_data_with_reserve``: a finished group first gives up
+  its reservation in buffer u, and a group still RESERVED in an earlier, not-READY buffer of
+  ``[V_traj, u - 1]`` whose own ``V_traj >= u - staleness`` moves into the vacated entry of u
+  (``clear_reserved_entries(move_across_buffer=True)``), so stragglers holding fallback
+  reservations are pushed later; then the finished group occupies the earliest buffer of
+  ``[V_traj, V_traj + staleness]`` with fewer than E occupied entries and an EMPTY one (the bound
+  holds by construction). ``dynamic_sampling_filter`` drops zero-variance groups (their entry is freed
   and refilled by a new dispatch). With ``redundant_rollout_enable`` a buffer accepts
   ``redundant_buffer_entries`` (B' > E) reservations, is READY once E entries are occupied, and
   the groups still reserved in it are aborted (the surplus).
@@ -23,7 +30,13 @@ Follows the design docs at ``lhy101/psrl_doc_preview@59c3ef46``: ``docs/design/
   version order; a buffer still holding RESERVED entries blocks training (it waits for its
   slowest group).
 
-The buffers live in ``PsrlState`` (``st.policy_state``): per buffer index, the reserved and occupied counts.
+The buffers live in ``PsrlState`` (``st.policy_state``): per buffer index, the reserved and occupied
+counts; a group's tag holds its buffer and its reservation's sequence number.
+
+Checked against the PSRL source ``Somoku/psrl@19c0474`` (``psrl/workers/ps/staleness_controller.py``:
+``reserve_data`` :607-725, candidates :698-703, ``target_buffer_id = max(candidate_ids)`` :712;
+``clear_reserved_entries`` :948, move-across search :1012-1033; ``occupy_data_with_reserve``
+:1147, occupy ``min(candidate_ids)`` :1201-1222).
 
 Approximations. Upstream's default ``staleness_buffer_entries`` is 512; the default scenario
 trains 32 groups per step, so the default here is 32 (an entry is one group, all n responses
@@ -31,7 +44,11 @@ done). Without ``partial_rollout_enable`` the docs do not say what a pulling ins
 running requests; here it pulls only when idle (nothing is interrupted). The ``throughput`` and
 ``hypothesis_test`` indicators, KV transfer through LMCache, migration and the proactive
 filter (``retry``/``truncate`` of STUCK buffers) are not modelled; a resumed request always
-re-prefills. ``sync_threshold`` None means: pull when idle. B' (``redundant_buffer_entries``)
+re-prefills. Entries are groups, not entry slots: when a reservation moves across buffers the
+one taken is the latest reservation of the earlier buffer (upstream takes the lowest-index
+RESERVED entry, and a buffer is reserved from its last entry backwards), and the redundant
+case (upstream's second branch of ``occupy_data_with_reserve``) uses the same rule as the
+normal one. ``sync_threshold`` None means: pull when idle. B' (``redundant_buffer_entries``)
 defaults to E + E/8, our choice. N' > n redundancy cannot be expressed (the workload fixes n).
 """
 
@@ -48,6 +65,7 @@ from simrl.policy.base import (
     PublishActions,
     Verdict,
 )
+from simrl.policy.errors import PolicyError
 from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
 from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync, SyncScope
@@ -58,6 +76,7 @@ class PsrlState:
     """The staleness buffers: buffers consumed by the trainer; per buffer index, reserved and occupied counts."""
 
     consumed: int = 0
+    seq: int = 0  # reservations made so far (a reservation's order within its buffer)
     res: dict[int, int] = attrs.field(factory=dict)
     occ: dict[int, int] = attrs.field(factory=dict)
 
@@ -118,8 +137,16 @@ class PsrlPolicy(Policy):
         # consumed: buffers taken by the trainer; res/occ: buffer index -> count
         return st.policy_state
 
-    def _target(self, st: PipelineState) -> int:
-        return st.version + self.staleness
+    def _has_empty(self, b: PsrlState, u: int) -> bool:
+        return b.res.get(u, 0) + b.occ.get(u, 0) < self.reserve_capacity
+
+    def _reserve_target(self, st: PipelineState) -> int | None:
+        """reserve_data: the highest buffer of [v, v + eta] with an EMPTY entry (None: wait)."""
+        b = self._bufs(st)
+        for u in range(st.version + self.staleness, max(st.version, b.consumed) - 1, -1):
+            if self._has_empty(b, u):
+                return u
+        return None
 
     @property
     def sync_spec(self) -> Sync:
@@ -131,16 +158,17 @@ class PsrlPolicy(Policy):
         return Staleness(self.staleness, Enforcement.ADMISSION)  # the per-version buffers
 
     def admit(self, st: PipelineState) -> bool:
-        b = self._bufs(st)
-        u = self._target(st)
-        if u < b.consumed:
-            return False
-        return b.res.get(u, 0) + b.occ.get(u, 0) < self.reserve_capacity
+        return self._reserve_target(st) is not None
 
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         b = self._bufs(st)
-        u = self._target(st)
+        u = self._reserve_target(st)
+        if u is None:
+            raise PolicyError(f"psrl: group {group.gid} dispatched with no buffer of "
+                              f"[{st.version}, {st.version + self.staleness}] free")
         group.tag["reserved"] = u
+        group.tag["seq"] = b.seq
+        b.seq += 1
         b.res[u] = b.res.get(u, 0) + 1
 
     def _unreserve(self, b: PsrlState, group: GroupRecord) -> None:
@@ -148,20 +176,39 @@ class PsrlPolicy(Policy):
         if u in b.res:
             b.res[u] -= 1
 
+    def _move_into(self, b: PsrlState, u: int, group: GroupRecord, st: PipelineState) -> None:
+        """clear_reserved_entries(move_across_buffer=True): refill u's vacated entry from an earlier buffer."""
+        e = self.staleness_buffer_entries
+        for bid in range(max(group.dispatch_version, b.consumed), min(group.dispatch_version + self.staleness, u - 1) + 1):
+            if b.occ.get(bid, 0) >= e:  # READY or READY_WITH_CAPACITY: skipped
+                continue
+            movable = [g for g in st.running.values()
+                       if g.tag.get("reserved") == bid and g.dispatch_version >= u - self.staleness]
+            if movable:
+                mover = max(movable, key=lambda g: g.tag["seq"])
+                b.res[bid] -= 1
+                b.res[u] = b.res.get(u, 0) + 1
+                mover.tag["reserved"] = u
+                return
+
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
         b = self._bufs(st)
         reserved = group.tag["reserved"]
         self._unreserve(b, group)
         if self.dynamic_sampling_filter and group.reward_std() == 0.0:
             return Verdict.DROP
-        e, cap = self.staleness_buffer_entries, self.reserve_capacity
-        for u in range(b.consumed, reserved + 1):
+        self._move_into(b, reserved, group, st)
+        e = self.staleness_buffer_entries
+        lo = max(group.dispatch_version, b.consumed)
+        for u in range(lo, group.dispatch_version + self.staleness + 1):
             occ = b.occ.get(u, 0)
-            if occ < e and occ + b.res.get(u, 0) < cap:
+            if occ < e and self._has_empty(b, u):
                 b.occ[u] = occ + 1
                 group.tag["buffer"] = u
                 return Verdict.ACCEPT
-        return Verdict.DROP  # unreachable: its own reservation left a free entry
+        if self.redundant_rollout_enable:
+            return Verdict.DROP  # a redundant group with no entry left below E: surplus
+        raise PolicyError(f"psrl: group {group.gid} (V_traj={group.dispatch_version}) found no buffer to occupy")
 
     def after_group_done(self, st: PipelineState) -> PublishActions:
         if not self.redundant_rollout_enable:

@@ -14,9 +14,12 @@ chunks, dynamic-sampling filter, abort of the remainder), ``slime/rollout/fully_
   many.
 * In flight -- once the target is kept, every remaining request is aborted (tokens wasted);
   with ``partial_rollout`` they are kept instead and continue in the next rollout (``sync``:
-  aborted at the colocated pause and re-prefilled after it). ``train_async`` drains: the
-  update waits for the rollout in progress. ``fully_async``: an update aborts the running
-  groups, which restart from scratch (requeued).
+  aborted at the colocated pause and re-prefilled after it), as the head of its first chunk:
+  upstream's data source serves recycled groups first inside ``over_sampling_batch_size``
+  (``data_source.py`` ``pop_first``), so that chunk adds only chunk - carried new groups. ``train_async`` drains: the
+  update waits for the rollout in progress. ``fully_async``: an update waits until the next
+  rollout's target is collected (``train_async.py:66-70``, ``ready_to_publish``), then aborts
+  the running groups, which restart from scratch (requeued).
 * Filtering -- ``dynamic_sampling_filter_path`` (``check_reward_nonzero_std``) drops
   zero-variance groups and more are sampled.
 * Batch -- exactly the target in groups per step, in completion order.
@@ -32,7 +35,9 @@ are trained as one batch of ``interval * rollout_batch_size`` groups. In ``train
 half-finished group across the update); upstream keeps its tokens. The fully-async
 concurrency is counted in groups, as the example worker does. ``mask_offpolicy_in_partial_
 rollout`` changes the loss, not the timeline. Upstream's ``rollout_batch_size`` has no default;
-the default scenario's 32 groups is used.
+the default scenario's 32 groups is used. In ``fully_async`` the last step also waits for a
+next rollout before its update (upstream skips that wait after the last rollout), and groups
+whose calls never started are requeued too (no tokens are lost).
 """
 
 from __future__ import annotations
@@ -147,12 +152,23 @@ class SlimePolicy(Policy):
         # The rollout is complete: the next one starts counting; the remainder is cut.
         running = tuple(st.running)
         carry = self.partial_rollout and self.mode == "sync"
-        ro.r, ro.kept, ro.filt, ro.chunk, ro.sub = ro.r + 1, 0, 0, 0, (len(running) if carry else 0)
+        ro.r, ro.kept, ro.filt, ro.chunk, ro.sub = ro.r + 1, 0, 0, 0, 0
         if carry:
+            # The carried groups are the head of the next rollout's first chunk: upstream's data
+            # source serves recycled groups first inside `over_sampling_batch_size`
+            # (data_source.py pop_first), so that chunk adds only chunk - carried new groups.
+            ro.sub = len(running)
+            ro.chunk = max(self.chunk - len(running), 0)
             return PublishActions()
         if self.partial_rollout:
             return PublishActions(requeue_running=running)
         return PublishActions(abort_running=running)
+
+    def ready_to_publish(self, st: PipelineState) -> bool:
+        # train_async.py:66-70: before update_weights the driver waits for the next rollout
+        # (`ray.get(rollout_data_next_future)`); in fully_async that call returns once the
+        # target of groups is collected from the continuous generation.
+        return self.mode != "fully_async" or len(st.buffer) >= self.target
 
     def on_publish(self, st: PipelineState) -> PublishActions:
         if self.mode == "fully_async":

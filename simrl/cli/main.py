@@ -95,10 +95,13 @@ def load(config_path, overrides, output_dir=None):
               help="Directory the run directory goes into (sets run.output_dir).")
 @click.option("--png", is_flag=True,
               help="Also render the plots as PNG (seconds per run; the HTML views are always written).")
+@click.option("--staleness", "staleness", type=click.IntRange(min=0), default=None,
+              help="Bound staleness at N versions with the policy's own knob (also `staleness=N`); "
+                   "prints which knob it set.")
 @common_options
 @json_option
 @click.argument("overrides", nargs=-1)
-def run_cmd(config_path, output_dir, png, as_json, overrides):
+def run_cmd(config_path, output_dir, png, as_json, overrides, staleness=None):
     """Run one simulation and write <run.output_dir>/<run-name>/.
 
     The run directory is built beside its final place and renamed in when complete: a rerun
@@ -112,6 +115,16 @@ def run_cmd(config_path, output_dir, png, as_json, overrides):
     t0 = _T_START
     phases = {"start-up": time.perf_counter() - t0}  # interpreter and imports
     with user_errors():
+        from presets._staleness import resolve_staleness
+        from simrl.policy import PolicyError
+
+        try:
+            overrides, asked = resolve_staleness(overrides, staleness,
+                                                 lambda ovs: load(config_path, ovs).policy.kind)
+        except PolicyError as exc:
+            abort(str(exc))
+        if asked is not None:
+            info(asked.message())
         cfg = load(config_path, overrides, output_dir)
         check_output_dir(cfg.run.output_dir, "run.output_dir (-o/--output)")
         phases["configure"] = time.perf_counter() - t0 - sum(phases.values())
@@ -135,6 +148,9 @@ def run_cmd(config_path, output_dir, png, as_json, overrides):
                             "wall_s": round(wall, 3), "phases_s": {k: round(v, 3) for k, v in phases.items()}}))
     else:
         info(render_summary(report, wall))
+        if asked is not None:
+            info(f"staleness asked {asked.n}: reached max {report.totals['staleness_max']}, mean "
+                 f"{report.totals['staleness_mean']:.2f}, bound declared {report.totals['staleness_bound']}")
         click.echo(f"run directory: {out}")
     if report.diagnosis:
         warn("the run stopped early:\n" + report.diagnosis)

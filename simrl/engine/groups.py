@@ -44,8 +44,8 @@ class Tally:
     trajectories_dispatched: int = 0
     trajectories_trained: int = 0
     trajectories_dropped: int = 0
-    tokens_generated: int = 0  # tokens of finished calls (abort-restart losses are counted apart)
-    tokens_wasted_abort: int = 0  # discarded by abort-and-restart
+    tokens_generated: int = 0  # tokens of finished calls, less those of groups later aborted
+    tokens_wasted_abort: int = 0  # discarded by abort-and-restart or by aborting a group (all its tokens)
     tokens_wasted_filter: int = 0  # in groups the policy dropped
     tokens_reprefilled: int = 0  # recomputed after abort-resume or preemption
     preemptions: int = 0
@@ -247,10 +247,10 @@ class GroupBook:
         actions = self.policy.on_publish(self.st)
         if evicted:
             actions = attrs.evolve(actions, drop_buffered=evicted + actions.drop_buffered)
-        self.apply(actions)
+        self.apply(actions, evicted=frozenset(evicted))
 
-    def apply(self, actions: PublishActions) -> None:
-        """Carry out a policy's `PublishActions`."""
+    def apply(self, actions: PublishActions, evicted: frozenset[int] = frozenset()) -> None:
+        """Carry out a policy's `PublishActions` (``evicted``: the engine's staleness evictions among them)."""
         for gid in actions.abort_running:
             if gid in self.st.running:
                 self.abort_group(gid)
@@ -261,13 +261,20 @@ class GroupBook:
         drop = set(actions.drop_buffered)
         if drop:
             for g in [g for g in self.st.buffer if g.gid in drop]:
+                by = "staleness" if g.gid in evicted else "policy"  # the engine's eviction or the policy's
+                self.log("buffer_drop", gid=g.gid, by=by, min_version=g.min_version)
                 self.drop_group(g)
             self.st.buffer = [g for g in self.st.buffer if g.gid not in drop]
 
-    def drop_group(self, g: GroupRecord) -> None:
+    def drop_group(self, g: GroupRecord, aborted: bool = False) -> None:
+        """Discard a group; its finished calls' tokens are filter waste, or abort waste if it was aborted."""
         self.st.groups_dropped += 1
         self.tally.trajectories_dropped += len(g.trajs)
-        self.tally.tokens_wasted_filter += g.completion_tokens
+        if aborted:  # docs/model.md: every token of an aborted group is tokens_wasted_abort
+            self.tally.tokens_generated -= g.completion_tokens
+            self.tally.tokens_wasted_abort += g.completion_tokens
+        else:
+            self.tally.tokens_wasted_filter += g.completion_tokens
 
     def abort_group(self, gid: int) -> None:
         """Abort an in-flight group the policy gave up on (its tokens are wasted)."""
@@ -278,7 +285,7 @@ class GroupBook:
         for r in self.router.remove_group(g):
             self.on_discard(r, r.generated)
         g.finish_time = self.env.now
-        self.drop_group(g)
+        self.drop_group(g, aborted=True)
         self.log("group_abort", gid=gid)
 
     def trained(self, batch: list[GroupRecord]) -> None:

@@ -249,6 +249,8 @@ class Instance:
         if not self.reserve:
             self.kv_used += self.n_decoding
         for r, take in chunks:
+            if r not in self.prefilling:
+                continue  # its group was aborted during the iteration (remove_group released it)
             r.prefill_remaining -= take
             if r.prefill_remaining == 0:
                 self.prefilling.remove(r)

@@ -37,10 +37,15 @@ class Weights:
 
     # -- global publication ------------------------------------------------------------------
     def publish(self) -> Generator:
-        """Make version v+1 usable by rollout, applying the declared sync."""
+        """Make version v+1 usable by rollout (once the policy is ready), applying the declared sync."""
+        self.st.now = self.env.now
+        while not self.policy.ready_to_publish(self.st):
+            yield self.book.changed.wait()
+            self.st.now = self.env.now
         if self.sync.scope is SyncScope.PER_INSTANCE:
-            return self._push()
-        return PUBLISH[self.sync.rule](self)
+            yield from self._push()
+        else:
+            yield from PUBLISH[self.sync.rule](self)
 
     def _push(self):
         # Push to the parameter server; each instance pulls on its own (`pull`).
@@ -71,12 +76,18 @@ class Weights:
         self.book.dispatch_paused = False
 
     def _pause(self):
-        yield from self._pause_transfer_resume(self.sync.rule)
+        # Upstream holds new rollouts while the weights change (AReaL rollout.pause(), ROLL
+        # pause_sampling, verl/SkyRL pause_generation): a group admitted meanwhile is dispatched
+        # at the resume, stamped v+1, the version its first token uses.
+        self.book.dispatch_paused = True
+        yield from self._pause_transfer_resume(self.sync.rule, release_dispatch=True)
 
-    def _pause_transfer_resume(self, rule: InflightRule):
+    def _pause_transfer_resume(self, rule: InflightRule, release_dispatch: bool = False):
         yield from self.pause_all(rule)
         yield self.env.timeout(self.publish_s(len(self.instances)))
         self.set_version(self.st.version + 1, keep_running=True)
+        if release_dispatch:
+            self.book.dispatch_paused = False
         self.resume_all()
 
     # -- colocated placement: rollout pauses for the whole training step ----------------------

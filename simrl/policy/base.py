@@ -179,6 +179,15 @@ class Policy:
         """How new weights reach rollout (`simrl.engine.weights` enforces it)."""
         return Sync()
 
+    def ready_to_publish(self, st: PipelineState) -> bool:
+        """May the trainer publish the version it just trained?
+
+        Asked when a step's training ends and again after every change until it is true;
+        rollout goes on meanwhile. True (the default) publishes at once; slime's
+        ``train_async.py`` first waits for the next rollout's target to be collected.
+        """
+        return True
+
     def should_pull(self, load: InstanceLoad, st: PipelineState) -> bool:
         """Per-instance sync only: may this instance pull the newer version now?
 

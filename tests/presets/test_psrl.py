@@ -2,6 +2,8 @@
 
 from preset_scenarios import group_finish, run, uniform_workload
 
+from workloads.types import build_workload, single_turn_group
+
 STRAGGLER = 3  # workload group 3 is dispatched first, as gid 3
 
 
@@ -31,3 +33,52 @@ def test_bound_holds_with_per_instance_pulls():
     assert len(by_version) >= len(rep.steps) - 1
     assert any(len(ts) > 1 for ts in by_version.values())
     assert rep.totals["aborts"] > 0  # partial rollout: requests on a pulling instance are re-routed
+
+
+# Upstream: Somoku/psrl@19c0474, psrl/workers/ps/staleness_controller.py.
+#   reserve_data (:607-725): candidates are buffers in [max_id - staleness, max_id] with an EMPTY
+#   entry (:698-703), max_id = v + staleness; target_buffer_id = max(candidate_ids) (:712).
+#   clear_reserved_entries(move_across_buffer=True) (:948, search :1012-1033) refills the
+#   vacated entry from an earlier buffer; occupy_data_with_reserve (:1147) then occupies
+#   min(candidate_ids) (:1201-1222).
+
+
+def _dispatch_times(sim):
+    return [e["t"] for e in sim.events if e["kind"] == "group_dispatch"]
+
+
+def test_reserve_falls_back_across_buffers_eta_plus_one_batches_in_flight():
+    # eta=2, E=4, version 0, 4 instances (every call starts at once): buffers 2, 1, 0 each take
+    # 4 reservations (highest first), so (2+1) x 4 = 12 groups start at t=0 and the 13th waits
+    # for a group to finish (every completion is 1000 tokens; nothing finishes at t=0).
+    wl = uniform_workload(groups=48, n=2, completion=1000)
+    rep, sim = run(["policy=psrl", "policy.staleness=2", "policy.staleness_buffer_entries=4",
+                    "deployment.rollout.instances=4"], wl, step_s=1.0)
+    times = _dispatch_times(sim)
+    first_done = min(e["t"] for e in sim.events if e["kind"] == "group_done")
+    assert sum(1 for t in times if t == 0.0) == 12
+    assert min(t for t in times if t > 0.0) >= first_done
+    assert rep.totals["staleness_max"] <= 2
+
+
+def test_a_finished_group_pulls_an_earlier_reservation_into_its_slot():
+    # eta=1, E=2, one instance. At version 0: g0, g1 reserve buffer 1 (the highest with room),
+    # g2, g3 fall back to buffer 0. g3 is the straggler (4000 tokens).
+    # g0 done (100 tok): leaves buffer 1; the latest reservation of buffer 0 with V_traj >= 1-1
+    #   is g3: it moves to buffer 1; g0 occupies buffer 0 (earliest with an EMPTY entry).
+    # g1 done (200 tok): g2 moves from buffer 0 to buffer 1; g1 occupies buffer 0 -> READY.
+    # So step 1 trains {g0, g1} as soon as g1 is done, not when the straggler is; step 2 (buffer 1:
+    # g2 occupied, g3 reserved) waits for g3. Without the move g3's fallback reservation would
+    # keep buffer 0 STUCK until 4000 tokens are out.
+    groups = [single_turn_group(0, 2, 100, [100, 100], [0.0, 1.0]),
+              single_turn_group(1, 2, 100, [200, 200], [0.0, 1.0]),
+              single_turn_group(2, 2, 100, [300, 300], [0.0, 1.0]),
+              single_turn_group(3, 2, 100, [4000, 100], [0.0, 1.0])]
+    groups += [single_turn_group(g, 2, 100, [100, 100], [0.0, 1.0]) for g in range(4, 16)]
+    wl = build_workload("move", 0, groups)
+    rep, sim = run(["policy=psrl", "policy.staleness=1", "policy.staleness_buffer_entries=2",
+                    "run.training_steps=2"], wl, step_s=0.5)
+    assert sum(1 for t in _dispatch_times(sim) if t == 0.0) == 4
+    assert rep.steps[0].batch_ready == group_finish(rep, 1) < group_finish(rep, 3)
+    assert rep.steps[1].batch_ready == group_finish(rep, 3)
+    assert sorted(rep.steps[0].staleness) == [0, 0]
