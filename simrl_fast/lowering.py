@@ -61,6 +61,11 @@ class FastPathUnsupported(ValueError):
     """A configuration outside `FEATURES`; the message names the feature."""
 
 
+class FastPathNoProgress(RuntimeError):
+    """A configuration that can never finish: it dispatches groups forever without training
+    (e.g. every group is dropped). A diagnosis, where a loop would otherwise never end."""
+
+
 def _reject(feature: str, detail: str = "") -> None:
     msg = f"simrl_fast does not support {feature}"
     if detail:
@@ -285,6 +290,10 @@ def lower(cfg, workload, costs) -> tuple[Static, Params, WorkloadArrays]:
         _reject("a weight publication time of 0")
     train_a, per_tok = _training_terms(cfg, costs)
     ro = _rollout_form(cfg, costs)
+    if pp.drop_zero_variance and wa.zero_var.all():
+        raise FastPathNoProgress(
+            f"every group of workload {workload.name!r} has rewards with zero variance and policy {cfg.policy.kind!r} "
+            "drops such groups (drop_zero_variance=1): no batch can ever form, the run would dispatch groups forever")
     stale_bound = int(pp.staleness_bound)
     params = Params(
         n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs), kv_cap=np.int64(kv_cap),

@@ -98,34 +98,38 @@ def _simpy_row(cfg, workload, costs) -> dict:
 
 
 def _run_fast(items, chunk: int, ray_address: str | None, tick) -> list[dict]:
+    """Summaries of lowered configurations sharing a workload: one Static (one compile) for every
+    chunk; the last chunk is padded to the chunk size by `run_params`."""
+    from simrl_fast.lowering import static_for
+
     params = [p for _, p, _ in items]
     wa = items[0][2]
-    chunks = [params[i:i + chunk] for i in range(0, len(params), chunk)]
+    static = static_for(params, wa)
     if ray_address:
         try:
             import ray
         except ImportError:
             raise RuntimeError("--ray needs the ray package (pip install 'simrl[ray]'); it is not installed") from None
+        size = min(chunk, len(params))
+        chunks = [params[i:i + size] for i in range(0, len(params), size)]
         ray.init(address=ray_address, ignore_reinit_error=True)
         task = ray.remote(_fast_chunk)
-        futures = [task.remote(c, wa) for c in chunks]
+        futures = [task.remote(c, wa, static, size) for c in chunks]
         out = []
         for c, f in zip(chunks, futures, strict=True):
             out.extend(ray.get(f))
             tick(len(c))
         return out
-    out = []
-    for c in chunks:
-        out.extend(_fast_chunk(c, wa))
-        tick(len(c))
-    return out
+    return _fast_chunk(params, wa, static, min(chunk, len(params)), tick)
 
 
-def _fast_chunk(params, wa) -> list[dict]:
+def _fast_chunk(params, wa, static, chunk: int, tick=None) -> list[dict]:
     from simrl_fast.engine import run_params
 
-    res = run_params(params, wa)
-    return [res.summary(m) for m in range(len(params))]
+    real = len(params)
+    padded = params + [params[0]] * max(chunk - real, 0)  # a shorter Ray chunk: the same batch size
+    res = run_params(padded, wa, chunk=chunk, static=static, on_chunk=tick)
+    return [res.summary(m) for m in range(real)]
 
 
 def render_rows(rows: list[dict], fmt: str) -> str:

@@ -67,3 +67,20 @@ def test_bad_grid_and_missing_ray_are_clear(tmp_path):
     except ImportError:
         r = CliRunner().invoke(main, [*BASE, "--ray", "auto", "-o", str(tmp_path / "y.csv")])
         assert r.exit_code == 2 and "ray" in r.output
+
+
+def test_a_chunk_smaller_than_the_grid_compiles_once(tmp_path):
+    """The last, shorter chunk is padded and every chunk shares one Static: one trace per sweep."""
+    pytest.importorskip("jax")
+    from simrl_fast.engine import TRACE_COUNT
+
+    out = tmp_path / "c.json"
+    before = TRACE_COUNT["run"]
+    r = CliRunner().invoke(main, [*BASE, "--grid", "deployment.rollout.instances=1,2,3", "--grid",
+                                  "deployment.rollout.max_num_seqs=4,8", "--chunk", "4", "--quiet", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert TRACE_COUNT["run"] == before + 1
+    rows = json.loads(out.read_text())
+    assert len(rows) == 6 and all(row["complete"] for row in rows)
+    assert [(row["deployment.rollout.instances"], row["deployment.rollout.max_num_seqs"]) for row in rows][-2:] == \
+        [("3", "4"), ("3", "8")]
