@@ -275,10 +275,13 @@ def _training_terms(cfg, costs) -> tuple[float, float]:
     return float(a), float(per_tok)
 
 
-def lower(cfg, workload, costs) -> tuple[Static, Params, WorkloadArrays]:
-    """Check and lower one configuration. Units: seconds and tokens."""
+def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Static, Params, WorkloadArrays]:
+    """Check and lower one configuration. Units: seconds and tokens.
+
+    ``wa``: ``lower_workload(workload)`` when the caller already has it (a sweep lowers its
+    workload once; it is most of the cost of lowering a configuration)."""
     check_supported(cfg, workload, costs)
-    wa = lower_workload(workload)
+    wa = lower_workload(workload) if wa is None else wa
     r = cfg.deployment.rollout
     pp = lower_policy(cfg.policy, LoweringContext(group_size=wa.prompt.shape[1], instances=r.instances))
     kv_cap = r.kv_capacity_tokens or int(costs.rollout.kv_capacity_tokens())

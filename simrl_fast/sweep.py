@@ -18,6 +18,8 @@ import os
 import tempfile
 from collections.abc import Callable
 
+import numpy as np
+
 from simrl.config import load_config, unstructure
 from simrl.cost.build import build_costs
 
@@ -44,45 +46,119 @@ def _workload_key(cfg) -> str:
     return json.dumps([unstructure(cfg)["workload"], cfg.run.seed], sort_keys=True, default=str)
 
 
+#: grid keys whose value lands in exactly one lowered `Params` field, written there directly (the
+#: configuration is not re-parsed or re-lowered per grid point), as long as no other grid axis
+#: starts with one of the listed prefixes (keys those values could interact with)
+DIRECT = {
+    "deployment.rollout.max_num_seqs": ("max_seqs", ("cost.", "deployment.")),
+    "run.training_steps": ("steps", ("run.",)),
+    "router.name": ("router", ("router.",)),
+}
+
+
 def run_sweep(config_path: str | None, combos: list[list[str]], engine: str = "fast", fallback: str = "error",
               chunk: int = 128, ray_address: str | None = None,
               progress: Callable[[int], None] | None = None) -> list[dict]:
     """Run every override list in ``combos``; rows in the same order. ``engine``: fast | simpy.
 
     With ``fallback='simpy'`` configurations outside the fast path's feature set run on SimPy;
-    with ``'error'`` the first one raises `FastPathUnsupported` naming it.
+    with ``'error'`` the first one raises `FastPathUnsupported` naming it. On the fast engine,
+    grid axes in `DIRECT` are lowered once per value and written into the lowered parameters of
+    each combination of the other axes (`direct_columns`), so a grid over them parses and lowers
+    one configuration per combination of the remaining axes, not one per grid point.
     """
     from simrl.engine.sim import load_workload
 
-    cfgs = [load_config(config_path, c) for c in combos]
-    workloads: dict[str, object] = {}
-    for cfg in cfgs:
-        workloads.setdefault(_workload_key(cfg), None)
-    rows: list[dict | None] = [None] * len(cfgs)
+    direct = direct_columns(config_path, combos) if engine == "fast" else {}
+    rows: list[dict | None] = [None] * len(combos)
     tick = progress or (lambda k: None)
+    workloads: dict[str, object] = {}
+    lowered_wl: dict[str, object] = {}
     fast_groups: dict[str, list[tuple[int, object, object]]] = {}
-    for m, cfg in enumerate(cfgs):
-        key = _workload_key(cfg)
-        if workloads[key] is None:
-            workloads[key] = load_workload(cfg)
-        costs = build_costs(cfg)
-        if engine == "fast":
-            from simrl_fast.lowering import FastPathUnsupported, lower
+    reduced: dict[tuple, tuple] = {}  # combination of the other axes -> (cfg, key, lowered or exception)
+    cfgs = {} if direct else {m: load_config(config_path, c) for m, c in enumerate(combos)}
+    for m, combo in enumerate(combos):
+        rest = tuple(v for j, v in enumerate(combo) if j not in direct)
+        if rest not in reduced:
+            cfg = cfgs[m] if not direct else load_config(config_path, list(rest))
+            key = _workload_key(cfg)
+            if key not in workloads:
+                workloads[key] = load_workload(cfg)
+            lowered: object = None
+            if engine == "fast":
+                from simrl_fast.lowering import FastPathUnsupported, lower, lower_workload
 
-            try:
-                lowered = lower(cfg, workloads[key], costs)
-            except FastPathUnsupported as exc:
-                if fallback != "simpy":
-                    raise FastPathUnsupported(f"configuration {' '.join(combos[m])}: {exc}") from None
-            else:
-                fast_groups.setdefault(key, []).append((m, lowered[1], lowered[2]))
-                continue
-        rows[m] = _simpy_row(cfg, workloads[key], costs)
+                try:
+                    if key not in lowered_wl:
+                        lowered_wl[key] = lower_workload(workloads[key])
+                    lowered = lower(cfg, workloads[key], build_costs(cfg), wa=lowered_wl[key])
+                except FastPathUnsupported as exc:
+                    lowered = exc
+            reduced[rest] = (cfg, key, lowered)
+            if not direct:
+                reduced = {rest: reduced[rest]}  # nothing is shared between grid points: keep one
+        cfg, key, lowered = reduced[rest]
+        if engine == "fast" and not isinstance(lowered, Exception):
+            params = lowered[1]._replace(**{f: vals[combo[j]] for j, (f, vals) in direct.items()})
+            fast_groups.setdefault(key, []).append((m, params, lowered[2]))
+            continue
+        if engine == "fast" and fallback != "simpy":
+            raise type(lowered)(f"configuration {' '.join(combos[m])}: {lowered}") from None
+        full = cfgs.get(m) or load_config(config_path, combo)
+        rows[m] = _simpy_row(full, workloads[key], build_costs(full))
         tick(1)
     for items in fast_groups.values():
         for (m, _, _), summary in zip(items, _run_fast(items, chunk, ray_address, tick), strict=True):
             rows[m] = {**summary, "engine": "fast"}
     return [{**_grid_values(c), **{k: r[k] for k in METRICS}} for c, r in zip(combos, rows, strict=True)]
+
+
+def direct_columns(config_path: str | None, combos: list[list[str]]) -> dict[int, tuple[str, dict]]:
+    """Grid columns whose values are written straight into the lowered parameters.
+
+    Returns {column: (Params field, {override: lowered value})}. A column qualifies when every
+    combination has the same keys in the same order, its key is in `DIRECT`, appears once, no
+    other varying column has a key it may interact with, and lowering the first combination with
+    each of its values changes that one field only (values the config or the lowering rejects
+    disqualify it: the per-combination path then reports them).
+    """
+    from simrl.engine.sim import load_workload
+    from simrl_fast.lowering import lower
+
+    if len(combos) < 2 or len({len(c) for c in combos}) != 1:
+        return {}
+    keys = [o.partition("=")[0].strip() for o in combos[0]]
+    if any([o.partition("=")[0].strip() for o in c] != keys for c in combos):
+        return {}
+    varying = [j for j in range(len(keys)) if len({c[j] for c in combos}) > 1]
+    cand = [j for j in varying if keys[j] in DIRECT and keys.count(keys[j]) == 1
+            and not any(k != keys[j] and k.startswith(DIRECT[keys[j]][1]) for k in (keys[i] for i in varying))]
+    if not cand:
+        return {}
+    out: dict[int, tuple[str, dict]] = {}
+    first = combos[0]
+    try:
+        base_rest = [v for j, v in enumerate(first) if j not in cand]
+        cfg = load_config(config_path, base_rest)
+        workload = load_workload(cfg)
+        _, p0, _ = lower(cfg, workload, build_costs(cfg))
+    except Exception:  # the per-combination path reports it, with the combination named
+        return {}
+    for j in cand:
+        field = DIRECT[keys[j]][0]
+        vals = {}
+        try:
+            for v in sorted({c[j] for c in combos}):
+                c = load_config(config_path, [*base_rest, v])
+                _, p, _ = lower(c, workload, build_costs(c))
+                changed = [f for f in p._fields if np.asarray(getattr(p, f)) != np.asarray(getattr(p0, f))]
+                if changed not in ([], [field]):
+                    raise ValueError(changed)
+                vals[v] = getattr(p, field)
+        except Exception:
+            continue
+        out[j] = (field, vals)
+    return out
 
 
 def _grid_values(overrides: list[str]) -> dict:

@@ -84,3 +84,41 @@ def test_a_chunk_smaller_than_the_grid_compiles_once(tmp_path):
     assert len(rows) == 6 and all(row["complete"] for row in rows)
     assert [(row["deployment.rollout.instances"], row["deployment.rollout.max_num_seqs"]) for row in rows][-2:] == \
         [("3", "4"), ("3", "8")]
+
+
+def test_direct_grid_values_equal_per_point_lowering(monkeypatch):
+    """Axes in DIRECT are written into the lowered Params: the rows equal those of lowering every
+    point, while only one configuration per value of the other axes is parsed (plus one per value)."""
+    pytest.importorskip("jax")
+    from simrl_fast import sweep
+
+    grid = ["deployment.rollout.max_num_seqs=2,8", "run.training_steps=1,2", "policy.max_staleness=0,1",
+            "router.name=least_requests,round_robin"]
+    combos = sweep.expand_grid([*BASE[:-2], "workload.knobs.completion_knots=[[0,20],[1,80]]"], grid)
+    assert set(sweep.direct_columns(None, combos)) == {len(combos[0]) - 4, len(combos[0]) - 3, len(combos[0]) - 1}
+    loads = []
+    real = sweep.load_config
+    monkeypatch.setattr(sweep, "load_config", lambda path, ov: loads.append(ov) or real(path, ov))
+    rows = sweep.run_sweep(None, combos, chunk=16)
+    # 1 base + 2 + 2 + 2 values to qualify the three direct axes, then 2 staleness values.
+    assert len(loads) == 1 + 6 + 2
+    monkeypatch.setattr(sweep, "DIRECT", {})
+    assert rows == sweep.run_sweep(None, combos, chunk=16)
+    assert {r["training_steps"] for r in rows} == {1, 2} and all(r["complete"] for r in rows)
+
+
+def test_compilation_cache_is_on_by_default_and_can_be_moved_or_turned_off(monkeypatch, tmp_path):
+    pytest.importorskip("jax")
+    import jax
+
+    from simrl_fast import engine
+
+    assert jax.config.jax_compilation_cache_dir == engine.cache_dir()
+    monkeypatch.delenv("SIMRL_FAST_CACHE_DIR", raising=False)
+    monkeypatch.delenv("SIMRL_FAST_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert engine.cache_dir() == str(tmp_path / "simrl" / "jax")
+    monkeypatch.setenv("SIMRL_FAST_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert engine.cache_dir() == str(tmp_path / "elsewhere")
+    monkeypatch.setenv("SIMRL_FAST_CACHE", "0")
+    assert engine.cache_dir() is None
