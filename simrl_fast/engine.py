@@ -120,8 +120,9 @@ def _assemble(ys: StepOut, static: Static) -> tuple[np.ndarray, np.ndarray, np.n
     call_finish[mi, ys.fin_rid[mi, ti]] = ys.fin_t[mi, ti]
     mi, ti = np.nonzero(ys.fin_group)
     group_finish[mi, ys.fin_rid[mi, ti] // static.group_size] = ys.fin_t[mi, ti]
-    mi, ti = np.nonzero(ys.route_rid >= 0)
-    call_inst[mi, ys.route_rid[mi, ti]] = ys.route_inst[mi, ti]
+    rr, ri = ys.route_rid.reshape(m, -1), ys.route_inst.reshape(m, -1)  # a step routes up to n calls
+    mi, ti = np.nonzero(rr >= 0)
+    call_inst[mi, rr[mi, ti]] = ri[mi, ti]
     return call_finish, call_inst, group_finish
 
 
