@@ -10,6 +10,7 @@ See docs/fastpath.md.
 
 from simrl_fast.lowering import (
     FEATURES,
+    FastPathNoProgress,
     FastPathUnsupported,
     Params,
     Static,
@@ -19,7 +20,7 @@ from simrl_fast.lowering import (
 )
 
 __all__ = [
-    "FEATURES", "FastPathUnsupported", "Params", "Static", "WorkloadArrays", "lower", "run", "run_params",
+    "FEATURES", "FastPathNoProgress", "FastPathUnsupported", "Params", "Static", "WorkloadArrays", "lower", "run", "run_params",
     "simulate_batch", "stack_params",
 ]
 

@@ -3,8 +3,13 @@
 `run(static, params_batch, workload)` runs a stacked batch (leading axis M) and returns a
 `FastResults` of numpy arrays. `simulate_batch(configs, workload, costs)` lowers each
 configuration (rejecting unsupported ones), groups them into one Static, runs them, and
-retries with more group slots if a run dispatched more groups than the Static held.
-The step compiles once per (Static, M); `TRACE_COUNT` counts traces for the tests.
+retries with more group slots if a run dispatched more groups than the Static held -- but
+only while the retry makes progress (`FastPathNoProgress` otherwise: a configuration whose
+every group is dropped can never finish). The step compiles once per (Static, M): a sweep's
+last, shorter chunk is padded to the chunk size. `TRACE_COUNT` counts traces for the tests.
+
+The persistent compilation cache is on by default (`cache_dir()`: ``$SIMRL_FAST_CACHE_DIR``,
+else ``$XDG_CACHE_HOME/simrl/jax`` or ``~/.cache/simrl/jax``; ``SIMRL_FAST_CACHE=0`` turns it off).
 """
 
 from __future__ import annotations
@@ -15,19 +20,44 @@ import os
 import jax
 
 jax.config.update("jax_enable_x64", True)
-if os.environ.get("SIMRL_FAST_CACHE_DIR"):
-    # Opt-in persistent compilation cache: a compile costs seconds, a cached one milliseconds.
-    jax.config.update("jax_compilation_cache_dir", os.environ["SIMRL_FAST_CACHE_DIR"])
+
+
+def cache_dir() -> str | None:
+    """Where jax's persistent compilation cache lives (None: off, ``SIMRL_FAST_CACHE=0``)."""
+    if os.environ.get("SIMRL_FAST_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    if os.environ.get("SIMRL_FAST_CACHE_DIR"):
+        return os.environ["SIMRL_FAST_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "simrl", "jax")
+
+
+_CACHE = cache_dir()
+if _CACHE:
+    # A compile costs seconds, a cached one a fraction of that: on by default.
+    jax.config.update("jax_compilation_cache_dir", _CACHE)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from simrl_fast.lowering import Params, Static, WorkloadArrays, lower, stack_params, static_for  # noqa: E402
+from simrl_fast.lowering import (  # noqa: E402
+    FastPathNoProgress,
+    Params,
+    Static,
+    WorkloadArrays,
+    lower,
+    stack_params,
+    static_for,
+)
 from simrl_fast.results import FastResults  # noqa: E402
 from simrl_fast.state import T_DONE, SimState, StepOut, init_state  # noqa: E402
 from simrl_fast.step import make_step  # noqa: E402
 
 TRACE_COUNT = {"run": 0}
+
+#: group slots never grow beyond this multiple of the first bound (a backstop under the progress test)
+MAX_GROWTH = 64
 
 
 def _chunk_one(st: SimState, p: Params, w, static: Static) -> tuple[SimState, StepOut]:
@@ -90,8 +120,9 @@ def _assemble(ys: StepOut, static: Static) -> tuple[np.ndarray, np.ndarray, np.n
     call_finish[mi, ys.fin_rid[mi, ti]] = ys.fin_t[mi, ti]
     mi, ti = np.nonzero(ys.fin_group)
     group_finish[mi, ys.fin_rid[mi, ti] // static.group_size] = ys.fin_t[mi, ti]
-    mi, ti = np.nonzero(ys.route_rid >= 0)
-    call_inst[mi, ys.route_rid[mi, ti]] = ys.route_inst[mi, ti]
+    rr, ri = ys.route_rid.reshape(m, -1), ys.route_inst.reshape(m, -1)  # a step routes up to n calls
+    mi, ti = np.nonzero(rr >= 0)
+    call_inst[mi, rr[mi, ti]] = ri[mi, ti]
     return call_finish, call_inst, group_finish
 
 
@@ -107,21 +138,71 @@ def simulate_batch(configs, workload, costs, chunk: int | None = None) -> FastRe
     return run_params(params, wa, chunk=chunk)
 
 
-def run_params(params: list[Params], wa, chunk: int | None = None, max_groups: int | None = None) -> FastResults:
+def run_params(params: list[Params], wa, chunk: int | None = None, max_groups: int | None = None,
+               static: Static | None = None, on_chunk=None) -> FastResults:
     """Run lowered configurations in chunks of ``chunk``; grow the group slots on overflow.
 
     ``wa`` is one `WorkloadArrays` for all, or a list with one per configuration (same shapes).
+    Every chunk runs with one Static and one batch size (the last chunk is padded with copies of
+    its first configuration, whose rows are dropped), so a sweep compiles once. When a run
+    dispatches more groups than the Static holds it is re-run with twice the group slots, as long
+    as the overflowing configurations made progress (more training steps or trained groups than
+    with half the slots); otherwise `FastPathNoProgress` names them and what they did.
+    ``static``: the shapes to use (e.g. one Static for every chunk of a sharded sweep; it must hold
+    every configuration); ``on_chunk(k)`` is called after each chunk with its real size.
     """
     per = isinstance(wa, list)
-    static = static_for(params, wa[0] if per else wa, max_groups)
-    chunk = chunk or len(params)
+    w0 = wa[0] if per else wa
+    static = static or static_for(params, w0, max_groups)
+    first_bound = static.max_groups
+    prev = None
+    while True:
+        res = _run_chunks(params, wa, per, static, chunk or len(params), on_chunk)
+        if not res.overflow.any():
+            return res
+        over = np.nonzero(res.overflow)[0]
+        prog = {int(m): _progress(res, m) for m in over}
+        # Stalled: twice the slots, at least one more pass over the workload's prompts, and not one
+        # more group accepted nor step trained -- every extra group was dropped.
+        stalled = [m for m in over if prev is not None and static.max_groups >= 2 * static.groups
+                   and prog[int(m)] <= prev.get(int(m), (-1, -1))]
+        if stalled or 2 * static.max_groups > MAX_GROWTH * first_bound:
+            m = int(stalled[0]) if stalled else int(over[0])
+            steps, accepted = prog[m]
+            raise FastPathNoProgress(
+                f"configuration {m} of the batch makes no progress: it dispatched {int(res.groups_dispatched[m])} "
+                f"groups but finished only {steps} of {int(res.steps[m])} training steps (groups accepted: {accepted}); "
+                f"doubling the group slots to {static.max_groups} accepted no further group, so every further group "
+                "is dropped (zero reward variance with drop_zero_variance=1, or staleness drops) and the run can "
+                "never finish")
+        prev = prog
+        grown = static_for(params, w0, 2 * static.max_groups)
+        static = static._replace(max_groups=grown.max_groups, max_chunks=grown.max_chunks)
+
+
+def _progress(res: FastResults, m: int) -> tuple[int, int]:
+    """(training steps done, groups accepted): both only grow as a run gets further."""
+    return int(res.steps_done[m]), int(res.groups_accepted[m])
+
+
+def _run_chunks(params: list[Params], wa, per: bool, static: Static, chunk: int, on_chunk) -> FastResults:
+    chunk = min(chunk, len(params))
     parts = []
     for lo in range(0, len(params), chunk):
         batch = params[lo:lo + chunk]
-        w = WorkloadArrays(*(np.stack([getattr(x, f) for x in wa[lo:lo + chunk]]) for f in WorkloadArrays._fields)) \
-            if per else wa
+        real = len(batch)
+        pad = chunk - real
+        batch = batch + [batch[0]] * pad
+        if per:
+            ws = wa[lo:lo + chunk]
+            ws = ws + [ws[0]] * pad
+            w = WorkloadArrays(*(np.stack([getattr(x, f) for x in ws]) for f in WorkloadArrays._fields))
+        else:
+            w = wa
         res = run(static, stack_params(batch), w, per_config_workload=per)
-        if res.overflow.any():
-            return run_params(params, wa, chunk, max_groups=2 * static.max_groups)
-        parts.append(res)
+        parts.append(FastResults(*(getattr(res, f)[:real] for f in FastResults._fields)) if pad else res)
+        if on_chunk:
+            on_chunk(real)
+        if res.overflow[:real].any():
+            return FastResults.concat(parts)  # the caller grows the group slots and runs everything again
     return FastResults.concat(parts)

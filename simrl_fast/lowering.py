@@ -65,6 +65,11 @@ class FastPathUnsupported(ValueError):
     """A configuration outside `FEATURES`; the message names the feature."""
 
 
+class FastPathNoProgress(RuntimeError):
+    """A configuration that can never finish: it dispatches groups forever without training
+    (e.g. every group is dropped). A diagnosis, where a loop would otherwise never end."""
+
+
 def _reject(feature: str, detail: str = "") -> None:
     msg = f"simrl_fast does not support {feature}"
     if detail:
@@ -284,10 +289,13 @@ def _training_terms(cfg, costs) -> tuple[float, float]:
     return float(a), float(per_tok)
 
 
-def lower(cfg, workload, costs) -> tuple[Static, Params, WorkloadArrays]:
-    """Check and lower one configuration. Units: seconds and tokens."""
+def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Static, Params, WorkloadArrays]:
+    """Check and lower one configuration. Units: seconds and tokens.
+
+    ``wa``: ``lower_workload(workload)`` when the caller already has it (a sweep lowers its
+    workload once; it is most of the cost of lowering a configuration)."""
     check_supported(cfg, workload, costs)
-    wa = lower_workload(workload)
+    wa = lower_workload(workload) if wa is None else wa
     r = cfg.deployment.rollout
     pp = lower_policy(cfg.policy, LoweringContext(group_size=wa.prompt.shape[1], instances=r.instances))
     kv_cap = r.kv_capacity_tokens or int(costs.rollout.kv_capacity_tokens())
@@ -299,6 +307,10 @@ def lower(cfg, workload, costs) -> tuple[Static, Params, WorkloadArrays]:
         _reject("a weight publication time of 0")
     train_a, per_tok = _training_terms(cfg, costs)
     ro = _rollout_form(cfg, costs)
+    if pp.drop_zero_variance and wa.zero_var.all():
+        raise FastPathNoProgress(
+            f"every group of workload {workload.name!r} has rewards with zero variance and policy {cfg.policy.kind!r} "
+            "drops such groups (drop_zero_variance=1): no batch can ever form, the run would dispatch groups forever")
     stale_bound = int(pp.staleness_bound)
     params = Params(
         n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs), kv_cap=np.int64(kv_cap),

@@ -28,6 +28,7 @@ class FastResults(NamedTuple):
     call_inst: np.ndarray  # [M, R] int32 (-1: not routed)
     group_finish: np.ndarray  # [M, Gm] f64
     groups_dispatched: np.ndarray  # [M] int32
+    groups_accepted: np.ndarray  # [M] int32: PipelineState.groups_accepted (buffered or trained, ever)
     stuck: np.ndarray  # [M] bool: deadlocked before the last step (SimPy reports a diagnosis)
     overflow: np.ndarray  # [M] bool
     actions: np.ndarray  # [M] int32: scan steps that did something
@@ -42,7 +43,7 @@ class FastResults(NamedTuple):
             batch_ready=lg.batch_ready, train_end=lg.train_end, publish_end=lg.publish_end, gids=lg.gids,
             stale=lg.stale, completion_tokens=lg.completion_tokens, seq_tokens=lg.seq_tokens,
             call_finish=call_finish, call_inst=call_inst, group_finish=group_finish,
-            groups_dispatched=st.dispatched, stuck=st.stuck, overflow=st.overflow, actions=st.actions,
+            groups_dispatched=st.dispatched, groups_accepted=st.accepted, stuck=st.stuck, overflow=st.overflow, actions=st.actions,
         )
 
     @classmethod

@@ -72,8 +72,8 @@ class StepOut(NamedTuple):
     fin_rid: jnp.ndarray  # int32: call that finished (CallRecord.finish set; -1: none)
     fin_t: jnp.ndarray  # f64: its finish time (env.now)
     fin_group: jnp.ndarray  # bool: it completed its group (GroupRecord.finish_time = fin_t)
-    route_rid: jnp.ndarray  # int32: call routed (Request.instance set; -1: none)
-    route_inst: jnp.ndarray  # int32: the instance it was routed to
+    route_rid: jnp.ndarray  # [n] int32: calls routed, in order (Request.instance set; -1: none)
+    route_inst: jnp.ndarray  # [n] int32: the instance each was routed to
 
 
 class GroupState(NamedTuple):
@@ -160,16 +160,17 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
                   publish_end=f64(jnp.nan, P), gids=i32(-1, (P, B)), stale=i32(-1, (P, B)),
                   completion_tokens=i64(0, P), seq_tokens=i64(0, P))
     return SimState(
-        inst=inst, calls=calls, out=empty_out(), groups=groups, trainer=trainer, log=log, now=f64(0.0), seq=i32(0), version=i32(0),
+        inst=inst, calls=calls, out=empty_out(static.group_size), groups=groups, trainer=trainer, log=log, now=f64(0.0), seq=i32(0), version=i32(0),
         training=jnp.array(False), accepted=i32(0), n_running=i32(0), dispatched=i32(0), routed=i32(0),
         rr_next=i32(0), dispatch_paused=jnp.array(False), cur=i32(-1), buf_head=i32(0), buf_tail=i32(0),
         buf_live=i32(0), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
     )
 
 
-def empty_out() -> StepOut:
+def empty_out(n: int) -> StepOut:
+    """Nothing emitted; ``n``: calls one step may route (the group size)."""
     return StepOut(fin_rid=jnp.int32(-1), fin_t=jnp.float64(jnp.nan), fin_group=jnp.array(False),
-                   route_rid=jnp.int32(-1), route_inst=jnp.int32(-1))
+                   route_rid=jnp.full(n, -1, jnp.int32), route_inst=jnp.full(n, -1, jnp.int32))
 
 
 

@@ -105,8 +105,26 @@ def dispatch_action(st, on, static):
     )
 
 
-def route_action(st, p, w, static, on):
-    """Router.route for the queue head: choose an instance, append to its waiting queue, wake it."""
+def route_all(st, p, w, static, on):
+    """Router.route for up to ``group_size`` queued calls, in order, in one step.
+
+    Exact: once the router runs in an instant nothing else can act until its queue is empty (a
+    route changes neither the dispatcher's nor the trainer's condition, makes no timeout due now,
+    and the instances it wakes act after it), so the calls it routes back to back are the same
+    whether one step routes one or several."""
+    n = static.group_size
+
+    def body(k, s):
+        new = route_action(s, p, w, static, on & (s.routed < s.dispatched * n), k)
+        return jax.tree_util.tree_map(lambda a, b: a.astype(b.dtype), new, s)  # a loop carry keeps its dtypes
+
+    return jax.lax.fori_loop(0, n, body, st)
+
+
+def route_action(st, p, w, static, on, k=0):
+    """Router.route for the queue head: choose an instance, append to its waiting queue, wake it.
+
+    ``k``: the position of this call among the step's routed calls (`StepOut.route_rid`)."""
     ins, C = st.inst, st.calls
     K, n, G = static.instances, static.group_size, static.groups
     r = st.routed
@@ -138,7 +156,8 @@ def route_action(st, p, w, static, on):
     # tied to the queue heads, which depend on this step's read of C.nxt (instance_action)
     calls = C._replace(nxt=C.nxt.at[tie(jnp.where(on & ~was_empty, ins.wq_tail[i], R), R, ins.wq_head)].set(
         r, mode="drop"))
-    out = st.out._replace(route_rid=jnp.where(on, r, st.out.route_rid), route_inst=jnp.where(on, i, st.out.route_inst))
+    out = st.out._replace(route_rid=st.out.route_rid.at[k].set(jnp.where(on, r, st.out.route_rid[k])),
+                          route_inst=st.out.route_inst.at[k].set(jnp.where(on, i, st.out.route_inst[k])))
     return st._replace(
         inst=inst, calls=calls, out=out, routed=st.routed + on, seq=st.seq + (on & wake),
         rr_next=jnp.where(on & (p.router == 1), (i + 1) % p.n_inst, st.rr_next),
@@ -149,7 +168,7 @@ def make_step(static):
     """The pure step function ``step(state, params, workload) -> state`` for one configuration."""
 
     def step(st0, p, w):
-        st = st0._replace(out=empty_out())
+        st = st0._replace(out=empty_out(static.group_size))
         act, i, new_now = select(st, p, static)
         st = st._replace(now=new_now)
         st = instance_action(st, p, w, static, act == A_INST, i, new_now)
@@ -157,7 +176,7 @@ def make_step(static):
         st = timer_action(st, p, static, act == A_TIMER)
         st = trainer_react(st, p, w, static, (act == A_TIMER) | (act == A_REACT), pub)
         st = dispatch_action(st, act == A_DISPATCH, static)
-        st = route_action(st, p, w, static, act == A_ROUTE)
+        st = route_all(st, p, w, static, act == A_ROUTE)
         st = mark_evicted(st, p, pub)
         done = st.trainer.phase == T_DONE
         st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~done), actions=st.actions + (act != A_NONE))

@@ -49,3 +49,26 @@ def test_simulate_batch_summaries_equal_simpy_totals():
         for k in ("makespan_s", "step_time_mean_s", "trained_tokens_per_s", "staleness_mean"):
             assert s[k] == pytest.approx(t[k], rel=1e-9), k
         assert s["staleness_max"] == t["staleness_max"] and s["tokens_trained"] == t["tokens_trained"]
+
+
+def test_a_run_whose_every_group_is_dropped_stops_with_a_diagnosis():
+    """Doubling the group slots stops once it buys no progress (no hang, no endless recompiles)."""
+    import numpy as np
+
+    from simrl_fast import FastPathNoProgress, lower
+    from simrl_fast.engine import run_params
+
+    wl = random_workload(groups=6, n=2, seed=3, completion=(5, 60))
+    ov = [*OV[:3], "policy=areal", "policy.consumer_batch_size=2", "policy.should_accept_fn=nonzero_std",
+          "run.training_steps=2", "deployment.rollout.instances=2"]
+    _, p, wa = lower(load_config(overrides=ov), wl, linear_costs())
+    # Every group's rewards equal (`lower` diagnoses that itself; this is the engine's own guard).
+    with pytest.raises(FastPathNoProgress, match="configuration 0 of the batch makes no progress") as exc:
+        run_params([p], wa._replace(zero_var=np.ones_like(wa.zero_var)))
+    assert "groups accepted: 0" in str(exc.value) and "0 of 2 training steps" in str(exc.value)
+    # One prompt in six with a reward spread: gids 0, 6, 12, 18 are accepted (the workload repeats every six
+    # groups), the 19th dispatch completes the second batch of two; more slots did make progress.
+    zero = np.ones_like(wa.zero_var)
+    zero[0] = False
+    res = run_params([p], wa._replace(zero_var=zero))
+    assert res.complete.all() and int(res.groups_accepted[0]) == 4 and int(res.groups_dispatched[0]) == 19

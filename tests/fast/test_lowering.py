@@ -83,3 +83,12 @@ def test_core_and_lowering_never_import_jax():
     code = ("import sys, simrl, simrl.engine.sim, simrl_fast, simrl_fast.lowering, simrl_explore.cli_sweep; "
             "assert 'jax' not in sys.modules, 'jax imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_group_dropped_is_diagnosed_at_lowering():
+    from simrl_fast import FastPathNoProgress
+
+    ov = [*OK[:3], "policy=areal", "policy.consumer_batch_size=2", "policy.should_accept_fn=nonzero_std"]
+    with pytest.raises(FastPathNoProgress, match="zero variance.*dispatch groups forever"):
+        lower(load_config(overrides=ov), random_workload(groups=8, n=4, zero_variance=1.0), linear_costs())
+    lower(load_config(overrides=ov), random_workload(groups=8, n=4, zero_variance=0.5), linear_costs())
