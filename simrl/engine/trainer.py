@@ -76,7 +76,7 @@ class Trainer:
                 self.phase = "pausing rollout (colocated)"
                 yield from self.weights.pause_all(self.weights.colocated_rule())
                 offload_s = float(self.costs.offload_s)
-                yield env.timeout(offload_s / 2)
+                yield env.timeout(self.costs.offload_before_s())
             train_start = env.now
             self.phase = f"training step {step}"
             book.log("train_start", step=step)
@@ -86,7 +86,7 @@ class Trainer:
             st.training = False
             self.phase = f"publishing version {step}"
             if self.colocated:
-                yield from self.weights.colocated_publish(offload_s)
+                yield from self.weights.colocated_publish(self.costs.offload_after_s(len(self.weights.instances)))
             else:
                 yield from self.weights.publish()
             st.steps_done = step
