@@ -173,7 +173,7 @@ class ColocatedCost:
             errs.append(
                 f"colocated on {self.gpu.name}: vLLM's gpu_memory_utilization={self.gpu_memory_utilization} claims "
                 f"{claim / GiB:.1f} GiB while the trainer keeps {resident / GiB:.1f} GiB resident "
-                f"(HBM {self.gpu.hbm_bytes / GiB:.1f} GiB); lower cost.rollout_knobs.gpu_memory_utilization or set "
+                f"(HBM {self.gpu.hbm_bytes / GiB:.1f} GiB); lower deployment.rollout.gpu_memory_utilization or set "
                 f"cost.colocated_knobs.param_offload / grad_offload / optimizer_offload=true")
         left = self.training_memory_left_bytes()
         if self.train_static_bytes > left:
