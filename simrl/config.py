@@ -207,7 +207,9 @@ class CostConfig:
     rollout_knobs: dict[str, Any] = attrs.field(factory=dict)
     training_knobs: dict[str, Any] = attrs.field(factory=dict)
     weight_sync_knobs: dict[str, Any] = attrs.field(factory=dict)
-    offload_bytes_per_s: float = attrs.field(default=25e9, validator=_pos)  # colocated offload/reload
+    colocated_knobs: dict[str, Any] = attrs.field(factory=dict)  # simrl.cost.colocated (sleep level, offloads)
+    # colocated host transfers; None: the catalog GPU's host link x colocated_knobs.host_link_efficiency
+    offload_bytes_per_s: float | None = attrs.field(default=None, validator=v.optional(_pos))
     strict: bool = False
 
 
@@ -454,7 +456,7 @@ def _parse_value(key: str, text: str) -> Any:
         return text
 
 
-KNOB_SECTIONS = ("knobs", "rollout_knobs", "training_knobs", "weight_sync_knobs")
+KNOB_SECTIONS = ("knobs", "rollout_knobs", "training_knobs", "weight_sync_knobs", "colocated_knobs")
 
 
 def apply_override(data: dict, dotted: str) -> None:

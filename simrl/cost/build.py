@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from simrl.cost import registry
-from simrl.cost.architectures import model_arch
 from simrl.cost.artifact import ArtifactError
 from simrl.cost.base import CostModelError, RolloutCost, TrainingCost, ValidityDomain, WeightSyncCost
+from simrl.cost.colocated import ColocatedCost, colocated_cost
 from simrl.cost.family import (  # noqa: F401  (check_knobs / knob_names: the plug-in API)
     KnobFamily,
     check_fitted_for,
@@ -76,8 +76,26 @@ class Costs:
     rollout: RolloutCost
     training: TrainingCost
     weight_sync: WeightSyncCost
-    offload_s: float = 0.0  # offload + reload of both sides per step, charged when colocated
+    offload_s: float = 0.0  # colocated overhead per step (the sum of the colocated phases), charged when colocated
     sources: dict[str, CostSource] = attrs.field(factory=dict)  # by role; empty when built in code
+    colocated: ColocatedCost | None = None  # the phases of offload_s; None when built in code
+
+    @property
+    def colocated_phases(self) -> dict[str, float]:
+        """Seconds of each colocated phase per step, in order (empty when built in code)."""
+        return self.colocated.phases() if self.colocated is not None else {}
+
+    def offload_before_s(self) -> float:
+        """Colocated: from the pause of rollout to the start of training (sleep, trainer state in)."""
+        return self.colocated.before_s() if self.colocated is not None else self.offload_s / 2
+
+    def offload_after_s(self, instances: int) -> float:
+        """Colocated: from the end of training to the resume of rollout (trainer state out, wake,
+        reshard into the engine, KV rebuild). Built in code: half of ``offload_s`` plus a publish
+        of the weight-sync model."""
+        if self.colocated is not None:
+            return self.colocated.after_s()
+        return self.offload_s / 2 + self.weight_sync.publish_time(instances)
 
     def domains(self) -> list[ValidityDomain]:
         return [self.rollout.domain, self.training.domain, self.weight_sync.domain]
@@ -192,22 +210,17 @@ def _build_one(section: str, cfg: SimConfig) -> tuple[Any, CostSource]:
 
 
 def colocated_offload_s(cfg: SimConfig, rollout: Any = None, training: Any = None) -> float:
-    """Seconds of host offload and reload per training step when rollout and training share GPUs.
+    """Seconds of colocated overhead per training step: the sum of `ColocatedCost.phases`
+    (sleep, trainer state to and from host, wake, reshard, KV rebuild; ``simrl.cost.colocated``)."""
+    return colocated_cost(cfg, rollout, training).total_s()
 
-    Before training the engine's weights go to the host and the trainer's weights, gradients and
-    optimizer states come back; after it, the reverse. Each GPU moves its own share over its host
-    link at ``cost.offload_bytes_per_s``: ``2 * (engine weights + trainer state) / bandwidth``.
-    Models that do not expose their bytes are estimated from the architecture (BF16 weights; mixed
-    precision Adam state of 16 bytes per parameter spread over the training GPUs).
-    """
-    arch = model_arch(cfg.deployment.model)
-    r, t = cfg.deployment.rollout, cfg.deployment.training
-    engine = getattr(rollout, "weight_bytes_per_gpu", None)
-    if engine is None:
-        engine = arch.weight_bytes(2) / (r.tp * r.pp)
-    state_fn = getattr(training, "state_bytes_per_gpu", None)
-    trainer = state_fn() if state_fn is not None else 16 * arch.total_params / t.gpus
-    return 2 * (engine + trainer) / cfg.cost.offload_bytes_per_s
+
+def _is_colocated(cfg: SimConfig) -> bool:
+    from simrl.policy.rules import Placement
+
+    spec = getattr(cfg.policy, "sync_spec", None)
+    placement = getattr(spec, "placement", None) or Placement(cfg.deployment.placement)
+    return placement is Placement.COLOCATED
 
 
 def build_costs(cfg: SimConfig) -> Costs:
@@ -216,7 +229,9 @@ def build_costs(cfg: SimConfig) -> Costs:
     training, t_src = _build_one("training", cfg)
     # The policy may fix the placement (e.g. trl sync, slime sync): the offload cost is known
     # either way, and the engine charges it only when the run is colocated.
-    offload = colocated_offload_s(cfg, rollout, training)
+    colocated = colocated_cost(cfg, rollout, training)
+    if _is_colocated(cfg) and (errs := colocated.memory_errors()):
+        raise CostModelError("; ".join(errs))
     weight_sync, w_src = _build_one("weight_sync", cfg)
-    return Costs(rollout=rollout, training=training, weight_sync=weight_sync, offload_s=offload,
-                 sources={"rollout": r_src, "training": t_src, "weight_sync": w_src})
+    return Costs(rollout=rollout, training=training, weight_sync=weight_sync, offload_s=colocated.total_s(),
+                 colocated=colocated, sources={"rollout": r_src, "training": t_src, "weight_sync": w_src})

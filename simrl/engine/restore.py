@@ -368,7 +368,7 @@ def _trainer_start(sim: Simulation, snap: Snapshot, remaining_steps: int, delay_
             yield env.timeout(left)
             st.training = False
             if colocated:
-                yield from weights.colocated_publish(float(sim.costs.offload_s))
+                yield from weights.colocated_publish(sim.costs.offload_after_s(len(weights.instances)))
             else:
                 yield from weights.publish()
         else:

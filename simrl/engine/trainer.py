@@ -169,7 +169,7 @@ class Trainer:
                 self.phase = "pausing rollout (colocated)"
                 yield from self.weights.pause_all(self.weights.colocated_rule())
                 offload_s = float(self.costs.offload_s)
-                yield env.timeout(offload_s / 2)
+                yield env.timeout(self.costs.offload_before_s())
             reward_s = self.extra.reward_s(sum(len(g.trajs) for g in batch))
             if reward_s:
                 self.phase = f"scoring the batch of step {step}"
@@ -196,7 +196,7 @@ class Trainer:
         wait_start, batch_ready, train_start, train_end = times
         self.phase = f"publishing version {step}"
         if self.colocated:
-            yield from self.weights.colocated_publish(offload_s)
+            yield from self.weights.colocated_publish(self.costs.offload_after_s(len(self.weights.instances)))
         else:
             yield from self.weights.publish()
         st.steps_done = step

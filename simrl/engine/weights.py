@@ -95,8 +95,9 @@ class Weights:
         """What the pause before a colocated training step does to running requests."""
         return InflightRule.KEEP_PAUSE if self.sync.rule is InflightRule.DRAIN else self.sync.rule
 
-    def colocated_publish(self, offload_s: float):
-        yield self.env.timeout(self.publish_s(len(self.instances)) + offload_s / 2)
+    def colocated_publish(self, after_s: float):
+        """After a colocated step: ``after_s`` (trainer state out, wake, reshard, KV rebuild), then resume."""
+        yield self.env.timeout(after_s)
         self.set_version(self.st.version + 1, keep_running=True)
         self.resume_all()
 
