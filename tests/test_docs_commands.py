@@ -35,11 +35,14 @@ from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-ENTRY = {  # console scripts of pyproject.toml -> module (the click object is its `cli` or `main`)
-    "srl": "simrl.cli.main", "srl-sweep": "simrl.cli.sweep", "srl-profile": "adapters.cli",
-    "srl-regress": "simrl.cli.regress", "srl-workload": "simrl.cli.workload", "srl-plot": "simrl.cli.plot",
-    "srl-psrl-plot": "simrl.cli.psrl_plot", "srl-compare": "simrl.cli.compare", "bench": "harness.cli",
-}
+def _entry_points() -> dict[str, str]:
+    """Console scripts of pyproject.toml: name -> "module:attribute"."""
+    import tomllib
+
+    return dict(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"])
+
+
+ENTRY = _entry_points()
 PROJECT_RE = re.compile(r"^(?:\$ )?(?:\.venv/bin/)?(srl(?:-[a-z]+)?|bench)(?:\s|$)")
 FENCE_RE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
@@ -60,13 +63,22 @@ def extract() -> list[tuple[str, str]]:
             lang, body = m.group(1), m.group(2)
             start = _line_no(text, m.start(2))
             if readme and lang in ("bash", "sh"):
+                joined = ""
                 for k, line in enumerate(body.splitlines()):
                     if line.strip() and not line.lstrip().startswith("#"):
-                        out.append((f"{rel}:{start + k}", line.strip()))
+                        joined = (joined + " " + line.strip()).strip()
+                        if joined.endswith("\\"):
+                            joined = joined[:-1].rstrip()
+                            continue
+                        out.append((f"{rel}:{start + k}", joined))
+                        joined = ""
                 continue
             lines = body.splitlines()
             cmd, where = None, ""
             for k, line in enumerate(lines + [""]):
+                if cmd is not None and cmd.endswith("\\"):
+                    cmd = cmd[:-1].rstrip() + " " + line.strip()  # a shell line continuation
+                    continue
                 if cmd is not None and line.startswith((" ", "\t")) and line.strip() and \
                         not PROJECT_RE.match(line.strip()) and lang != "" or \
                         (cmd is not None and re.match(r"^\s+\[", line)):
@@ -90,9 +102,12 @@ COMMANDS = extract()
 
 
 def _click(prog: str) -> click.Command:
-    mod = importlib.import_module(ENTRY[prog])
-    obj = getattr(mod, "cli", None)
-    return obj if isinstance(obj, click.Command) else mod.main
+    """The click object behind a console script: the entry point itself, or the module's `cli`
+    when the entry point is a plain function wrapping it."""
+    module, _, attr = ENTRY[prog].partition(":")
+    mod = importlib.import_module(module)
+    obj = getattr(mod, attr or "main", None)
+    return obj if isinstance(obj, click.Command) else mod.cli
 
 
 def _tokens(cmd: str) -> list[str]:
