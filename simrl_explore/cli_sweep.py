@@ -11,7 +11,8 @@ import sys
 
 import click
 
-from simrl.cli.main import abort
+from simrl.cli.app import AppCommand, abort, common_options, json_option, to_json
+from simrl.cli.app import state as app_state
 
 EXAMPLES = """\b
 Examples:
@@ -74,7 +75,7 @@ class Progress:
         return False
 
 
-@click.command(epilog=EXAMPLES)
+@click.command(cls=AppCommand, epilog=EXAMPLES)
 @click.option("--space", "space_path", type=click.Path(dir_okay=False), help="Search-space YAML (docs/search.md).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Base YAML configuration (grid mode).")
 @click.option("--grid", "grid", multiple=True, help="KEY=V1,V2,... an axis (grid mode; repeatable).")
@@ -89,10 +90,11 @@ class Progress:
 @click.option("--limit", type=click.IntRange(1), default=None, help="Run only the first N points.")
 @click.option("--no-compile-cache", is_flag=True, help="Do not keep compiled fast-path programs on disk.")
 @click.option("-o", "--output", required=True, type=click.Path(), help="Output directory (or a .csv/.json file).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no table.")
+@common_options
+@json_option
 @click.argument("overrides", nargs=-1)
 def main(space_path, config_path, grid, engine, surrogate, jobs, chunk, ray_address, top_k, limit, no_compile_cache,
-         output, quiet, overrides):
+         output, as_json, overrides):
     """Search a design space: run every point (fast path or SimPy), write the table, the Pareto
     front, plots and a report, and re-check the top-k on the SimPy engine.
 
@@ -103,6 +105,8 @@ def main(space_path, config_path, grid, engine, surrogate, jobs, chunk, ray_addr
     from simrl.config import ConfigError
     from simrl.cost.base import CostModelError
     from simrl_explore.runner import SweepError
+
+    quiet = app_state.quiet or as_json  # -q: no progress bar and no table; --json: machine output only
     from simrl_explore.space import SpaceError, grid_space, load_space
 
     if not no_compile_cache:
@@ -140,6 +144,12 @@ def main(space_path, config_path, grid, engine, surrogate, jobs, chunk, ray_addr
         atomic_write(output, text)
     else:
         write_outputs(res, output)
+    if as_json:
+        click.echo(to_json({"output": output, "points": len(res.rows), "simulated": t["simulated"],
+                            "engines": dict(res.engines), "dropped": dict(res.dropped),
+                            "pareto": len(res.front()), "recheck_agrees": res.recheck_agrees(),
+                            "timings": t}))
+        return
     if not quiet:
         click.echo(render_summary(res))
     click.echo(f"{t['simulated']} points simulated in {t['simulate_s']:.1f} s ({t['points_per_s']:.1f} points/s; "

@@ -10,7 +10,8 @@ import os
 
 import click
 
-from simrl.cli.main import abort
+from simrl.cli.app import AppCommand, abort, common_options, json_option, to_json
+from simrl.cli.app import state as app_state
 
 EXAMPLES = """\b
 Examples:
@@ -21,7 +22,7 @@ Examples:
 """
 
 
-@click.command(epilog=EXAMPLES)
+@click.command(cls=AppCommand, epilog=EXAMPLES)
 @click.argument("question_file", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(file_okay=False), help="Output directory.")
 @click.option("--proposer", type=click.Choice(["offline", "llm"]), default="offline", show_default=True,
@@ -31,8 +32,9 @@ Examples:
               help="Lessons file (JSONL; Markdown next to it) [default: OUTPUT/lessons.jsonl].")
 @click.option("--no-optuna", is_flag=True, help="Use the seeded bandit even when optuna is installed.")
 @click.option("--jobs", type=click.IntRange(1), default=None, help="SimPy worker processes [default: CPU count].")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def main(question_file, output, proposer, proposals, lessons_path, no_optuna, jobs, quiet):
+@common_options
+@json_option
+def main(question_file, output, proposer, proposals, lessons_path, no_optuna, jobs, as_json):
     """Validate the question's candidate (and further proposals) against its baseline over seeds and
     workload variations; write lessons, a report with the answer, and a plot."""
     import attrs
@@ -44,6 +46,7 @@ def main(question_file, output, proposer, proposals, lessons_path, no_optuna, jo
     from simrl_explore.research.study import StudyError, load_study
     from simrl_explore.runner import default_jobs
 
+    quiet = app_state.quiet or as_json  # no progress bar
     try:
         study = load_study(question_file)
         if proposals is not None:
@@ -62,6 +65,10 @@ def main(question_file, output, proposer, proposals, lessons_path, no_optuna, jo
     from simrl_explore.research.report import write_report
 
     files = write_report(state, output)
+    if as_json:
+        click.echo(to_json({"output": output, "files": [os.path.join(output, f) for f in files],
+                            "lessons": lessons_path, "answer": answer_text(state)}))
+        return
     click.echo(answer_text(state))
     click.echo(f"wrote {', '.join(os.path.join(output, f) for f in files)}; lessons: {lessons_path}")
 

@@ -168,3 +168,12 @@ def test_optuna_proposer_is_seeded_and_reads_lessons():
               "evidence": {"overall": {"mean": 0.05}}}
     c = OfflineProposer(study, [lesson])
     assert len(c.opt.trials) == 1 and c.opt.trials[0].value == 0.05
+
+
+def test_the_shared_cli_style():
+    res = CliRunner().invoke(main, ["-h"])
+    assert res.exit_code == 0
+    for opt in ("-q, --quiet", "-v, --verbose", "--json", "-o, --output"):
+        assert opt in res.output, opt
+    res = CliRunner().invoke(main, ["no-such-question.yaml", "-o", "x"])
+    assert res.exit_code == 2 and "error:" in res.output and "Traceback" not in res.output

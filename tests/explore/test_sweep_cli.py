@@ -125,3 +125,17 @@ def test_an_axis_the_cost_model_ignores_is_reported(tmp_path):
     assert r.exit_code == 0, r.output
     assert "change no simulated outcome" in r.output and "deployment_training_zero_stage" in r.output
     assert "deployment_rollout_instances" not in r.output.split("change no simulated outcome")[1].splitlines()[0]
+
+
+def test_the_shared_cli_style_h_q_json(tmp_path):
+    import json
+
+    assert CliRunner().invoke(main, ["-h"]).exit_code == 0
+    r = CliRunner().invoke(main, [*BASE, "--grid", "deployment.rollout.instances=1,2", "--engine", "simpy",
+                                  "--json", "-o", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert (out["points"], out["simulated"], out["engines"]) == (2, 2, {"simpy": 2})
+    r = CliRunner().invoke(main, [*BASE, "--grid", "deployment.rollout.instances=1,2", "--engine", "simpy",
+                                  "-q", "-o", str(tmp_path / "q")])
+    assert r.exit_code == 0 and "top " not in r.output  # -q: no table
