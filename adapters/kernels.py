@@ -43,7 +43,6 @@ environment, which has no GPU.
 from __future__ import annotations
 
 import math
-import platform
 import time
 from collections.abc import Callable, Sequence
 
@@ -226,17 +225,6 @@ def operator_observation(dims: LayerDims, op: str, num_tokens: int, times_s: Seq
 
 def require_torch():
     return require("torch", "profile-torch", PROFILER)
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
 
 
 def resolve_device(torch, device: str):

@@ -20,7 +20,7 @@ import numpy as np
 
 from simrl.cost.artifact import domain_of
 from simrl.cost.base import CostModelError, ValidityDomain, finite_nonneg
-from simrl.cost.family import FamilyBase, iteration_domain, kv_probe, rollout_kv_tokens, rollout_name
+from simrl.cost.family import IterationFamily, rollout_kv_tokens, rollout_name
 from simrl.cost.fitting import nonneg_lstsq
 from simrl.cost.observations import Observation
 
@@ -92,29 +92,16 @@ class DistServeRollout:
         return self.kv_tokens
 
 
-class DistServeFamily(FamilyBase):
-    target, name, fittable = "rollout", "distserve", True
-    layout_keys = ("model", "tp", "pp")
-    fit_requires = ("model", "tp")
+class DistServeFamily(IterationFamily):
+    name = "distserve"
     basis = "DistServe form: quadratic prefill, piecewise-linear decode, fitted on iteration telemetry of one layout"
     coefficients = {**{k: "number" for k in COEFS}, "batch_threshold": "number", "kv_capacity_tokens": "number?"}
 
-    def fit(self, obs, opts):
-        coefs = fit_distserve(obs)
-        kv = kv_probe(obs, opts.get("tp", 1), opts.get("pp", 1))
-        if kv is not None:
-            coefs["kv_capacity_tokens"] = kv
-        return coefs, iteration_domain(obs)
+    def fit_coefficients(self, obs) -> dict:
+        return fit_distserve(obs)
 
-    def predict(self, art, obs, opts):
-        m = DistServeRollout(art["coefficients"], 1)
-        pred, act = [], []
-        for o in obs:
-            if o.kind == "iteration":
-                i = o.inputs
-                pred.append(m.iteration_time(int(i["batch_size"]), int(i["kv_tokens"]), int(i["prefill_tokens"])))
-                act.append(o.value)
-        return np.array(pred), np.array(act), ["iteration"] * len(pred)
+    def model(self, coefs, kv_tokens, **kw):
+        return DistServeRollout(coefs, kv_tokens, **kw)
 
     def build(self, art, cfg) -> DistServeRollout:
         if art is None:

@@ -252,3 +252,33 @@ def check_gpu(gpu: str | None, cfg, target: str, where: str) -> None:
     if cfg.cost.strict:
         raise ArtifactError(msg)
     warnings.warn(msg, CostModelWarning, stacklevel=2)
+
+
+class IterationFamily(FamilyBase):
+    """A rollout family fitted on per-iteration telemetry of one layout (psrl, distserve): the
+    fitted coefficients plus the KV capacity a kv-probe observation gives, and predictions of
+    iteration observations. Subclasses give `fit_coefficients(obs)` and `model(coefs, kv_tokens)`."""
+
+    target, fittable = "rollout", True
+    layout_keys = ("model", "tp", "pp")
+    fit_requires = ("model", "tp")
+
+    def fit(self, obs, opts):
+        coefs = self.fit_coefficients(obs)
+        kv = kv_probe(obs, opts.get("tp", 1), opts.get("pp", 1))
+        if kv is not None:
+            coefs["kv_capacity_tokens"] = kv
+        return coefs, iteration_domain(obs)
+
+    def predict(self, art, obs, opts):
+        import numpy as np
+
+        m = self.model(art["coefficients"], 1)
+        pred, act = [], []
+        for o in obs:
+            if o.kind == "iteration":
+                i = o.inputs
+                pred.append(m.iteration_time(int(i["batch_size"]), int(i["kv_tokens"]), int(i["prefill_tokens"])))
+                act.append(o.value)
+        return np.array(pred), np.array(act), ["iteration"] * len(pred)
+

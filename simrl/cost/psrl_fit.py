@@ -16,7 +16,7 @@ import numpy as np
 
 from simrl.cost.artifact import domain_of
 from simrl.cost.base import CostModelError
-from simrl.cost.family import FamilyBase, iteration_domain, kv_probe, rollout_kv_tokens, rollout_name
+from simrl.cost.family import IterationFamily, rollout_kv_tokens, rollout_name
 from simrl.cost.fitting import nonneg_lstsq
 from simrl.cost.linear import LinearRollout
 from simrl.cost.observations import Observation
@@ -44,29 +44,16 @@ def linear_rollout(coefs: dict, kv_tokens: int, **kw) -> LinearRollout:
                          p=float(coefs["d_s_per_prefill_token"]), kv_tokens=int(kv_tokens), **kw)
 
 
-class PsrlFamily(FamilyBase):
-    target, name, fittable = "rollout", "psrl", True
-    layout_keys = ("model", "tp", "pp")
-    fit_requires = ("model", "tp")
+class PsrlFamily(IterationFamily):
+    name = "psrl"
     basis = "linear a + b*batch + c*kv + d*prefill fitted (NNLS) on iteration telemetry of one layout"
     coefficients = {**{k: "number" for k in COEFS}, "kv_capacity_tokens": "number?"}
 
-    def fit(self, obs, opts):
-        coefs = fit_psrl(obs)
-        kv = kv_probe(obs, opts.get("tp", 1), opts.get("pp", 1))
-        if kv is not None:
-            coefs["kv_capacity_tokens"] = kv
-        return coefs, iteration_domain(obs)
+    def fit_coefficients(self, obs) -> dict:
+        return fit_psrl(obs)
 
-    def predict(self, art, obs, opts):
-        m = linear_rollout(art["coefficients"], 1)
-        pred, act = [], []
-        for o in obs:
-            if o.kind == "iteration":
-                i = o.inputs
-                pred.append(m.iteration_time(int(i["batch_size"]), int(i["kv_tokens"]), int(i["prefill_tokens"])))
-                act.append(o.value)
-        return np.array(pred), np.array(act), ["iteration"] * len(pred)
+    def model(self, coefs, kv_tokens, **kw):
+        return linear_rollout(coefs, kv_tokens, **kw)
 
     def build(self, art, cfg) -> LinearRollout:
         if art is None:
