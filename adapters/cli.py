@@ -171,6 +171,12 @@ def _median_table(obs, tokens):
         click.echo(f"{name:<26}{cells}")
 
 
+def _observations_json(output: str, observations) -> dict:
+    """--json of a measuring command: where the observations went, and each one (SI units)."""
+    return {"output": output, "observations": len(observations),
+            "records": [{"kind": o.kind, "value": o.value, "unit": o.unit, "inputs": o.inputs} for o in observations]}
+
+
 @cli.command("fsdp")
 @click.option("--model", default="simrl/tiny-llama", show_default=True,
               help="dense model of simrl.cost.architectures, built in code with random weights")
@@ -194,8 +200,9 @@ def _median_table(obs, tokens):
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @common_options
+@json_option
 def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup, device, clock, threads,
-             start_method, dtype, activation_checkpointing, seed, output):
+             start_method, dtype, activation_checkpointing, seed, output, as_json):
     """Time FSDP2 (fully_shard) training steps and peak memory per sharding, world size and length.
 
     Spawns WORLD processes per point (gloo on CPU, NCCL on GPUs) that train a model built in code;
@@ -214,6 +221,9 @@ def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup,
         n = write_observations(output, prof.observations)
     except (MissingExtraError, CostModelError, ObservationError, ValueError) as exc:
         abort(str(exc))
+    if as_json:
+        click.echo(to_json(_observations_json(output, prof.observations)))
+        return
     click.echo(f"wrote {n} training_step observations to {output} ({prof.params:,} parameters, "
                f"{prof.hardware}, {plan.backend}, clock {plan.clock})")
     click.echo(f"{'sharding':<10}{'world':>6}{'seq_len':>9}{'step ms':>12}{'peak MiB':>11}")
@@ -234,8 +244,9 @@ def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup,
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @common_options
+@json_option
 def vllm_cmd(model, tp, scenarios, gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
-             seed, output):
+             seed, output, as_json):
     """Drive a vLLM engine with forced-length batches and record every iteration. Needs a GPU.
 
     One iteration observation per engine step (step time, batch size, prefill / decode tokens,
@@ -252,6 +263,9 @@ def vllm_cmd(model, tp, scenarios, gpu_memory_utilization, max_model_len, max_nu
         n = write_observations(output, run.observations)
     except (MissingExtraError, ObservationError, ValueError) as exc:
         abort(str(exc))
+    if as_json:
+        click.echo(to_json(_observations_json(output, run.observations)))
+        return
     click.echo(f"wrote {n} observations to {output}: {run.iterations} iterations and a KV capacity of "
                f"{run.kv_capacity_tokens} tokens for {model} at tp={tp}")
 
@@ -271,8 +285,9 @@ def vllm_cmd(model, tp, scenarios, gpu_memory_utilization, max_model_len, max_nu
               help="filesystem method: where the checkpoint is written [default: the temp folder]")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @common_options
+@json_option
 def weight_sync_cmd(sizes_mb, instances, method, bucket_mb, repeats, warmup, device, start_method, directory,
-                    output):
+                    output, as_json):
     """Time publishing weights from a trainer rank to N instances by broadcast or checkpoint file.
 
     One weight_sync observation per (method, size, instances). Fit them with
@@ -294,6 +309,9 @@ def weight_sync_cmd(sizes_mb, instances, method, bucket_mb, repeats, warmup, dev
         n = write_observations(output, prof.observations)
     except (MissingExtraError, ObservationError, ValueError) as exc:
         abort(str(exc))
+    if as_json:
+        click.echo(to_json(_observations_json(output, prof.observations)))
+        return
     click.echo(f"wrote {n} weight_sync observations to {output} ({prof.hardware}, {plan.backend})")
     for o in prof.observations:
         i = o.inputs
@@ -316,8 +334,9 @@ def weight_sync_cmd(sizes_mb, instances, method, bucket_mb, repeats, warmup, dev
               help="activation recomputation [default: the recipe's]")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @common_options
+@json_option
 def megatron_cmd(recipe, model, layouts, seq_lengths, micro_batch, global_batch, nproc, steps, warmup, recompute,
-                 output):
+                 output, as_json):
     """Time Megatron-Bridge training steps and peak memory per layout and sequence length. Needs GPUs.
 
     Runs each (layout, length) under torchrun on this node with mock data and writes a time and a
@@ -334,6 +353,9 @@ def megatron_cmd(recipe, model, layouts, seq_lengths, micro_batch, global_batch,
         n = write_observations(output, obs)
     except (MissingExtraError, ObservationError, ValueError) as exc:
         abort(str(exc))
+    if as_json:
+        click.echo(to_json(_observations_json(output, obs)))
+        return
     click.echo(f"wrote {n} training_step observations to {output}")
 
 

@@ -47,3 +47,19 @@ def test_real_broadcast_and_checkpoint_on_cpu(tmp_path):
         ("broadcast", 2**19), ("broadcast", 4 * 2**20), ("filesystem", 2**19), ("filesystem", 4 * 2**20)]
     assert all(o.value > 0 and o.inputs["n_instances"] == 1 for o in obs)
     assert not list(tmp_path.glob("srl-weight-sync-*.pt"))  # the checkpoint is removed
+
+
+@needs_torch
+def test_json_output_lists_the_observations_written(tmp_path):
+    import json
+
+    out = tmp_path / "ws.jsonl"
+    r = CliRunner().invoke(cli, ["weight-sync", "--sizes-mb", "0.5", "--instances", "1",
+                                                 "--repeats", "1", "--warmup", "0", "--start-method", "fork",
+                                                 "--json", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert (data["output"], data["observations"]) == (str(out), 1)
+    rec = data["records"][0]
+    assert rec["kind"] == "weight_sync" and rec["inputs"]["bytes"] == 2**19 and rec["value"] > 0
+    assert len(read_observations(out)) == 1
