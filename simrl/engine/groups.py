@@ -35,6 +35,10 @@ from workloads.types import Workload
 
 #: groups in flight at once beyond which admission is considered runaway
 MAX_GROUPS_IN_FLIGHT = 200_000
+#: finished groups in a row that none was accepted, in passes over the workload's prompt groups
+#: (at least NO_PROGRESS_MIN), beyond which the run cannot make progress: every group is dropped
+NO_PROGRESS_PASSES = 2
+NO_PROGRESS_MIN = 64
 
 
 @attrs.define
@@ -68,6 +72,7 @@ class GroupBook:
         self.tally = Tally()
         self.retry: deque[GroupRecord] = deque()
         self.next_gid = 0
+        self.unaccepted_run = 0  # finished groups in a row that were not accepted (`check_progress`)
         self.next_rid = 0
         self.dispatch_paused = False  # set by the weight keeper while it drains
         self.instances: Sequence = ()
@@ -110,6 +115,20 @@ class GroupBook:
             if self.clock is not None:
                 self.clock.settled(self.dispatch_paused)
             yield self.changed.wait()
+
+    def check_progress(self, verdict: Verdict) -> None:
+        """Stop with a diagnosis when groups keep finishing and none is accepted: with every
+        group dropped (e.g. a zero-variance filter on a workload without reward variance) the
+        dispatcher would draw prompts forever and training would never start."""
+        limit = max(NO_PROGRESS_PASSES * self.workload.n_groups, NO_PROGRESS_MIN)
+        if self.unaccepted_run >= limit:
+            raise SimulationError(
+                f"no progress: the last {self.unaccepted_run} finished groups ({NO_PROGRESS_PASSES} passes over the "
+                f"workload's {self.workload.n_groups} prompt groups, or at least {NO_PROGRESS_MIN}) were all "
+                f"rejected (last verdict: {verdict.value}) by policy {self.policy.kind}, so no batch can form; "
+                f"{self.st.steps_done} training steps done. Check the policy's filter (zero-variance / reward "
+                "filters, max_retries) and the workload's rewards (workload.knobs.zero_variance_fraction)"
+            )
 
     def start_group(self) -> GroupRecord:
         wl = self.workload
@@ -234,10 +253,13 @@ class GroupBook:
         if verdict is Verdict.ACCEPT:
             self.st.buffer.append(g)
             self.st.groups_accepted += 1
+            self.unaccepted_run = 0
         else:
             self.drop_group(g)
             if verdict is Verdict.RETRY:
                 self.retry.append(g)
+            self.unaccepted_run += 1
+            self.check_progress(verdict)
         self.apply(self.policy.after_group_done(self.st))
         self.changed.notify()
 

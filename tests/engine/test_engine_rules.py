@@ -131,6 +131,21 @@ def test_deadlock_stops_with_a_diagnosis():
     assert report.totals["training_steps"] == 0
 
 
+def test_every_group_dropped_stops_with_a_diagnosis_instead_of_hanging():
+    # 4 prompt groups, all with identical rewards, under a zero-variance filter: every group is
+    # dropped. The limit is max(2 passes x 4 groups, 64) = 64 rejected finishes in a row.
+    wl = random_workload(groups=4, zero_variance=1.0)
+    with pytest.raises(SimulationError, match=r"no progress: the last 64 finished groups .* policy areal"):
+        run_sim(["policy=areal", "policy.should_accept_fn=nonzero_std"], wl, linear_costs())
+    # one prompt group with reward variance is enough: groups are accepted and training finishes
+    mixed = random_workload(groups=4, zero_variance=0.7, seed=3)
+    assert any(mixed.traj_reward[t] != mixed.traj_reward[mixed.group_trajs(g)[0]]
+               for g in range(4) for t in mixed.group_trajs(g))
+    report, _ = run_sim(["policy=areal", "policy.should_accept_fn=nonzero_std", "run.training_steps=2"], mixed,
+                        linear_costs())
+    assert report.totals["training_steps"] == 2 and report.totals["trajectories_dropped"] > 0
+
+
 def test_time_horizon_stops_the_run():
     report, _ = run_sim(["policy=sync", "run.time_horizon_s=5"], random_workload(groups=64), linear_costs())
     assert report.diagnosis is not None and "time horizon" in report.diagnosis
