@@ -43,9 +43,12 @@ EVIDENCE_FILES = ("updates.jsonl", "turns.jsonl")
 class Interrupted(BaseException):
     """A signal asked the controller to stop; like KeyboardInterrupt, no driver code swallows it."""
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+    def __init__(self, signum: int | str) -> None:
+        # Also from its name: an exception re-created from its args (copy, pickle, a traceback
+        # renderer) is called with what super().__init__ stored, the signal's name.
+        sig = signal.Signals[signum] if isinstance(signum, str) else signal.Signals(signum)
+        super().__init__(sig.name)
+        self.signum = int(sig)
 
 
 def evidence_record(run_dir: Path) -> dict:

@@ -155,3 +155,14 @@ def test_worker_kills_its_group_when_the_controller_is_sigkilled():
     parent.kill()  # SIGKILL: the controller gets no chance to clean up
     parent.wait()
     _wait_for(lambda: not _alive(worker) and not _alive(grandchild), timeout_s=20)
+
+
+def test_interrupted_survives_being_recreated_from_its_args():
+    import copy
+    import pickle
+
+    from harness.run import Interrupted
+
+    exc = Interrupted(signal.SIGINT)
+    for again in (copy.copy(exc), pickle.loads(pickle.dumps(exc)), type(exc)(*exc.args)):
+        assert (again.signum, str(again)) == (int(signal.SIGINT), "SIGINT")
