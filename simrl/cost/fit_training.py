@@ -215,7 +215,7 @@ class TrainingFamily(FamilyBase):
     n_memory = 2
 
     def time_features(self, s: np.ndarray, lay: TrainingLayout) -> np.ndarray:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement time_features()")  # abstract
 
     def memory_features(self, s: np.ndarray, lay: TrainingLayout) -> np.ndarray:
         return np.array([1.0, float(s.max())])
