@@ -15,7 +15,8 @@ How each is checked (fast: in-process through click's CliRunner, about 20 s in a
   exist and every option it shows must be one of that subcommand's options (``--help`` parsed);
 - shell completion lines: the completion script is generated;
 - ``make TARGET``: the Makefile has the target; ``tox -e ENV``: tox.ini has the environment;
-  ``python benchmarks/X.py``: the script exists and compiles; ``ruff``: installed.
+  ``python benchmarks/X.py``: the script exists and compiles; ``bash examples/X.sh``: the script
+  exists and parses (``bash -n``); ``ruff``: installed.
 
 And nothing in README.md or docs/ points outside the repository: no absolute paths into a
 workplace, no relative link that leaves the repository or names a missing file.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import importlib
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -197,6 +199,11 @@ def _check_other(where: str, tokens: list[str]) -> None:
         script = ROOT / tokens[1]
         assert script.is_file(), f"{where}: {tokens[1]} is not in the repository"
         compile(script.read_text(encoding="utf-8"), str(script), "exec")
+    elif name == "bash":  # an example script: in the repository and valid bash (`bash -n`)
+        script = ROOT / tokens[1]
+        assert script.is_file(), f"{where}: {tokens[1]} is not in the repository"
+        res = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert res.returncode == 0, f"{where}: {tokens[1]} is not valid bash: {res.stderr}"
     elif name in ("ruff", "pytest"):
         assert importlib.util.find_spec(name) is not None, f"{where}: {name} is not installed (the dev extra)"
     else:
