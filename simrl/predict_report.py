@@ -46,8 +46,11 @@ def chart(study, title: str = QUESTION):
     rule = alt.Chart(alt.Data(values=[thr])).mark_rule(color="#d62728", strokeDash=[6, 3]).encode(y="y:Q")
     text = alt.Chart(alt.Data(values=[{**thr, "x": study.ks[0]}])).mark_text(
         align="left", dx=4, dy=-7, color="#d62728").encode(x="x:Q", y="y:Q", text="label:N")
+    import textwrap
+
     return alt.layer(band, line, points, rule, text).properties(
-        width=560, height=320, title=alt.Title(title, subtitle=[study.answer() + " (p10-p90 band, p50 line)"]))
+        width=560, height=320, title=alt.Title(textwrap.wrap(title, 70),
+                                               subtitle=textwrap.wrap(study.answer() + " (p10-p90 band, p50 line)", 95)))
 
 
 def write_report(study, out: Path, *, snapshot_line: str, deployment: str, instances: int, spike=None,

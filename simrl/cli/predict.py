@@ -295,3 +295,30 @@ def move_engines_cmd(snapshot, spike, config_path, overrides, after_steps, upto,
     info(f"\nstall threshold: {study.threshold_s:.2f} s after the snapshot (as-is p50 + {tolerance:g} s)")
     info(f"answer: {study.answer()}")
     info(f"report: {out / 'report.md'}")
+
+
+@main.command("convert")
+@click.argument("evidence", type=click.Path(file_okay=False))
+@click.option("--from", "source", type=click.Choice(["harness"]), default="harness", show_default=True,
+              help="what EVIDENCE is: a bench harness results directory (updates.jsonl, turns.jsonl)")
+@click.option("--at", "at", required=True, type=float, help="the instant, seconds on the evidence's clock")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="YAML configuration of the deployment the evidence ran on")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="a configuration override (as `srl KEY=VALUE`); repeatable")
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
+              help="the snapshot file to write")
+@common_options
+def convert_cmd(evidence, source, at, config_path, overrides, output):
+    """Write the snapshot of a recorded run at an instant (docs/predict.md, "Converters")."""
+    from simrl.snapshot import SnapshotError, write_snapshot
+    from simrl.snapshot_convert import from_harness, harness_config
+
+    register_user_error(SnapshotError)
+    with user_errors():
+        out = check_output_file(output)
+        cfg = harness_config(evidence, config_path, overrides)
+        snap = from_harness(evidence, at, cfg)
+        write_snapshot(snap, out)
+    info(describe(snap))
+    info(f"snapshot written to {out}")
