@@ -125,3 +125,17 @@ def test_the_example_answers_from_the_simulation(tmp_path):
     assert not any(stalls[: k + 1]) and (k == 3 or stalls[k + 1])
     assert (out / "move_engines.html").exists() and (out / "spike.json").exists()
     assert "Check against the run itself" in report
+
+
+def test_take_at_a_time_and_bad_times(tmp_path):
+    from predict_helpers import SMALL
+
+    from simrl.snapshot import read_snapshot
+
+    out = tmp_path / "s.json"
+    res = CliRunner().invoke(predict_cli, ["take", "--at", "5", "-o", str(out), *SMALL, "run.training_steps=2"])
+    assert res.exit_code == 0, res.output
+    snap = read_snapshot(out)
+    assert 0 < snap.time_s <= 5.0 and snap.sim_config() == small_cfg(steps=2)
+    res = CliRunner().invoke(predict_cli, ["take", "--at", "soon", "-o", str(out), *SMALL])
+    assert res.exit_code == 2 and "--at: expected a time in seconds or 'spike', got 'soon'" in res.output
