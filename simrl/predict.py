@@ -236,7 +236,8 @@ def spike_snapshot(cfg, costs=None, after_steps: int = 1, max_events: int = MAX_
         seen = len(evs)
         if ready is not None:
             break
-        if sim.st.steps_done >= after_steps and sim.trainer.phase.startswith("waiting for a batch"):
+        idle = sim.trainer.phase.startswith(("waiting for a batch", "waiting for mini-batch"))
+        if sim.st.steps_done >= after_steps and idle:
             load = _in_flight(sim)
             if best is None or load > best[0]:
                 best = (load, n)
