@@ -224,7 +224,7 @@ def _snapshot_at_time(cfg, at: str):
 @main.command("move-engines")
 @click.argument("snapshot", required=False, type=click.Path(dir_okay=False))
 @click.option("--spike", is_flag=True,
-              help="no SNAPSHOT: simulate the configuration (--config, KEY=VALUE after --) and take its load "
+              help="no SNAPSHOT: simulate the configuration (--config, --set) and take its load "
                    "spike while the trainer is idle")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="--spike: YAML configuration file")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
