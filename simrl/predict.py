@@ -188,3 +188,179 @@ def _run_until_batches(rs, batches: int) -> list[float]:
             times += [e["t"] for e in evs[seen:] if e["kind"] == "batch_ready"]
             seen = len(evs)
     return times[:batches]
+
+
+# -- the load-spike snapshot and the move-engines question ------------------------------------
+
+@attrs.frozen
+class Spike:
+    """Where `spike_snapshot` took its snapshot, and what the run itself did next."""
+
+    snapshot: Snapshot
+    events: int  # SimPy events run before the snapshot
+    in_flight: int  # requests in flight (running, waiting, router queue) at the snapshot
+    step: int  # the training step whose batch the trainer is waiting for
+    truth_batch_s: float  # when the run itself had that batch ready (absolute)
+
+
+def _in_flight(sim) -> int:
+    return sum(len(i.running) + len(i.waiting) for i in sim.instances) + len(sim.router.queue)
+
+
+def spike_snapshot(cfg, costs=None, after_steps: int = 1, max_events: int = MAX_EVENTS_PER_DRAW) -> Spike:
+    """Simulate ``cfg`` and snapshot its rollout load spike while the trainer is idle.
+
+    The instant is found, not chosen: while the trainer waits for the batch of step
+    ``after_steps + 1`` (after ``after_steps`` steps, so the run is past its cold start), the
+    event boundary with the most requests in flight (the first one on ties). A second, identical
+    run (same config and seed: deterministic) stops there and takes the snapshot.
+    """
+    from simrl.engine.sim import build_simulation
+    from simrl.snapshot import take_snapshot
+
+    if after_steps < 0 or after_steps >= cfg.run.training_steps:
+        raise SnapshotError(f"after_steps={after_steps}: the run has {cfg.run.training_steps} training steps")
+    if costs is None:
+        from simrl.cost.build import build_costs
+
+        costs = build_costs(cfg)
+
+    sim = build_simulation(cfg, costs=costs)
+    sim.start()
+    best, n, seen, ready = None, 0, 0, None
+    while n < max_events and sim.step():
+        n += 1
+        evs = sim.events
+        ready = next((e["t"] for e in evs[seen:] if e["kind"] == "batch_ready" and e.get("step") == after_steps + 1),
+                     None)
+        seen = len(evs)
+        if ready is not None:
+            break
+        idle = sim.trainer.phase.startswith(("waiting for a batch", "waiting for mini-batch"))
+        if sim.st.steps_done >= after_steps and idle:
+            load = _in_flight(sim)
+            if best is None or load > best[0]:
+                best = (load, n)
+    if best is None or ready is None:
+        raise SnapshotError(f"the run never waited for the batch of step {after_steps + 1} "
+                            f"(within {n} events): no idle trainer to snapshot")
+    sim = build_simulation(cfg, costs=costs)
+    sim.start()
+    for _ in range(best[1]):
+        sim.step()
+    return Spike(snapshot=take_snapshot(sim), events=best[1], in_flight=best[0], step=after_steps + 1,
+                 truth_batch_s=float(ready))
+
+
+@attrs.frozen
+class MoveStudy:
+    """How many rollout engines can move to training without stalling the next batch.
+
+    ``predictions[i]`` is the prediction for ``ks[i]`` engines moved (``ks[0] == 0``: as is),
+    all over the same draws: draw d of every k shares its seed, so the future prompts and the
+    lengths of the calls in flight are the same and k is compared with k = 0 draw by draw.
+
+    The trainer can start the next step at max(batch ready, trainer free): the batch needs the
+    rollout, the trainer needs its resharding onto the moved GPUs. Moving k engines *stalls* the
+    next batch when that start is later than as-is by more than ``tolerance_s`` in the median
+    draw (the paired difference); the threshold drawn on the plot is the as-is p50 plus the
+    tolerance.
+    """
+
+    t0: float
+    ks: tuple[int, ...]
+    predictions: tuple[Prediction, ...]
+    tolerance_s: float
+
+    def starts(self, i: int) -> np.ndarray:
+        """Per draw: seconds after the snapshot at which the trainer can start the next step."""
+        p = self.predictions[i]
+        ready = np.array([b[0] for b in p.batch_times], dtype=float)
+        ready = np.where(np.isnan(ready), math.inf, ready)
+        return np.maximum(ready, p.trainer_free_s) - self.t0
+
+    def quantiles(self, i: int) -> tuple[float, ...]:
+        return _quantiles(self.starts(i))
+
+    def delays(self, i: int) -> np.ndarray:
+        """Per draw: how much later than as-is the trainer can start (paired by draw)."""
+        a, b = self.starts(i), self.starts(0)
+        with np.errstate(invalid="ignore"):
+            return np.where(np.isinf(a) & np.isinf(b), 0.0, a - b)
+
+    def delay_quantiles(self, i: int) -> tuple[float, ...]:
+        return _quantiles(self.delays(i))
+
+    @property
+    def threshold_s(self) -> float:
+        return self.quantiles(0)[1] + self.tolerance_s
+
+    def stalls(self, i: int) -> bool:
+        return not self.delay_quantiles(i)[1] <= self.tolerance_s
+
+    @property
+    def can_move(self) -> int:
+        """The most engines that can move: every k up to it keeps the next batch on time."""
+        best = 0
+        for i, k in enumerate(self.ks):
+            if self.stalls(i):
+                break
+            best = k
+        return best
+
+    @property
+    def first_stall(self) -> int | None:
+        """Index into ``ks`` of the first k that stalls (None: none of those tried)."""
+        return next((i for i in range(len(self.ks)) if self.stalls(i)), None)
+
+    def answer(self) -> str:
+        k = self.can_move
+        i = self.first_stall
+        head = f"{k} engine{'s' if k != 1 else ''} can move to training"
+        if i is None:
+            return (f"{head} (every k tried, up to {self.ks[-1]}, keeps the next batch within "
+                    f"{self.tolerance_s:g} s of as-is)")
+        d = self.delay_quantiles(i)
+        stall = "never forms within the horizon" if math.isinf(d[1]) else f"by {d[1]:.1f} s (p50; p10 {d[0]:.1f} s, p90 {d[2]:.1f} s)"
+        return f"{head}; moving {self.ks[i]} stalls the next batch {stall}"
+
+    def to_dict(self) -> dict:
+        rows = []
+        for i, k in enumerate(self.ks):
+            q, d, p = self.quantiles(i), self.delay_quantiles(i), self.predictions[i]
+            rows.append({"k": k, "p10_s": q[0], "p50_s": q[1], "p90_s": q[2], "delay_p10_s": d[0],
+                         "delay_p50_s": d[1], "delay_p90_s": d[2], "reshard_s": p.reshard_s,
+                         "trainer_free_s": p.trainer_free_s - self.t0, "stalls": self.stalls(i)})
+        return {"snapshot_time_s": self.t0, "draws": self.predictions[0].draws, "tolerance_s": self.tolerance_s,
+                "threshold_s": self.threshold_s, "can_move": self.can_move,
+                "first_stall": None if self.first_stall is None else self.ks[self.first_stall],
+                "answer": self.answer(), "moves": rows}
+
+
+def _quantiles(xs: np.ndarray) -> tuple[float, ...]:
+    """numpy's linear sample quantiles, except that a quantile touching an infinite value
+    (a batch that never forms) is infinite instead of NaN."""
+    xs = np.sort(np.asarray(xs, dtype=float))
+    out = []
+    for q in QUANTILES:
+        pos = q * (len(xs) - 1)
+        lo, frac = int(math.floor(pos)), pos - math.floor(pos)
+        a, b = xs[lo], xs[min(lo + 1, len(xs) - 1)]
+        out.append(float(a) if frac == 0 or a == b else float(b) if math.isinf(b) else float(a + (b - a) * frac))
+    return tuple(out)
+
+
+def move_engines(snap: Snapshot, ks, draws: int = 16, tolerance_s: float = 1.0, costs=None,
+                 progress=None) -> MoveStudy:
+    """Predict the next batch with k = 0 and each of ``ks`` rollout engines moved to training."""
+    ks = tuple(sorted({0, *(int(k) for k in ks)}))
+    if ks[0] < 0:
+        raise SnapshotError(f"move-engines: k must be >= 0, got {ks[0]}")
+    if not math.isfinite(tolerance_s) or tolerance_s < 0:
+        raise SnapshotError(f"tolerance must be a finite number >= 0, got {tolerance_s}")
+    preds = []
+    for k in ks:
+        preds.append(predict(snap, draws=draws, what_if=WhatIf(move_to_training=k), costs=costs))
+        if progress is not None:
+            progress(k, preds[-1])
+    return MoveStudy(t0=snap.time_s, ks=ks, predictions=tuple(preds), tolerance_s=float(tolerance_s))

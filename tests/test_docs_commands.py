@@ -124,6 +124,9 @@ def _resolve(prog: str, args: list[str]) -> tuple[click.Command, list[str], list
     cmd, path = _click(prog), [prog]
     if prog == "srl" and (not args or args[0] not in cmd.commands):
         args = ["run", *args]
+    default = getattr(cmd, "default_command", None)  # e.g. `srl-predict SNAPSHOT` = `srl-predict predict ...`
+    if default and args and args[0] not in cmd.commands and args[0] not in ("-h", "--help"):
+        args = [default, *args]
     while isinstance(cmd, click.Group) and args and args[0] in cmd.commands:
         path.append(args[0])
         cmd, args = cmd.commands[args[0]], args[1:]
