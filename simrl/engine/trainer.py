@@ -64,12 +64,21 @@ class StepTimeConfig:
         return self.test_freq > 0 and self.validation_s > 0 and (step % self.test_freq == 0 or step == last)
 
 
-def stream_groups(policy, k: int, colocated: bool) -> int:
-    """Groups per mini-batch of the streaming trainer (0: off): the policy's batch over k."""
+def stream_groups(policy, k: int, colocated: bool, group_size: int = 1, instances: int = 1) -> int:
+    """Groups per mini-batch of the streaming trainer (0: off): the policy's batch over k.
+
+    The batch size is the policy's fixed one (``batch_min_groups == batch_max_groups`` of its
+    numeric record, `Policy.lower`), e.g. verl fully_async's sync window ``ppo_mini_batch_size x
+    require_batches x trigger_parameter_sync_step``, so a local step is ``require_batches x
+    ppo_mini_batch_size`` groups as in verl's FullyAsyncTrainer."""
     if k <= 1:
         return 0
     params = getattr(policy, "params", None)
-    if params is None or not hasattr(params, "batch_max_groups") or params.batch_min_groups != params.batch_max_groups:
+    if params is None or not hasattr(params, "batch_max_groups"):
+        from simrl.policy.params import LoweringContext
+
+        params = policy.lower(LoweringContext(group_size=group_size, instances=instances))
+    if params.batch_min_groups != params.batch_max_groups:
         raise SimulationError(
             f"deployment.training.trigger_parameter_sync_step={k} (streaming trainer) needs a policy with a fixed "
             f"batch size (PolicyParams batch_min_groups == batch_max_groups); policy {policy.kind} has none")
@@ -124,7 +133,9 @@ class Trainer:
         self.colocated = colocated
         self.done = done
         self.extra = step_time_cfg or StepTimeConfig()
-        self.stream_groups = stream_groups(book.policy, self.extra.trigger_parameter_sync_step, colocated)
+        self.stream_groups = stream_groups(book.policy, self.extra.trigger_parameter_sync_step, colocated,
+                                           workload.group_size(0) if workload.n_groups else 1,
+                                           len(book.st.instance_versions))
         self.phase = "waiting"  # what the trainer is doing, for `srl step` and the diagnosis
         self.clock = LimitClock(env, book.st, book.policy, len(book.st.instance_versions))
         book.clock = self.clock
