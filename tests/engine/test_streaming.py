@@ -5,8 +5,8 @@ at volcengine/verl@1d85d951: ``_get_samples_from_queue`` takes ``required_sample
 ``_trigger_parameter_sync_after_step`` syncs when ``local_trigger_step`` reaches the trigger)."""
 
 import pytest
-
 from simhelpers import check_invariants
+
 from simrl.config import load_config
 from simrl.engine.sim import build_simulation, summarise
 
