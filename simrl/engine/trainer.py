@@ -238,7 +238,12 @@ class Trainer:
 
     def stream(self, step: int):
         """Streaming trainer: k mini-batches of the batch, each trained as soon as its groups are
-        buffered (FIFO), on the same weights; the caller publishes after the k-th."""
+        buffered (FIFO), on the same weights; the caller publishes after the k-th. As verl's
+        FullyAsyncTrainer (volcengine/verl@1d85d951, verl/experimental/fully_async_policy/
+        fully_async_trainer.py): ``_get_samples_from_queue`` blocks for ``require_batches x
+        ppo_mini_batch_size`` samples, one local step trains them, and
+        ``_trigger_parameter_sync_after_step`` syncs (blocking) once ``local_trigger_step`` reaches
+        ``trigger_parameter_sync_step``."""
         env, book, st, clock = self.env, self.book, self.book.st, self.clock
         k, mb = self.extra.trigger_parameter_sync_step, self.stream_groups
         batch: list[GroupRecord] = []
