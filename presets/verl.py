@@ -80,6 +80,12 @@ class VerlPolicy(Policy):
         return self.ppo_mini_batch_size * self.require_batches * self.trigger_parameter_sync_step
 
     @property
+    def streams(self) -> bool:
+        """Whether the engine's streaming trainer may take this policy's batch in pieces: not in
+        one_step_off, whose admission counts whole batches taken by `form_batch`."""
+        return self.mode == "fully_async"
+
+    @property
     def queue_size(self) -> int:
         """M: the sample budget per window and the MessageQueue's capacity."""
         r = self.ppo_mini_batch_size * self.require_batches

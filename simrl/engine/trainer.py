@@ -73,6 +73,10 @@ def stream_groups(policy, k: int, colocated: bool, group_size: int = 1, instance
     ppo_mini_batch_size`` groups as in verl's FullyAsyncTrainer."""
     if k <= 1:
         return 0
+    if not getattr(policy, "streams", True):
+        raise SimulationError(
+            f"deployment.training.trigger_parameter_sync_step={k} (streaming trainer): policy {policy.kind} "
+            f"(mode {getattr(policy, 'mode', '?')}) forms whole batches itself and cannot be trained in pieces")
     params = getattr(policy, "params", None)
     if params is None or not hasattr(params, "batch_max_groups"):
         from simrl.policy.params import LoweringContext

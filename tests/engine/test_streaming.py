@@ -55,3 +55,12 @@ def test_streaming_window_must_split_into_k_local_steps():
 
     with pytest.raises(SimulationError, match="must divide the policy's batch of 4"):
         _run("deployment.training.trigger_parameter_sync_step=3")
+
+
+def test_one_step_off_cannot_stream():
+    # verl one_step_off admits batch k+1 when form_batch takes batch k; taking it in pieces would
+    # close admission for good, so the streaming trainer refuses it up front.
+    from simrl.engine.core import SimulationError
+
+    with pytest.raises(SimulationError, match="policy verl .mode one_step_off. forms whole batches"):
+        _run("policy.mode=one_step_off", "policy.train_batch_size=4", STREAM)
