@@ -49,6 +49,9 @@ PUBLISHED_KEYS = {"settings", "step_time_s", "ratios", "notes"}
 MAPPING_KEYS = {"workload", "base", "runs", "training_steps", "warmup_steps", "lengths", "notes"}
 RATIO_KEYS = {"name", "num", "den", "kind", "value", "notes"}
 RATIO_KINDS = ("speedup", "scaling", "staleness")
+# A published mean length a card's workload is scaled to: prompt + response (NeMo-RL's
+# "G-Average Seq len") or the response alone (verl's response_length/mean, AReaL's length curves).
+LENGTH_TARGETS = ("mean_sequence_tokens", "mean_response_tokens")
 RUN_FIXED = ("run.plots=false", "run.telemetry=false")
 
 
@@ -119,17 +122,22 @@ def validate_card(card: Any, path: Path) -> dict:
                         f"training_steps, got {ts!r} / {wu!r}")
     lengths = mp.get("lengths")
     if lengths is not None:
-        _need(lengths, f"{name}: mapping.lengths", {"mean_sequence_tokens", "notes"}, {"mean_sequence_tokens"})
-        m = lengths["mean_sequence_tokens"]
+        _need(lengths, f"{name}: mapping.lengths", set(LENGTH_TARGETS) | {"notes"}, set())
+        given = [k for k in LENGTH_TARGETS if k in lengths]
+        if len(given) != 1:
+            raise CardError(f"{name}: mapping.lengths: give exactly one of {', '.join(LENGTH_TARGETS)} "
+                            f"(the published mean the workload is scaled to), got {len(given)}")
+        key = given[0]
+        m = lengths[key]
         per_run = m if isinstance(m, dict) else {r: m for r in runs}
         for run in runs:
             val = per_run.get(run)
             if not isinstance(val, int | float) or val <= 0:
-                raise CardError(f"{name}: mapping.lengths.mean_sequence_tokens: expected tokens > 0 (one "
+                raise CardError(f"{name}: mapping.lengths.{key}: expected tokens > 0 (one "
                                 f"number, or one per run), got {val!r} for run {run!r}")
         unknown_runs = sorted(set(per_run) - set(runs))
         if unknown_runs:
-            raise CardError(f"{name}: mapping.lengths.mean_sequence_tokens: no such run(s) {', '.join(unknown_runs)}")
+            raise CardError(f"{name}: mapping.lengths.{key}: no such run(s) {', '.join(unknown_runs)}")
     for i, ratio in enumerate(pub.get("ratios") or []):
         where = f"{name}: published.ratios[{i}]"
         _need(ratio, where, RATIO_KEYS, {"name", "num", "den", "kind"})
@@ -177,9 +185,10 @@ def run_overrides(card: dict, run: str) -> list[str]:
 
 
 def length_scale_overrides(card: dict, run: str) -> list[str]:
-    """Scale ``rl_math``'s completion quantiles so the workload's mean prompt + completion matches
-    the published average sequence length (bisection on one factor; the cap stays the card's
-    ``max_completion`` / ``max_model_len``). Returns the extra override, or [] when not asked."""
+    """Scale ``rl_math``'s completion quantiles so the workload's mean prompt + completion
+    (``mean_sequence_tokens``) or mean completion (``mean_response_tokens``) matches the published
+    mean (bisection on one factor; the cap stays the card's ``max_completion`` / ``max_model_len``).
+    Returns the extra override, or [] when not asked."""
     lengths = card["mapping"].get("lengths")
     if not lengths:
         return []
@@ -187,8 +196,10 @@ def length_scale_overrides(card: dict, run: str) -> list[str]:
     from simrl.engine.sim import load_workload
     from workloads.registry import generator_spec
 
-    m = lengths["mean_sequence_tokens"]
+    key = next(k for k in LENGTH_TARGETS if k in lengths)
+    m = lengths[key]
     target = float(m[run] if isinstance(m, dict) else m)
+    with_prompt = key == "mean_sequence_tokens"
     base_ovr = run_overrides(card, run)
     cfg = load_config(None, base_ovr)
     if cfg.workload.generator != "rl_math":
@@ -200,7 +211,7 @@ def length_scale_overrides(card: dict, run: str) -> list[str]:
         ovr = "workload.knobs.completion_knots=" + json.dumps(scaled)
         w = load_workload(load_config(None, [*base_ovr, ovr]))
         last = w.traj_call_start[1:] - 1
-        total = w.call_prompt_tokens[last] + w.call_completion_tokens[last]
+        total = w.call_completion_tokens[last] + (w.call_prompt_tokens[last] if with_prompt else 0)
         return float(total.mean()), ovr
 
     lo, hi = 0.05, 20.0

@@ -25,8 +25,10 @@ waits for that generation (``drain``); every step is a full-batch barrier; stale
 
 Approximations. The engine publishes after every training step, so one engine step is one
 sync window: ``trigger_parameter_sync_step`` local updates of R samples are trained as one
-batch of ``trigger_parameter_sync_step * R`` groups (upstream streams them one mini-batch at a
-time, overlapping the first updates with the tail of generation). Staleness is therefore
+batch of ``trigger_parameter_sync_step * R`` groups, unless ``deployment.training.
+trigger_parameter_sync_step`` is set to the same k: then the engine streams as upstream does
+(fully_async_trainer.py at 1d85d951: R samples per local step, trained as they arrive, a sync
+after every k), overlapping the first updates with the tail of generation. Staleness is therefore
 counted in parameter versions, as verl's ``param_version`` does. ``ppo_mini_batch_size``
 defaults to 8 here so that a window is the default scenario's 32 groups (upstream's example
 uses larger batches). No per-sample version check exists upstream, so no bound is promised in
@@ -76,6 +78,12 @@ class VerlPolicy(Policy):
         if self.mode == "one_step_off":
             return self.train_batch_size
         return self.ppo_mini_batch_size * self.require_batches * self.trigger_parameter_sync_step
+
+    @property
+    def streams(self) -> bool:
+        """Whether the engine's streaming trainer may take this policy's batch in pieces: not in
+        one_step_off, whose admission counts whole batches taken by `form_batch`."""
+        return self.mode == "fully_async"
 
     @property
     def queue_size(self) -> int:

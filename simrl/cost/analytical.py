@@ -24,7 +24,15 @@
   (ZeRO 1/2), or parameter all-gathers in forward and backward + reduce-scatter (ZeRO 3), of the
   trainable parameters (LoRA: the adapters only; ZeRO 3 still gathers the frozen base);
   ``comm_overlap`` of it hides behind backward;
-- optimizer: Adam streams ~30 bytes per trainable parameter of the local shard through HBM.
+- optimizer: Adam streams ~30 bytes per trainable parameter of the local shard through HBM;
+- optimizer steps per batch: RL trainers split the batch into mini-batches and make one
+  gradient sync and one Adam step per mini-batch (verl ``actor.ppo_mini_batch_size`` x
+  ``rollout.n`` samples and ``ppo_epochs``, NeMo-RL ``train_global_batch_size``, AReaL
+  ``ppo_n_minibatches``): ``mini_batch_samples`` trajectories per step (None: the whole batch is
+  one step) and ``ppo_epochs`` passes over the batch give ``ppo_epochs * ceil(n / mini_batch_samples)``
+  steps, each paying the gradient collectives (ZeRO 3: the parameter gathers of its forward and
+  backward too) and the Adam update; with pipeline parallelism each mini-batch is its own 1F1B
+  schedule, so the bubble uses the micro-batches of one mini-batch.
 
 The step is a sequence of the phases RL trainers run (`phases` names them, `step_time` is their
 sum): ``old_log_prob`` (verl's recompute of the behaviour policy's log-probs, one forward:
@@ -87,6 +95,8 @@ class AnalyticalTraining:
     ulysses_sp: int = attrs.field(default=1, validator=_pos_int)  # verl ulysses_sequence_parallel_size
     fsdp_shard_size: int | None = attrs.field(default=None, validator=v.optional(_pos_int))  # HSDP (verl fsdp_size)
     max_tokens_per_gpu: int | None = attrs.field(default=None, validator=v.optional(_pos_int))  # dynamic bsz
+    mini_batch_samples: int | None = attrs.field(default=None, validator=v.optional(_pos_int))  # per optimizer step
+    ppo_epochs: int = attrs.field(default=1, validator=_pos_int)  # verl actor.ppo_epochs
     comm_efficiency: float = attrs.field(default=0.7, validator=_eff)
     comm_overlap: float = attrs.field(default=0.0, validator=v.and_(v.ge(0.0), v.le(1.0)))
     optimizer_bandwidth_efficiency: float = attrs.field(default=0.7, validator=_eff)
@@ -203,20 +213,11 @@ class AnalyticalTraining:
     def step_time(self, seq_lens: list[int]) -> float:
         if not seq_lens:
             return self.overhead_s
-        self.domain.check("seq_len", max(seq_lens))
-        passes = self._update_passes() + self._forward_passes()
-        compute = passes * self._rank_flops(seq_lens) / self._flops_per_s()
-        if self.pp > 1:
-            compute *= self._bubble(seq_lens)
-        t = compute + self._activation_comm_time(sum(seq_lens) / self.dp, passes)
-        t += (1 - self.comm_overlap) * self.grad_sync_time() + self.optimizer_time() + self.overhead_s
-        if self.critic:
-            t += self._critic_time(seq_lens)
-        return finite_nonneg("analytical step_time", t)
+        return finite_nonneg("analytical step_time", sum(self.phases(seq_lens).values()))
 
     def phases(self, seq_lens: list[int]) -> dict[str, float]:
-        """Seconds of each phase of one step, in the order a trainer runs them; they sum to
-        `step_time` (up to rounding). Phases a configuration does not run are 0."""
+        """Seconds of each phase of one step, in the order a trainer runs them; `step_time` is
+        their sum. Phases a configuration does not run are 0."""
         names = ("old_log_prob", "ref_forward", "log_prob_forwards", "critic_update", "actor_update",
                  "pipeline_bubble", "grad_sync", "optimizer", "overhead")
         out = dict.fromkeys(names, 0.0)
@@ -225,24 +226,34 @@ class AnalyticalTraining:
             return out
         self.domain.check("seq_len", max(seq_lens))
         unit = self._pass_compute(seq_lens)
-        stretch = self._bubble(seq_lens) - 1.0
         comm = self._activation_comm_time(sum(seq_lens) / self.dp, 1)
+        steps = self.optimizer_steps(len(seq_lens))
         forwards = {"old_log_prob": int(self.recompute_old_logprob), "ref_forward": int(self.reference_model),
                     "log_prob_forwards": self.logprob_forwards}
         for name, n in forwards.items():
             out[name] = n * (unit + comm)
-        upd = self._update_passes()
+        # Forward-only passes run over the whole batch; updates run one 1F1B schedule per mini-batch.
+        bubble = sum(forwards.values()) * unit * (self._bubble(seq_lens) - 1.0)
+        upd = self.ppo_epochs * self._update_passes()
+        update_stretch = self._bubble(seq_lens, steps // self.ppo_epochs) - 1.0
         out["actor_update"] = upd * (unit + comm)
-        bubble_passes = upd + sum(forwards.values())
+        bubble += upd * unit * update_stretch
+        sync = steps * (1 - self.comm_overlap) * self.grad_sync_time()
+        adam = steps * self.optimizer_time()
         if self.critic:
-            critic_passes = 1 + upd  # value forward, then forward/backward of the critic
-            out["critic_update"] = (critic_passes * (unit + comm) + (1 - self.comm_overlap) * self.grad_sync_time()
-                                    + self.optimizer_time())
-            bubble_passes += critic_passes
-        out["pipeline_bubble"] = bubble_passes * unit * stretch
-        out["grad_sync"] = (1 - self.comm_overlap) * self.grad_sync_time()
-        out["optimizer"] = self.optimizer_time()
-        return out
+            # value forward over the batch, then the critic's own mini-batch updates
+            out["critic_update"] = (1 + upd) * (unit + comm) + sync + adam
+            bubble += unit * (self._bubble(seq_lens) - 1.0) + upd * unit * update_stretch
+        out["pipeline_bubble"] = bubble
+        out["grad_sync"] = sync
+        out["optimizer"] = adam
+        return {k: finite_nonneg(f"analytical phase {k}", val) for k, val in out.items()}
+
+    def optimizer_steps(self, samples: int) -> int:
+        """Optimizer steps (each with its gradient sync) for a batch of ``samples`` trajectories:
+        ``ppo_epochs * ceil(samples / mini_batch_samples)``; one per epoch without mini-batches."""
+        per_epoch = 1 if self.mini_batch_samples is None else max(1, math.ceil(samples / self.mini_batch_samples))
+        return self.ppo_epochs * per_epoch
 
     # -- pieces --------------------------------------------------------------------------------
 
@@ -260,9 +271,6 @@ class AnalyticalTraining:
         weight gradients; LoRA's frozen base needs no weight gradients) + recompute."""
         return (3 if self.lora_rank == 0 else 2) + int(self.activation_checkpointing)
 
-    def _forward_passes(self) -> int:
-        return self.logprob_forwards + int(self.recompute_old_logprob) + int(self.reference_model)
-
     def _rank_flops(self, seq_lens: list[int]) -> float:
         """Forward FLOPs of the busiest DP rank (at least its longest sample)."""
         m = self.model
@@ -276,17 +284,13 @@ class AnalyticalTraining:
         """Seconds of one forward pass over the batch on the busiest DP rank (no bubble)."""
         return self._rank_flops(seq_lens) / self._flops_per_s()
 
-    def _bubble(self, seq_lens: list[int]) -> float:
-        """1F1B stretch ``1 + (pp - 1) / (m * vpp)`` (1 without pipeline parallelism)."""
+    def _bubble(self, seq_lens: list[int], mini_batches: int = 1) -> float:
+        """1F1B stretch ``1 + (pp - 1) / (m * vpp)`` (1 without pipeline parallelism), ``m`` the
+        micro-batches of one of ``mini_batches`` equal mini-batches (each its own schedule)."""
         if self.pp <= 1:
             return 1.0
-        return 1 + (self.pp - 1) / (self._micro_batches(seq_lens) * self.virtual_pipeline_stages)
-
-    def _critic_time(self, seq_lens: list[int]) -> float:
-        passes = 1 + self._update_passes()
-        t = passes * self._pass_compute(seq_lens) * self._bubble(seq_lens)
-        t += self._activation_comm_time(sum(seq_lens) / self.dp, passes)
-        return t + (1 - self.comm_overlap) * self.grad_sync_time() + self.optimizer_time()
+        m = max(1, math.ceil(self._micro_batches(seq_lens) / mini_batches))
+        return 1 + (self.pp - 1) / (m * self.virtual_pipeline_stages)
 
     def _layer_activation_bytes_per_token(self) -> float:
         """Bytes one token leaves for backward in one layer (flash attention, sequence parallel):

@@ -64,12 +64,25 @@ class StepTimeConfig:
         return self.test_freq > 0 and self.validation_s > 0 and (step % self.test_freq == 0 or step == last)
 
 
-def stream_groups(policy, k: int, colocated: bool) -> int:
-    """Groups per mini-batch of the streaming trainer (0: off): the policy's batch over k."""
+def stream_groups(policy, k: int, colocated: bool, group_size: int = 1, instances: int = 1) -> int:
+    """Groups per mini-batch of the streaming trainer (0: off): the policy's batch over k.
+
+    The batch size is the policy's fixed one (``batch_min_groups == batch_max_groups`` of its
+    numeric record, `Policy.lower`), e.g. verl fully_async's sync window ``ppo_mini_batch_size x
+    require_batches x trigger_parameter_sync_step``, so a local step is ``require_batches x
+    ppo_mini_batch_size`` groups as in verl's FullyAsyncTrainer."""
     if k <= 1:
         return 0
+    if not getattr(policy, "streams", True):
+        raise SimulationError(
+            f"deployment.training.trigger_parameter_sync_step={k} (streaming trainer): policy {policy.kind} "
+            f"(mode {getattr(policy, 'mode', '?')}) forms whole batches itself and cannot be trained in pieces")
     params = getattr(policy, "params", None)
-    if params is None or not hasattr(params, "batch_max_groups") or params.batch_min_groups != params.batch_max_groups:
+    if params is None or not hasattr(params, "batch_max_groups"):
+        from simrl.policy.params import LoweringContext
+
+        params = policy.lower(LoweringContext(group_size=group_size, instances=instances))
+    if params.batch_min_groups != params.batch_max_groups:
         raise SimulationError(
             f"deployment.training.trigger_parameter_sync_step={k} (streaming trainer) needs a policy with a fixed "
             f"batch size (PolicyParams batch_min_groups == batch_max_groups); policy {policy.kind} has none")
@@ -124,7 +137,9 @@ class Trainer:
         self.colocated = colocated
         self.done = done
         self.extra = step_time_cfg or StepTimeConfig()
-        self.stream_groups = stream_groups(book.policy, self.extra.trigger_parameter_sync_step, colocated)
+        self.stream_groups = stream_groups(book.policy, self.extra.trigger_parameter_sync_step, colocated,
+                                           workload.group_size(0) if workload.n_groups else 1,
+                                           len(book.st.instance_versions))
         self.phase = "waiting"  # what the trainer is doing, for `srl step` and the diagnosis
         self.clock = LimitClock(env, book.st, book.policy, len(book.st.instance_versions))
         book.clock = self.clock
@@ -227,7 +242,12 @@ class Trainer:
 
     def stream(self, step: int):
         """Streaming trainer: k mini-batches of the batch, each trained as soon as its groups are
-        buffered (FIFO), on the same weights; the caller publishes after the k-th."""
+        buffered (FIFO), on the same weights; the caller publishes after the k-th. As verl's
+        FullyAsyncTrainer (volcengine/verl@1d85d951, verl/experimental/fully_async_policy/
+        fully_async_trainer.py): ``_get_samples_from_queue`` blocks for ``require_batches x
+        ppo_mini_batch_size`` samples, one local step trains them, and
+        ``_trigger_parameter_sync_after_step`` syncs (blocking) once ``local_trigger_step`` reaches
+        ``trigger_parameter_sync_step``."""
         env, book, st, clock = self.env, self.book, self.book.st, self.clock
         k, mb = self.extra.trigger_parameter_sync_step, self.stream_groups
         batch: list[GroupRecord] = []

@@ -108,6 +108,26 @@ def test_length_scaling_hits_the_published_mean():
     assert int((w.call_prompt_tokens[last] + w.call_completion_tokens[last]).max()) <= 4096
 
 
+def test_length_scaling_to_a_published_mean_response_length():
+    # A source that publishes the mean response length (verl's response_length/mean) sets
+    # mean_response_tokens: the scaled workload's mean completion, without the prompt, is within 1 %.
+    from simrl.engine.sim import load_workload
+
+    card = _card("nemo_rl_llama31_8b_1off.yaml")
+    card["mapping"]["lengths"] = {"mean_response_tokens": 800}
+    card["mapping"]["base"] = [o for o in card["mapping"]["base"] if not o.startswith("workload.groups")]
+    card["mapping"]["base"].append("workload.groups=64")
+    both = copy.deepcopy(card)
+    both["mapping"]["lengths"]["mean_sequence_tokens"] = 1000
+    with pytest.raises(fid.CardError, match=r"response.yaml: mapping.lengths: give exactly one of"):
+        fid.validate_card(both, Path("response.yaml"))
+    fid.validate_card(card, Path("response.yaml"))
+    card["_file"] = "response.yaml"
+    w = load_workload(fid.build_config(card, "sync"))
+    last = w.traj_call_start[1:] - 1
+    assert abs(float(w.call_completion_tokens[last].mean()) - 800) / 800 < 0.01
+
+
 def test_one_small_card_simulates_and_reports_errors():
     # A cut-down copy of the Llama card (8 prompts x 32 per step, 2 steps): the runner returns a
     # positive step time per run, and the error is (simulated - published) / published.

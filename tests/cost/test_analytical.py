@@ -238,3 +238,38 @@ def test_dynamic_batch_size_sets_micro_batches_by_tokens():
     assert dyn.peak_memory_bytes(SEQS) == pytest.approx(fixed.peak_memory_bytes(SEQS), rel=0.02)
     big = AnalyticalTraining("qwen3-8b", "H100", gpus=8, pp=2, max_tokens_per_gpu=8192)
     assert big.peak_memory_bytes(SEQS) > dyn.peak_memory_bytes(SEQS)
+
+
+def test_optimizer_steps_per_mini_batch_by_hand():
+    # 8 samples of 2048 tokens on 8 H100 (dp 8, ZeRO-1); mini-batches of 2 samples -> 4 optimizer
+    # steps (verl ppo_mini_batch_size, NeMo-RL train_global_batch_size), each paying the ZeRO-1
+    # reduce-scatter + all-gather 7/8 x 8,190,735,360 x 6 B / 315e9 = 0.136513 s and the Adam update
+    # 8,190,735,360 / 8 x 30 B / (3.35e12 x 0.7) = 0.0130981 s; compute is unchanged.
+    one = AnalyticalTraining("qwen3-8b", "H100", gpus=8)
+    four = AnalyticalTraining("qwen3-8b", "H100", gpus=8, mini_batch_samples=2)
+    assert four.optimizer_steps(8) == 4 and four.optimizer_steps(7) == 4 and four.optimizer_steps(1) == 1
+    sync, adam = 7 / 8 * 8_190_735_360 * 6 / 315e9, 8_190_735_360 / 8 * 30 / (3.35e12 * 0.7)
+    p1, p4 = one.phases(SEQS), four.phases(SEQS)
+    assert p4["grad_sync"] == pytest.approx(4 * sync) and p4["optimizer"] == pytest.approx(4 * adam)
+    assert p4["actor_update"] == pytest.approx(p1["actor_update"])
+    assert four.step_time(SEQS) - one.step_time(SEQS) == pytest.approx(3 * (sync + adam))
+    # Two PPO epochs: twice the update passes and twice the optimizer steps.
+    two_ep = AnalyticalTraining("qwen3-8b", "H100", gpus=8, mini_batch_samples=2, ppo_epochs=2)
+    assert two_ep.optimizer_steps(8) == 8
+    assert two_ep.phases(SEQS)["actor_update"] == pytest.approx(2 * p1["actor_update"])
+    assert two_ep.phases(SEQS)["grad_sync"] == pytest.approx(8 * sync)
+
+
+def test_each_mini_batch_is_its_own_pipeline_schedule_by_hand():
+    # pp=2 on 8 GPUs: dp 4; 16 samples -> 4 micro-batches per rank for the whole batch (bubble 1/4).
+    # In 2 mini-batches each schedule has 2 micro-batches: the update passes' bubble is 1/2; the
+    # forward-only passes (old log-probs) still run over the whole batch (1/4).
+    seqs = [2048] * 16
+    t = AnalyticalTraining("qwen3-8b", "H100", gpus=8, pp=2, recompute_old_logprob=True, mini_batch_samples=8)
+    unit = 4 * 2048 * F_1024 / (2 * 989e12 * 0.4)  # four samples per rank, half the layers
+    assert t._pass_compute(seqs) == pytest.approx(unit)
+    assert t.phases(seqs)["pipeline_bubble"] == pytest.approx(1 * unit * 0.25 + 4 * unit * 0.5)
+    whole = AnalyticalTraining("qwen3-8b", "H100", gpus=8, pp=2, recompute_old_logprob=True)
+    assert whole.phases(seqs)["pipeline_bubble"] == pytest.approx(5 * unit * 0.25)
+    with pytest.raises(ValueError):
+        AnalyticalTraining("qwen3-8b", "H100", gpus=8, mini_batch_samples=0)
