@@ -114,7 +114,11 @@ class GroupBook:
                 self.start_group()
             if self.clock is not None:
                 self.clock.settled(self.dispatch_paused)
-            yield self.changed.wait()
+            recheck = None if self.dispatch_paused else self.policy.recheck_in(self.st)
+            if recheck is None:
+                yield self.changed.wait()
+            else:  # a time-based gate (e.g. an admission window) opens by itself
+                yield self.changed.wait() | self.env.timeout(max(recheck, 0.0))
 
     def check_progress(self, verdict: Verdict) -> None:
         """Stop with a diagnosis when groups keep finishing and none is accepted: with every

@@ -201,6 +201,17 @@ class Policy:
     def admit(self, st: PipelineState) -> bool:
         raise NotImplementedError(f"{type(self).__name__} must implement admit()")
 
+    def recheck_in(self, st: PipelineState) -> float | None:
+        """Seconds after which the dispatcher should ask `admit` again although nothing changed.
+
+        Asked when `admit` has just said no. None (the default): admission is re-evaluated only
+        when something changes (a group finishes, a batch is taken, a version is published).
+        A policy whose gate opens with time alone (prime-rl's per-window admission budget)
+        returns the time left; it must return None when only an event can open the gate, or a
+        stuck run would never end.
+        """
+        return None
+
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         """Called right after a group is dispatched (tagging, counters)."""
 
