@@ -219,6 +219,14 @@ class Policy:
         """May a call of this group run on an instance holding ``instance_version``?"""
         return True
 
+    def route_priority(self, group: GroupRecord) -> int | None:
+        """The router queue level of this group's calls (lower levels are routed first).
+
+        None (the default): one FIFO queue. A call is queued behind every call of its level or
+        a lower one; a resumed call still goes to the front.
+        """
+        return None
+
     # -- filtering -----------------------------------------------------------------------
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
         return Verdict.ACCEPT
