@@ -11,8 +11,13 @@ test_psrl.py, test_slime.py and test_roll.py.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from preset_scenarios import run, uniform_workload
+
+from simrl.policy.base import GroupRecord, InstanceLoad, PipelineState, TrajRecord
+from simrl.policy.registry import policy_class
 
 
 def _scenario(*overrides, steps=3, **kw):
@@ -161,3 +166,65 @@ def test_prime_rl_pessimistic_start_and_admission_window():
                        "deployment.rollout.kv_capacity_tokens=40000", "policy.concurrency_control=kappa_ewma",
                        "policy.seq_len=10000")
     assert _dispatch_times(old)[:3] == [0.0, 5.0, 10.0]
+
+
+# -- prime_rl's AIMD controller, hook by hook (concurrency.py@559b4477) ------------------------------
+
+def _prime_state(policy, running_groups, loads):
+    st = PipelineState(n_instances=len(loads), policy_state=policy.init_state())
+    for gid, (t0, unfinished) in enumerate(running_groups):
+        st.running[gid] = GroupRecord(gid=gid, wg=gid, epoch=0, dispatch_time=t0, dispatch_version=0,
+                                      trajs=[TrajRecord(tid=i, reward=float(i % 2), calls_total=1)
+                                             for i in range(unfinished)])
+    st.probe = lambda: loads
+    return st
+
+
+def _loads(*usage, waiting=0, preemptions=0):
+    return [InstanceLoad(index=i, version=0, running=8, waiting=waiting, kv_used_tokens=int(u * 1000),
+                         kv_capacity_tokens=1000, preemptions=preemptions) for i, u in enumerate(usage)]
+
+
+def test_prime_rl_kv_trims_soft_then_hard_cancel_youngest():
+    policy = policy_class("prime_rl")(initial_inflight=100)
+    # 10 running groups of 8 unfinished episodes, dispatched at t = 0..9: 80 in flight.
+    groups = [(float(t), 8) for t in range(10)]
+    # Soft trim (concurrency.py:281-290): max usage 0.85 > 0.8 and <= 0.9: cap -> int(80 * 0.7 / 0.85)
+    # = int(65.88) = 65, nothing cancelled; the 6-poll cooldown then blocks the next trim.
+    st = _prime_state(policy, groups, _loads(0.5, 0.85))
+    assert policy.admit(st) is False  # 80 in flight >= 65
+    c = st.policy_state
+    assert c.cap == 65 and c.trims == [(0.0, "soft trim", 65)] and c.pending_cancel == 0
+    # Hard trim: usage 0.95 > 0.9 -> int(80 * 0.7 / 0.95) = int(58.95) = 58 and cancel 80 - 58 = 22
+    # episodes, youngest groups first (dispatcher.py:258-278): gid 9, 8, 7 (8 + 8 + 8 >= 22).
+    st = _prime_state(policy, groups, _loads(0.95, 0.2))
+    policy.admit(st)
+    assert st.policy_state.cap == 58 and st.policy_state.pending_cancel == 22
+    assert policy.after_group_done(st).abort_running == (9, 8, 7)
+    # A preemption instead (concurrency.py:267-279): cut to int(80 * 0.8) = 64, cancel 16: gid 9, 8.
+    st = _prime_state(policy, groups, _loads(0.5, 0.5))
+    policy.admit(st)  # first poll: records the preemption counters
+    st.probe = (lambda: _loads(0.5, 0.5, preemptions=1))
+    st.now = 5.0
+    policy.admit(st)
+    assert st.policy_state.cap == 64 and st.policy_state.draining
+    assert policy.after_group_done(st).abort_running == (9, 8)
+
+
+def test_prime_rl_growth_is_paced_by_turnover():
+    policy = policy_class("prime_rl")(initial_inflight=10)
+    # One running group with 8 unfinished episodes; a group of 2 finishes. Clear poll (usage 0.1,
+    # no queue): the gate is open for 15 s. record_episode (concurrency.py:166-187) per episode,
+    # in finish order, with in flight = the others + its unfinished group-mates + itself:
+    # 8 + 1 + 1 = 10 >= 0.9 * 10 -> cap * 1.25^(1/10); then 8 + 0 + 1 = 9 >= 9 -> * 1.25^(1/9).
+    st = _prime_state(policy, [(0.0, 8)], _loads(0.1, 0.1))
+    policy.admit(st)
+    done = GroupRecord(gid=99, wg=99, epoch=0, dispatch_time=0.0, dispatch_version=0,
+                       trajs=[TrajRecord(tid=i, reward=float(i), calls_total=1, completion_tokens=100,
+                                         finish_time=1.0 + i) for i in range(2)])
+    st.now = 2.0
+    policy.on_group_done(done, st)
+    c = st.policy_state
+    assert math.isclose(c.turnover, 1 / 10 + 1 / 9)
+    assert math.isclose(c.cap_f, 10 * 1.25 ** (1 / 10 + 1 / 9))  # 10.48: the applied cap stays 10
+    assert c.cap == 10
