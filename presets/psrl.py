@@ -56,12 +56,15 @@ one taken is the latest reservation of the earlier buffer (upstream takes the lo
 RESERVED entry, and a buffer is reserved from its last entry backwards), and the redundant
 case (upstream's second branch of ``occupy_data_with_reserve``) uses the same rule as the
 normal one. ``sync_threshold`` None means: pull when idle. ``fine_grain_overlap``
-(``FineGrainOverlapStrategy``, ``psrl/trainer/ppo/strategies/fine_grain_overlap.py``: a buffer
-trained in chunks of ``granularity`` x ``multiplier`` as its entries are occupied, per-sample
-stages overlapped with rollout; ``pre_step`` also steps the optimizer per chunk) is not
-modelled: the knob ``fine_grain_overlap_granularity`` accepts only upstream's default
-``none`` and refuses the rest by name. With MLQ the order within a level is dispatch order
-(upstream's default ``request_sort_indicator`` ``small_id``). B' (``redundant_buffer_entries``)
+(``FineGrainOverlapStrategy``, ``psrl/trainer/ppo/strategies/fine_grain_overlap.py``) is modelled
+for ``granularity=mini_batch`` with ``overlap_scope=pre_step``: a step trains its buffer in
+chunks of ``ppo_mini_batch_size`` x ``multiplier`` groups (clamped to E: no chunking), each as
+soon as that many more entries are occupied, one optimizer step per chunk, publishing after
+the last (taken when the buffer is READY); the engine's streaming trainer charges each chunk
+the training cost of its groups. ``recompute`` (upstream's default scope: only the per-sample
+stages overlap, math identical to none) and ``micro_batch`` are refused by name. With MLQ the
+order within a level is dispatch order (upstream's default ``request_sort_indicator``
+``small_id``). B' (``redundant_buffer_entries``)
 defaults to E + E/8, our choice. N' > n redundancy cannot be expressed (the workload fixes n).
 """
 
@@ -116,16 +119,24 @@ class PsrlPolicy(Policy):
     seamless_train_version: int = attrs.field(default=0, validator=v.ge(0))  # sync_and_mig_strategy.sync.*
     enable_multi_priority_queue: bool = False  # routing_strategy.enable_multi_priority_queue (MLQ)
     fine_grain_overlap_granularity: str = attrs.field(default="none", validator=v.in_(_FGO))
+    fine_grain_overlap_multiplier: int = attrs.field(default=1, validator=v.ge(1))
+    fine_grain_overlap_scope: str = attrs.field(default="recompute", validator=v.in_(("recompute", "pre_step")))
+    ppo_mini_batch_size: int | None = attrs.field(default=None, validator=v.optional(v.gt(0)))  # groups (prompts)
     dynamic_sampling_filter: bool = False
 
     def __attrs_post_init__(self):
-        if self.fine_grain_overlap_granularity != "none":
-            raise ValueError(
-                f"fine_grain_overlap_granularity={self.fine_grain_overlap_granularity!r} is not modelled: "
-                "upstream FineGrainOverlapStrategy trains a buffer in chunks of mini/micro-batches as they "
-                "are occupied, which the engine's batch-at-once trainer cannot express; only 'none' "
-                "(upstream's default, full batch) is accepted"
-            )
+        g = self.fine_grain_overlap_granularity
+        if g == "micro_batch":
+            raise ValueError("fine_grain_overlap_granularity='micro_batch' is not modelled (it needs the "
+                             "trainer's per-GPU micro-batch size); use 'mini_batch' or 'none'")
+        if g == "mini_batch":
+            if self.ppo_mini_batch_size is None:
+                raise ValueError("fine_grain_overlap_granularity='mini_batch' needs ppo_mini_batch_size "
+                                 "(groups per mini-batch, train_actor_rollout_ref.actor.ppo_mini_batch_size)")
+            if self.fine_grain_overlap_scope != "pre_step":
+                raise ValueError("fine_grain_overlap_scope='recompute' (overlapping only the per-sample stages "
+                                 "old_log_prob/ref/values/reward with rollout) is not modelled; "
+                                 "use fine_grain_overlap_scope='pre_step' (one optimizer step per chunk)")
         if self.redundant_rollout_enable and self.reserve_capacity <= self.staleness_buffer_entries:
             raise ValueError(
                 f"redundant_buffer_entries={self.redundant_buffer_entries} must exceed "
@@ -273,6 +284,34 @@ class PsrlPolicy(Policy):
         b.occ.pop(c)
         b.res.pop(c, None)
         return [g for g in st.buffer if g.tag.get("buffer") == c]
+
+    # -- fine_grain_overlap (pre_step, mini_batch): a buffer trained chunk by chunk ------------
+    def train_chunks(self) -> tuple[int, ...]:
+        """resolve_fine_grain_chunk_size (psrl/utils/config.py:5-91): chunk = mini-batch x multiplier
+        groups, clamped to the full batch (then no chunking); the last chunk carries the remainder."""
+        if self.fine_grain_overlap_granularity != "mini_batch":
+            return ()
+        e, chunk = self.staleness_buffer_entries, self.ppo_mini_batch_size * self.fine_grain_overlap_multiplier
+        if chunk >= e:
+            return ()
+        return (chunk,) * (e // chunk) + ((e % chunk,) if e % chunk else ())
+
+    def take_chunk(self, st: PipelineState, j: int, size: int) -> list[GroupRecord] | None:
+        """_emit_pending_chunks (psrl/workers/agent_loop/manager.py:1426-1507): chunk j of the next
+        buffer once ``size`` more of its entries are occupied (accumulation order: version, then
+        arrival); the last one when the buffer is READY, which consumes it."""
+        b = self._bufs(st)
+        c = b.consumed
+        avail = sorted((g for g in st.buffer if g.tag.get("buffer") == c),
+                       key=lambda g: (g.dispatch_version, g.finish_time, g.gid))
+        if j < len(self.train_chunks()) - 1:
+            return avail[:size] if len(avail) >= size else None
+        if b.occ.get(c, 0) < self.staleness_buffer_entries:
+            return None
+        b.consumed = c + 1
+        b.occ.pop(c)
+        b.res.pop(c, None)
+        return avail
 
     def lower(self, ctx: LoweringContext) -> PolicyParams:
         e = self.staleness_buffer_entries

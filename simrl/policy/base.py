@@ -243,6 +243,16 @@ class Policy:
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
         raise NotImplementedError(f"{type(self).__name__} must implement form_batch()")
 
+    def train_chunks(self) -> tuple[int, ...]:
+        """Sizes (in groups) of the chunks one step is trained in, each as soon as `take_chunk`
+        gives it, publishing after the last (PSRL ``fine_grain_overlap`` with ``pre_step``).
+        Empty (the default): `form_batch` gives the whole batch."""
+        return ()
+
+    def take_chunk(self, st: PipelineState, j: int, size: int) -> list[GroupRecord] | None:
+        """The j-th chunk (``size`` groups) of the current step, or None to wait (with `train_chunks`)."""
+        raise NotImplementedError(f"{type(self).__name__} declares train_chunks but no take_chunk()")
+
     # -- the staleness promise, for the engine, the invariants and the report ----------------
     @property
     def staleness_spec(self) -> Staleness:

@@ -138,6 +138,37 @@ def test_multi_priority_queue_routes_the_oldest_trajectory_version_first():
     assert order(psrl()) == [0, 1, 2, 3, 4]
 
 
-def test_fine_grain_overlap_is_refused_by_name():
-    with pytest.raises(ConfigError, match="fine_grain_overlap_granularity='mini_batch' is not modelled"):
-        load_config(overrides=["policy=psrl", "policy.fine_grain_overlap_granularity=mini_batch"])
+def test_fine_grain_overlap_pre_step_trains_a_buffer_chunk_by_chunk():
+    # Somoku/psrl@19c0474 psrl/utils/config.py:5-91 (resolve_fine_grain_chunk_size): chunk =
+    # ppo_mini_batch_size x multiplier = 2 groups (< E = 4); manager.py:1426-1507
+    # (_emit_pending_chunks) hands chunk j out once 2 more entries of the buffer are occupied, the
+    # last when the buffer is READY; fine_grain_overlap.py:84-195 (pre_step): one optimizer step per
+    # chunk, the PS push after the last. eta=1, one straggler (group 1, 3000 tokens) holds buffer
+    # 1: step 2's first chunk trains right after version 1 is published (two entries of buffer 1
+    # were already occupied), its second only when the straggler lands.
+    wl = uniform_workload(groups=64, n=2, completion=1000, stragglers=(1,), straggler_completion=3000)
+    knobs = ["policy=psrl", "policy.staleness=1", "policy.staleness_buffer_entries=4", "run.training_steps=3",
+             "policy.fine_grain_overlap_granularity=mini_batch", "policy.ppo_mini_batch_size=2",
+             "policy.fine_grain_overlap_scope=pre_step"]
+    rep, sim = run(knobs, wl, step_s=1.0)
+    minis = [(e["step"], e["mini_batch"], e["groups"], e["t"]) for e in sim.events if e["kind"] == "mini_batch_ready"]
+    assert [(s, j, n) for s, j, n, _ in minis] == [(1, 1, 2), (1, 2, 2), (2, 1, 2), (2, 2, 2), (3, 1, 2), (3, 2, 2)]
+    step2 = [t for s, _, _, t in minis if s == 2]
+    assert step2[0] == rep.steps[0].publish_end
+    straggler_done = next(e["t"] for e in sim.events if e["kind"] == "group_done" and e["gid"] == 1)
+    assert step2[1] == straggler_done > step2[0] + 1.0
+    assert [list(s.staleness) for s in rep.steps] == [[0] * 4, [1] * 4, [1] * 4]
+    # without it the whole buffer waits for the straggler before training starts
+    plain, _ = run(knobs[:4], wl, step_s=1.0)
+    assert plain.steps[1].train_start > step2[0] + 1.0
+
+
+def test_fine_grain_overlap_modes_not_modelled_are_refused_by_name():
+    with pytest.raises(ConfigError, match="fine_grain_overlap_granularity='micro_batch' is not modelled"):
+        load_config(overrides=["policy=psrl", "policy.fine_grain_overlap_granularity=micro_batch"])
+    with pytest.raises(ConfigError, match="fine_grain_overlap_scope='recompute'.*not modelled"):
+        load_config(overrides=["policy=psrl", "policy.fine_grain_overlap_granularity=mini_batch",
+                               "policy.ppo_mini_batch_size=2"])
+    with pytest.raises(ConfigError, match="needs ppo_mini_batch_size"):
+        load_config(overrides=["policy=psrl", "policy.fine_grain_overlap_granularity=mini_batch",
+                               "policy.fine_grain_overlap_scope=pre_step"])
