@@ -11,11 +11,18 @@ Follows the design docs at ``lhy101/psrl_doc_preview@59c3ef46``: ``docs/design/
   ``StalenessInventory.reserve_data``). So at version 0 with enough instances
   ``(staleness + 1) x E`` groups are in flight.
 * Routing -- a call may only run on an instance whose version is ``>= V_traj`` (``eligible``).
+  ``enable_multi_priority_queue`` (MLQ, ``routing_strategy``; off by default) queues calls by
+  V_traj, the lowest first (``route_priority``), so older trajectories drain ahead of fresher
+  ones (``docs/design/flexible_rollout.md``, "Multi-Level Queue").
 * In flight -- the trainer pushes every version to the parameter server; each instance pulls
   on its own (``per_instance``): ``greedy`` as soon as a version exists, ``status_based`` once
   its indicator (``request_num``: running + waiting; ``kv_cache``: KV used fraction) falls
   below ``sync_threshold``. With ``partial_rollout_enable`` the pulling instance aborts its
   requests, keeping their tokens, and they re-enter the router (``abort_resume`` with re-route).
+  ``seamless_train_version`` (``sync_and_mig_strategy.sync``, default 0 = off, since the
+  first pushed version is 1): while the published version p is <= it, an instance pulls p
+  only once buffer p, the trainer's next, is READY (``greedy.py:60-66``), so the first
+  steps train back to back while instances keep generating on the older weights.
 * Filtering (Occupy) -- upstream ``occupy_data_with_reserve``: a finished group first gives up
   its reservation in buffer u, and a group still RESERVED in an earlier, not-READY buffer of
   ``[V_traj, u - 1]`` whose own ``V_traj >= u - staleness`` moves into the vacated entry of u
@@ -48,7 +55,16 @@ re-prefills. Entries are groups, not entry slots: when a reservation moves acros
 one taken is the latest reservation of the earlier buffer (upstream takes the lowest-index
 RESERVED entry, and a buffer is reserved from its last entry backwards), and the redundant
 case (upstream's second branch of ``occupy_data_with_reserve``) uses the same rule as the
-normal one. ``sync_threshold`` None means: pull when idle. B' (``redundant_buffer_entries``)
+normal one. ``sync_threshold`` None means: pull when idle. ``fine_grain_overlap``
+(``FineGrainOverlapStrategy``, ``psrl/trainer/ppo/strategies/fine_grain_overlap.py``) is modelled
+for ``granularity=mini_batch`` with ``overlap_scope=pre_step``: a step trains its buffer in
+chunks of ``ppo_mini_batch_size`` x ``multiplier`` groups (clamped to E: no chunking), each as
+soon as that many more entries are occupied, one optimizer step per chunk, publishing after
+the last (taken when the buffer is READY); the engine's streaming trainer charges each chunk
+the training cost of its groups. ``recompute`` (upstream's default scope: only the per-sample
+stages overlap, math identical to none) and ``micro_batch`` are refused by name. With MLQ the
+order within a level is dispatch order (upstream's default ``request_sort_indicator``
+``small_id``). B' (``redundant_buffer_entries``)
 defaults to E + E/8, our choice. N' > n redundancy cannot be expressed (the workload fixes n).
 """
 
@@ -69,6 +85,8 @@ from simrl.policy.errors import PolicyError
 from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
 from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync, SyncScope
+
+_FGO = ("none", "mini_batch", "micro_batch")
 
 
 @attrs.define
@@ -98,9 +116,27 @@ class PsrlPolicy(Policy):
     sync_strategy: str = attrs.field(default="greedy", validator=v.in_(("greedy", "status_based")))
     sync_indicator: str = attrs.field(default="request_num", validator=v.in_(("request_num", "kv_cache")))
     sync_threshold: float | None = None
+    seamless_train_version: int = attrs.field(default=0, validator=v.ge(0))  # sync_and_mig_strategy.sync.*
+    enable_multi_priority_queue: bool = False  # routing_strategy.enable_multi_priority_queue (MLQ)
+    fine_grain_overlap_granularity: str = attrs.field(default="none", validator=v.in_(_FGO))
+    fine_grain_overlap_multiplier: int = attrs.field(default=1, validator=v.ge(1))
+    fine_grain_overlap_scope: str = attrs.field(default="recompute", validator=v.in_(("recompute", "pre_step")))
+    ppo_mini_batch_size: int | None = attrs.field(default=None, validator=v.optional(v.gt(0)))  # groups (prompts)
     dynamic_sampling_filter: bool = False
 
     def __attrs_post_init__(self):
+        g = self.fine_grain_overlap_granularity
+        if g == "micro_batch":
+            raise ValueError("fine_grain_overlap_granularity='micro_batch' is not modelled (it needs the "
+                             "trainer's per-GPU micro-batch size); use 'mini_batch' or 'none'")
+        if g == "mini_batch":
+            if self.ppo_mini_batch_size is None:
+                raise ValueError("fine_grain_overlap_granularity='mini_batch' needs ppo_mini_batch_size "
+                                 "(groups per mini-batch, train_actor_rollout_ref.actor.ppo_mini_batch_size)")
+            if self.fine_grain_overlap_scope != "pre_step":
+                raise ValueError("fine_grain_overlap_scope='recompute' (overlapping only the per-sample stages "
+                                 "old_log_prob/ref/values/reward with rollout) is not modelled; "
+                                 "use fine_grain_overlap_scope='pre_step' (one optimizer step per chunk)")
         if self.redundant_rollout_enable and self.reserve_capacity <= self.staleness_buffer_entries:
             raise ValueError(
                 f"redundant_buffer_entries={self.redundant_buffer_entries} must exceed "
@@ -118,8 +154,14 @@ class PsrlPolicy(Policy):
     # -- runtime -----------------------------------------------------------------------------
     def should_pull(self, load: InstanceLoad, st: PipelineState) -> bool:
         requests = load.running + load.waiting
+        if not self.partial_rollout_enable and requests:
+            return False  # nothing may be interrupted: pull when idle
+        if self.seamless_train_version >= st.version and not self._ready(st, st.version):
+            # greedy.py:60-66 / status_based.py: up to seamless_train_version, version p is pulled
+            # only once buffer p (the trainer's next) is READY, so training never waits on rollout
+            return False
         if not self.partial_rollout_enable:
-            return requests == 0  # nothing may be interrupted: pull when idle
+            return True
         if self.sync_strategy == "greedy":
             return True
         if self.sync_threshold is None:
@@ -130,6 +172,15 @@ class PsrlPolicy(Policy):
 
     def eligible(self, instance_version: int, group: GroupRecord) -> bool:
         return instance_version >= group.dispatch_version
+
+    def route_priority(self, group: GroupRecord) -> int | None:
+        # MLQ: one queue per V_traj, the lowest (oldest) routed first
+        return group.dispatch_version if self.enable_multi_priority_queue else None
+
+    def _ready(self, st: PipelineState, u: int) -> bool:
+        """Is buffer u READY (E entries occupied, or already consumed)?"""
+        b = self._bufs(st)
+        return u < b.consumed or b.occ.get(u, 0) >= self.staleness_buffer_entries
 
     # -- buffers -----------------------------------------------------------------------------
     @staticmethod
@@ -233,6 +284,34 @@ class PsrlPolicy(Policy):
         b.occ.pop(c)
         b.res.pop(c, None)
         return [g for g in st.buffer if g.tag.get("buffer") == c]
+
+    # -- fine_grain_overlap (pre_step, mini_batch): a buffer trained chunk by chunk ------------
+    def train_chunks(self) -> tuple[int, ...]:
+        """resolve_fine_grain_chunk_size (psrl/utils/config.py:5-91): chunk = mini-batch x multiplier
+        groups, clamped to the full batch (then no chunking); the last chunk carries the remainder."""
+        if self.fine_grain_overlap_granularity != "mini_batch":
+            return ()
+        e, chunk = self.staleness_buffer_entries, self.ppo_mini_batch_size * self.fine_grain_overlap_multiplier
+        if chunk >= e:
+            return ()
+        return (chunk,) * (e // chunk) + ((e % chunk,) if e % chunk else ())
+
+    def take_chunk(self, st: PipelineState, j: int, size: int) -> list[GroupRecord] | None:
+        """_emit_pending_chunks (psrl/workers/agent_loop/manager.py:1426-1507): chunk j of the next
+        buffer once ``size`` more of its entries are occupied (accumulation order: version, then
+        arrival); the last one when the buffer is READY, which consumes it."""
+        b = self._bufs(st)
+        c = b.consumed
+        avail = sorted((g for g in st.buffer if g.tag.get("buffer") == c),
+                       key=lambda g: (g.dispatch_version, g.finish_time, g.gid))
+        if j < len(self.train_chunks()) - 1:
+            return avail[:size] if len(avail) >= size else None
+        if b.occ.get(c, 0) < self.staleness_buffer_entries:
+            return None
+        b.consumed = c + 1
+        b.occ.pop(c)
+        b.res.pop(c, None)
+        return avail
 
     def lower(self, ctx: LoweringContext) -> PolicyParams:
         e = self.staleness_buffer_entries

@@ -20,8 +20,11 @@ output), ``roll/pipeline/rlvr/{rlvr_pipeline,rlvr_config}.py``.
   ``<= std_threshold``; the slot is freed and another prompt starts.
 * Batch -- ``get_batch`` reads B groups oldest start step first, from ``current_step -
   ceil(ratio)`` on; at each step it waits while that step has running prompts and too few
-  finished ones; with a fractional ratio it takes only ``int(B * frac(ratio))`` from the oldest
-  step. Extra-prompt surplus beyond B is left (and later GC-discarded).
+  finished ones; with a fractional ratio (1.5, ...) it takes only ``int(B * frac(ratio))`` from
+  the oldest step. Extra-prompt surplus beyond B is left (and later GC-discarded).
+
+Knobs. ``async_generation_ratio`` is 0 (synchronous) or >= 1: RLVR's config asserts it
+(``rlvr_config.py:221-222``), so 0 < r < 1 is refused here too.
 
 Approximations. ROLL counts samples (B*n with each response its own request when async); all n
 responses of a prompt commit together, so counting groups is exact. ``response_filter`` retries
@@ -54,6 +57,17 @@ def _sample_std(rewards: list[float]) -> float:
     return (sum((x - m) ** 2 for x in rewards) / (len(rewards) - 1)) ** 0.5
 
 
+def _rlvr_ratio(_inst, _attr, value: float) -> None:
+    """RLVR refuses an async ratio below 1: ``async_pipeline`` is ``ratio > 0``
+    (``roll/configs/base_config.py:821-823``) and then ``assert self.async_generation_ratio >= 1.0``
+    (``roll/pipeline/rlvr/rlvr_config.py:221-222``)."""
+    if 0.0 < value < 1.0:
+        raise ValueError(
+            f"async_generation_ratio must be 0 (synchronous) or >= 1.0 (got {value}): ROLL's RLVR "
+            "pipeline refuses 0 < ratio < 1 (rlvr_config.py asserts async_generation_ratio >= 1.0)"
+        )
+
+
 @attrs.define
 class RollState:
     """ReplayBuffer pool counters (running / running_extra / completed) and batches taken."""
@@ -74,7 +88,7 @@ class RollPolicy(Policy):
     State = RollState
 
     rollout_batch_size: int = attrs.field(default=32, validator=v.gt(0))  # B, prompt groups per step
-    async_generation_ratio: float = attrs.field(default=0.0, validator=v.ge(0.0))
+    async_generation_ratio: float = attrs.field(default=0.0, validator=[v.ge(0.0), _rlvr_ratio])
     is_use_additional_prompts: bool = False
     max_additional_running_prompts: int = attrs.field(default=16, validator=v.gt(0))
     query_filter_type: str = attrs.field(default="no_filter", validator=v.in_(_FILTERS))

@@ -56,7 +56,7 @@ class Simulation:
         self.book = GroupBook(env, workload, self.policy, self.recorder, Changed(env), self.kv_capacity,
                               rcfg.instances)
         self.instances: list[Instance] = []  # filled below; the router and weights hold this list
-        self.router = Router(env, cfg.router, self.instances, self.policy.eligible)
+        self.router = Router(env, cfg.router, self.instances, self.policy.eligible, self.policy.route_priority)
         self.weights = Weights(env, self.book, self.instances, self.router, self.policy, costs.weight_sync)
         self.instances += [
             Instance(env, i, rcfg, costs.rollout, self.kv_capacity, calls=self.book, load=self.book,

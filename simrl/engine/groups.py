@@ -27,6 +27,7 @@ from simrl.policy.base import (
     PipelineState,
     Policy,
     PublishActions,
+    SyncScope,
     TrajRecord,
     Verdict,
 )
@@ -64,6 +65,7 @@ class GroupBook:
         self.workload = workload
         self.policy = policy
         self.staleness = policy.staleness_spec
+        self.per_instance_sync = policy.sync_spec.scope is SyncScope.PER_INSTANCE
         self.rec = recorder
         self.changed = changed
         self.kv_capacity = kv_capacity
@@ -114,7 +116,11 @@ class GroupBook:
                 self.start_group()
             if self.clock is not None:
                 self.clock.settled(self.dispatch_paused)
-            yield self.changed.wait()
+            recheck = None if self.dispatch_paused else self.policy.recheck_in(self.st)
+            if recheck is None:
+                yield self.changed.wait()
+            else:  # a time-based gate (e.g. an admission window) opens by itself
+                yield self.changed.wait() | self.env.timeout(max(recheck, 0.0))
 
     def check_progress(self, verdict: Verdict) -> None:
         """Stop with a diagnosis when groups keep finishing and none is accepted: with every
@@ -262,6 +268,12 @@ class GroupBook:
             self.check_progress(verdict)
         self.apply(self.policy.after_group_done(self.st))
         self.changed.notify()
+        if self.per_instance_sync:
+            # A lagging idle instance asks `should_pull` again: the policy's condition may depend on
+            # the buffers (PSRL seamless_train_version), as upstream's sync loop re-checks on a timer.
+            for inst in self.instances:
+                if inst.version < self.st.version:
+                    inst.wake()
 
     def after_publication(self) -> None:
         """The version just advanced: evict what aged past the bound, then the policy's actions."""

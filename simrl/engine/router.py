@@ -3,6 +3,9 @@
 The head of the queue is routed as soon as some instance is eligible for it: the policy
 allows the instance's weight version for the call's group, and the instance holds fewer than
 ``active_cap`` assigned calls (0 = no cap). The head blocks the calls behind it (strict FIFO).
+A policy that gives groups a queue level (`Policy.route_priority`, e.g. PSRL's multi-level
+queue by trajectory version) has each new call queued behind every call of its level or a
+lower one, so lower levels are routed first.
 Among eligible instances the router policy picks one; every tie goes to the lowest index.
 """
 
@@ -26,8 +29,10 @@ class Router:
     """
 
     def __init__(self, env: simpy.Environment, cfg, instances: Sequence[RoutableInstance],
-                 eligible: Callable[[int, GroupRecord], bool]):
+                 eligible: Callable[[int, GroupRecord], bool],
+                 priority: Callable[[GroupRecord], int | None] | None = None):
         self.env = env
+        self.priority = priority  # the policy's queue level of a group (lower first); None: one FIFO
         self.cfg = cfg
         self.instances = instances
         self.is_eligible = eligible
@@ -42,7 +47,14 @@ class Router:
 
     def submit(self, req: Request, front: bool = False) -> None:
         req.instance = -1
-        (self.queue.appendleft if front else self.queue.append)(req)
+        level = None if front or self.priority is None else self.priority(req.group)
+        if level is None:
+            (self.queue.appendleft if front else self.queue.append)(req)
+        else:  # a multi-level queue: behind every call of its level or a lower one
+            i = len(self.queue)
+            while i > 0 and (self.priority(self.queue[i - 1].group) or 0) > level:
+                i -= 1
+            self.queue.insert(i, req)
         self.wake()
 
     def remove_group(self, group: GroupRecord) -> list[Request]:

@@ -140,6 +140,11 @@ class Trainer:
         self.stream_groups = stream_groups(book.policy, self.extra.trigger_parameter_sync_step, colocated,
                                            workload.group_size(0) if workload.n_groups else 1,
                                            len(book.st.instance_versions))
+        # A policy that trains each step in chunks of its own (PSRL fine_grain_overlap, pre_step)
+        self.chunks = tuple(book.policy.train_chunks())
+        if self.chunks and (self.stream_groups or colocated):
+            raise SimulationError(f"policy {book.policy.kind} trains in chunks of its own; it needs disaggregated "
+                                  "placement and deployment.training.trigger_parameter_sync_step=1")
         self.phase = "waiting"  # what the trainer is doing, for `srl step` and the diagnosis
         self.clock = LimitClock(env, book.st, book.policy, len(book.st.instance_versions))
         book.clock = self.clock
@@ -150,14 +155,15 @@ class Trainer:
             wait_start = st.now = env.now
             self.phase = "waiting for a batch"
             clock = self.clock
-            if self.stream_groups:
+            if self.stream_groups or self.chunks:
                 out = yield from self.stream(step)
                 batch, wait_parts, batch_ready, train_start, train_end, seq_lens, peak, phases, reward_s, \
                     train_s, staleness, train_version = out
                 offload_s = 0.0
                 yield from self.finish_step(step, batch, wait_parts, seq_lens, peak, offload_s, phases, reward_s,
                                             (wait_start, batch_ready, train_start, train_end), staleness,
-                                            train_version, train_s, self.extra.trigger_parameter_sync_step)
+                                            train_version, train_s,
+                                            len(self.chunks) or self.extra.trigger_parameter_sync_step)
                 continue
             clock.trainer(waiting=True)
             spent0 = clock.snapshot()
@@ -240,16 +246,24 @@ class Trainer:
         book.after_publication()
         book.changed.notify()
 
+    def take_mini_batch(self, j: int, size: int) -> list[GroupRecord] | None:
+        """The j-th mini-batch of this step: the policy's chunk, else the first ``size`` buffered (FIFO)."""
+        st = self.book.st
+        if self.chunks:
+            return self.book.policy.take_chunk(st, j, size)
+        return st.buffer[:size] if len(st.buffer) >= size else None
+
     def stream(self, step: int):
         """Streaming trainer: k mini-batches of the batch, each trained as soon as its groups are
-        buffered (FIFO), on the same weights; the caller publishes after the k-th. As verl's
-        FullyAsyncTrainer (volcengine/verl@1d85d951, verl/experimental/fully_async_policy/
+        buffered (FIFO, or the policy's chunks), on the same weights; the caller publishes after the
+        k-th. As verl's FullyAsyncTrainer (volcengine/verl@1d85d951, verl/experimental/fully_async_policy/
         fully_async_trainer.py): ``_get_samples_from_queue`` blocks for ``require_batches x
         ppo_mini_batch_size`` samples, one local step trains them, and
         ``_trigger_parameter_sync_after_step`` syncs (blocking) once ``local_trigger_step`` reaches
         ``trigger_parameter_sync_step``."""
         env, book, st, clock = self.env, self.book, self.book.st, self.clock
-        k, mb = self.extra.trigger_parameter_sync_step, self.stream_groups
+        sizes = self.chunks or (self.stream_groups,) * self.extra.trigger_parameter_sync_step
+        k = len(sizes)
         batch: list[GroupRecord] = []
         seq_lens: list[int] = []
         wait_parts = dict.fromkeys(WAIT_PARTS, 0.0)
@@ -258,15 +272,15 @@ class Trainer:
         peak = 0.0
         batch_ready = train_start = -1.0
         train_version = st.version
-        for j in range(k):
+        for j, mb in enumerate(sizes):
             self.phase = f"waiting for mini-batch {j + 1}/{k} of step {step}"
             clock.trainer(waiting=True)
             spent0 = clock.snapshot()
-            while len(st.buffer) < mb:
+            while (mini := self.take_mini_batch(j, mb)) is None:
                 yield book.changed.wait()
                 st.now = env.now
-            mini = st.buffer[:mb]
-            st.buffer = st.buffer[mb:]
+            taken = {g.gid for g in mini}
+            st.buffer = [g for g in st.buffer if g.gid not in taken]
             spent1 = clock.snapshot()
             for key in WAIT_PARTS:
                 wait_parts[key] += spent1[key] - spent0[key]

@@ -201,12 +201,31 @@ class Policy:
     def admit(self, st: PipelineState) -> bool:
         raise NotImplementedError(f"{type(self).__name__} must implement admit()")
 
+    def recheck_in(self, st: PipelineState) -> float | None:
+        """Seconds after which the dispatcher should ask `admit` again although nothing changed.
+
+        Asked when `admit` has just said no. None (the default): admission is re-evaluated only
+        when something changes (a group finishes, a batch is taken, a version is published).
+        A policy whose gate opens with time alone (prime-rl's per-window admission budget)
+        returns the time left; it must return None when only an event can open the gate, or a
+        stuck run would never end.
+        """
+        return None
+
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         """Called right after a group is dispatched (tagging, counters)."""
 
     def eligible(self, instance_version: int, group: GroupRecord) -> bool:
         """May a call of this group run on an instance holding ``instance_version``?"""
         return True
+
+    def route_priority(self, group: GroupRecord) -> int | None:
+        """The router queue level of this group's calls (lower levels are routed first).
+
+        None (the default): one FIFO queue. A call is queued behind every call of its level or
+        a lower one; a resumed call still goes to the front.
+        """
+        return None
 
     # -- filtering -----------------------------------------------------------------------
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
@@ -223,6 +242,16 @@ class Policy:
     # -- batch formation -----------------------------------------------------------------
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
         raise NotImplementedError(f"{type(self).__name__} must implement form_batch()")
+
+    def train_chunks(self) -> tuple[int, ...]:
+        """Sizes (in groups) of the chunks one step is trained in, each as soon as `take_chunk`
+        gives it, publishing after the last (PSRL ``fine_grain_overlap`` with ``pre_step``).
+        Empty (the default): `form_batch` gives the whole batch."""
+        return ()
+
+    def take_chunk(self, st: PipelineState, j: int, size: int) -> list[GroupRecord] | None:
+        """The j-th chunk (``size`` groups) of the current step, or None to wait (with `train_chunks`)."""
+        raise NotImplementedError(f"{type(self).__name__} declares train_chunks but no take_chunk()")
 
     # -- the staleness promise, for the engine, the invariants and the report ----------------
     @property

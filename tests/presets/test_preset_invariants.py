@@ -33,7 +33,7 @@ VARIANTS = [
     ["policy=areal", "policy.max_head_offpolicyness=2", "policy.should_accept_fn=nonzero_std"],
     ["policy=areal", "policy.max_head_offpolicyness=1", "policy.dynamic_bs=true", "policy.should_accept_fn=nonzero_std"],
     ["policy=roll", "policy.async_generation_ratio=1"],
-    ["policy=roll", "policy.async_generation_ratio=0.5", "policy.is_use_additional_prompts=true"],
+    ["policy=roll", "policy.async_generation_ratio=1.5", "policy.is_use_additional_prompts=true"],
     ["policy=roll", "policy.async_generation_ratio=2", "policy.query_filter_type=std_filter", "policy.std_threshold=0"],
     ["policy=slime", "policy.mode=train_async", "policy.over_sampling_batch_size=40"],
     ["policy=slime", "policy.mode=fully_async", "policy.sglang_server_concurrency=24"],

@@ -1,7 +1,14 @@
 """PSRL: a straggler's reservation holds its buffer, so the step consuming it waits for the tail."""
 
+import pytest
+import simpy
 from preset_scenarios import group_finish, run, uniform_workload
 
+from simrl.config import ConfigError, load_config
+from simrl.engine.records import Request
+from simrl.engine.router import Router
+from simrl.policy.base import GroupRecord, TrajRecord
+from simrl.policy.registry import policy_class
 from workloads.types import build_workload, single_turn_group
 
 STRAGGLER = 3  # workload group 3 is dispatched first, as gid 3
@@ -82,3 +89,86 @@ def test_a_finished_group_pulls_an_earlier_reservation_into_its_slot():
     assert rep.steps[0].batch_ready == group_finish(rep, 1) < group_finish(rep, 3)
     assert rep.steps[1].batch_ready == group_finish(rep, 3)
     assert sorted(rep.steps[0].staleness) == [0, 0]
+
+
+def test_seamless_train_version_pulls_only_once_the_next_buffer_is_ready():
+    # Somoku/psrl@19c0474 psrl/workers/gen/rollout_coordination/sync_and_migrate/greedy.py:60-66:
+    # while seamless_train_version >= ps_model_version p, an instance lagging the PS skips the
+    # sync unless p is in ready_buffers (buffer p, the trainer's next, is READY;
+    # coordinator.py:555-610 adds a buffer when it turns READY and removes p - 1 when p is set).
+    # eta=1, E=2, 2 instances, one straggler (group 1, 3000 tokens). The trainer is idle when
+    # buffers 1 and 2 turn READY, so each READY time is that step's batch_ready; versions 1 and
+    # 2 are pulled by both instances exactly then (both idle, waiting on calls they may not
+    # run), version 3 (> 2) as soon as it is pushed.
+    wl = uniform_workload(groups=64, n=2, completion=1000, stragglers=(1,), straggler_completion=3000)
+
+    def pulls(sim, v):
+        return [e["t"] for e in sim.events if e["kind"] == "pull_start" and e["version"] == v]
+
+    knobs = ["policy=psrl", "policy.staleness=1", "policy.staleness_buffer_entries=2", "run.training_steps=4"]
+    rep, sim = run([*knobs, "policy.seamless_train_version=2"], wl, step_s=1.0)
+    assert pulls(sim, 1) == [rep.steps[1].batch_ready] * 2
+    assert pulls(sim, 2) == [rep.steps[2].batch_ready] * 2
+    # version 3 at each instance's next loop turn after the push (within one decode iteration)
+    assert len(pulls(sim, 3)) == 2
+    assert all(0.0 <= t - rep.steps[2].publish_end < 0.05 for t in pulls(sim, 3))
+    assert rep.steps[0].publish_end < rep.steps[1].batch_ready  # version 1 existed long before
+    # off (0, the default): greedy pulls version 1 when it is pushed
+    rep0, sim0 = run(knobs, wl, step_s=1.0)
+    assert len(pulls(sim0, 1)) == 2
+    assert all(0.0 <= t - rep0.steps[0].publish_end < 0.05 for t in pulls(sim0, 1))
+
+
+def test_multi_priority_queue_routes_the_oldest_trajectory_version_first():
+    # docs/design/flexible_rollout.md "Multi-Level Queue" (lhy101/psrl_doc_preview@59c3ef46):
+    # with routing_strategy.enable_multi_priority_queue requests are queued by V_traj and
+    # lower versions are routed first; within a level, arrival order (request_sort_indicator
+    # small_id). Calls of groups with V_traj 1, 1, 0, 2, 0 arrive in that order.
+    psrl = policy_class("psrl")
+
+    def order(policy):
+        router = Router(simpy.Environment(), None, [], policy.eligible, policy.route_priority)
+        for rid, v in enumerate([1, 1, 0, 2, 0]):
+            g = GroupRecord(gid=rid, wg=rid, epoch=0, dispatch_time=0.0, dispatch_version=v,
+                            trajs=[TrajRecord(tid=0, reward=0.0, calls_total=1)])
+            router.submit(Request(rid, g, g.trajs[0], 0, 0, 10, 10, 0, 10, False, 0.0))
+        return [r.rid for r in router.queue]
+
+    assert order(psrl(enable_multi_priority_queue=True)) == [2, 4, 0, 1, 3]
+    assert order(psrl()) == [0, 1, 2, 3, 4]
+
+
+def test_fine_grain_overlap_pre_step_trains_a_buffer_chunk_by_chunk():
+    # Somoku/psrl@19c0474 psrl/utils/config.py:5-91 (resolve_fine_grain_chunk_size): chunk =
+    # ppo_mini_batch_size x multiplier = 2 groups (< E = 4); manager.py:1426-1507
+    # (_emit_pending_chunks) hands chunk j out once 2 more entries of the buffer are occupied, the
+    # last when the buffer is READY; fine_grain_overlap.py:84-195 (pre_step): one optimizer step per
+    # chunk, the PS push after the last. eta=1, one straggler (group 1, 3000 tokens) holds buffer
+    # 1: step 2's first chunk trains right after version 1 is published (two entries of buffer 1
+    # were already occupied), its second only when the straggler lands.
+    wl = uniform_workload(groups=64, n=2, completion=1000, stragglers=(1,), straggler_completion=3000)
+    knobs = ["policy=psrl", "policy.staleness=1", "policy.staleness_buffer_entries=4", "run.training_steps=3",
+             "policy.fine_grain_overlap_granularity=mini_batch", "policy.ppo_mini_batch_size=2",
+             "policy.fine_grain_overlap_scope=pre_step"]
+    rep, sim = run(knobs, wl, step_s=1.0)
+    minis = [(e["step"], e["mini_batch"], e["groups"], e["t"]) for e in sim.events if e["kind"] == "mini_batch_ready"]
+    assert [(s, j, n) for s, j, n, _ in minis] == [(1, 1, 2), (1, 2, 2), (2, 1, 2), (2, 2, 2), (3, 1, 2), (3, 2, 2)]
+    step2 = [t for s, _, _, t in minis if s == 2]
+    assert step2[0] == rep.steps[0].publish_end
+    straggler_done = next(e["t"] for e in sim.events if e["kind"] == "group_done" and e["gid"] == 1)
+    assert step2[1] == straggler_done > step2[0] + 1.0
+    assert [list(s.staleness) for s in rep.steps] == [[0] * 4, [1] * 4, [1] * 4]
+    # without it the whole buffer waits for the straggler before training starts
+    plain, _ = run(knobs[:4], wl, step_s=1.0)
+    assert plain.steps[1].train_start > step2[0] + 1.0
+
+
+def test_fine_grain_overlap_modes_not_modelled_are_refused_by_name():
+    with pytest.raises(ConfigError, match="fine_grain_overlap_granularity='micro_batch' is not modelled"):
+        load_config(overrides=["policy=psrl", "policy.fine_grain_overlap_granularity=micro_batch"])
+    with pytest.raises(ConfigError, match="fine_grain_overlap_scope='recompute'.*not modelled"):
+        load_config(overrides=["policy=psrl", "policy.fine_grain_overlap_granularity=mini_batch",
+                               "policy.ppo_mini_batch_size=2"])
+    with pytest.raises(ConfigError, match="needs ppo_mini_batch_size"):
+        load_config(overrides=["policy=psrl", "policy.fine_grain_overlap_granularity=mini_batch",
+                               "policy.fine_grain_overlap_scope=pre_step"])

@@ -1,6 +1,9 @@
 """ROLL: batches read the oldest start step first; GC aborts work that has aged out."""
 
+import pytest
 from preset_scenarios import long_tail_workload, run
+
+from simrl.config import ConfigError, load_config
 
 B = 16
 
@@ -10,10 +13,22 @@ def roll(*knobs):
 
 
 def test_fractional_ratio_takes_part_of_the_oldest_step_first():
-    rep, _ = roll("policy.async_generation_ratio=0.5")
-    for s in rep.steps[1:]:
-        # int(B * 0.5) groups from the previous step, then the current step's.
-        assert list(s.staleness) == [1] * (B // 2) + [0] * (B // 2)
+    # r = 1.5 (RLVR accepts fractional ratios >= 1): the first advance_step budgets ceil(16 * 1.5)
+    # + 16 = 40 prompts on step 0, each later step 16 more (generate_scheduler.py:223-254).
+    # get_batch (generate_scheduler.py:342-398) reads from min_step = cur - ceil(1.5) = cur - 2 and
+    # takes only int(16 * 0.5) = 8 there: batch 1 (cur 0) is 16 of step 0; batch 2 (cur 1, step -1
+    # absent) 16 more of step 0; from batch 3 on, 8 of step cur-2 (staleness 2) then 8 of cur-1.
+    rep, _ = roll("policy.async_generation_ratio=1.5")
+    assert [list(s.staleness) for s in rep.steps] == [[0] * B, [1] * B] + [[2] * 8 + [1] * 8] * 3
+
+
+def test_ratios_rlvr_refuses_are_a_config_error():
+    # roll/pipeline/rlvr/rlvr_config.py:221-222: async (ratio > 0) asserts ratio >= 1.0.
+    for bad in ("0.5", "0.99"):
+        with pytest.raises(ConfigError, match=r"async_generation_ratio.*0 \(synchronous\) or >= 1\.0"):
+            load_config(overrides=["policy=roll", f"policy.async_generation_ratio={bad}"])
+    for ok in ("0", "1", "1.5"):
+        load_config(overrides=["policy=roll", f"policy.async_generation_ratio={ok}"])
 
 
 def test_batches_are_oldest_step_first_and_bounded_by_ceil_ratio():
