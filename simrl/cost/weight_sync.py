@@ -47,7 +47,7 @@ WEIGHT_SYNC_DEFAULTS: dict[str, dict[str, Any]] = {
         "link": "auto",  # auto | nvlink | ib
         "comm_efficiency": 0.8,  # achieved / peak of a large pipelined NCCL broadcast
         "bucket_bytes": 512 * MiB,  # slime / verl default bucket
-        "bucket_latency_s": 0.005,  # pack, launch, per-bucket load_weights call
+        "bucket_latency_s": None,  # None: one load_weights call + one broadcast's latency (derived)
         "overhead_s": 0.02,  # pause generation, barrier, prefix-cache reset, resume (module doc)
         "per_instance_s": 0.02,
         "dtype_bytes": 2.0,
@@ -63,7 +63,7 @@ WEIGHT_SYNC_DEFAULTS: dict[str, dict[str, Any]] = {
         "bandwidth_bytes_per_s": 70e9,
         "bucket_bytes": 2048 * MiB,
         "bucket_latency_s": 0.005,
-        "overhead_s": 0.3,
+        "overhead_s": 0.02,  # as nccl: pause, barrier, cache reset, resume
         "per_instance_s": 0.01,
         "dtype_bytes": 2.0,
     },
@@ -119,7 +119,8 @@ class WeightSync:
             raise CostModelError(f"weight-sync knob 'load_granularity' must be one of {', '.join(GRANULARITIES)}, "
                                  f"got {self.knobs['load_granularity']!r}")
         for name, val in self.knobs.items():
-            if val is REQUIRED and not (name == "bandwidth_bytes_per_s" and mode == "nccl"):  # nccl: derived
+            if val is REQUIRED and not (name in ("bandwidth_bytes_per_s", "bucket_latency_s")
+                                        and mode == "nccl"):  # nccl: derived
                 raise CostModelError(f"weight-sync mode {mode!r} needs the knob {name!r}")
             if isinstance(val, bool) or val is None or name in _CHOICE_KNOBS:
                 continue
@@ -198,6 +199,14 @@ class WeightSync:
         return (engine_param_tensors(self.model) * k["host_s_per_engine_param"]
                 + mapping * k["host_s_per_expert_mapping"])
 
+    def bucket_latency_s(self) -> float:
+        """Fixed cost of one bucket: the knob when set, else (nccl) one engine ``load_weights`` call
+        for the bucket's tensors plus one broadcast's latency."""
+        given = self.knobs.get("bucket_latency_s")
+        if given is not None:
+            return float(given)
+        return self.load_call_host_s() + self.broadcast_latency_s()
+
     def per_tensor_parts(self) -> dict[str, float]:
         """Seconds of a per-tensor publication, by part: ``host`` (one ``load_weights`` call per
         tensor) and ``link`` (one broadcast per tensor: its latency, plus the bytes over the link).
@@ -219,7 +228,7 @@ class WeightSync:
             t = k["overhead_s"] + max(p["host"], p["link"]) + n_instances * k["per_instance_s"]
         elif self.mode in ("nccl", "checkpoint_engine"):
             buckets = math.ceil(size / k["bucket_bytes"])
-            t = (k["overhead_s"] + buckets * k["bucket_latency_s"] + size / self.bandwidth_bytes_per_s()
+            t = (k["overhead_s"] + buckets * self.bucket_latency_s() + size / self.bandwidth_bytes_per_s()
                  + n_instances * k["per_instance_s"])
         elif self.mode == "filesystem":
             read = max(size / k["read_bytes_per_s"], n_instances * size / k["aggregate_read_bytes_per_s"])
