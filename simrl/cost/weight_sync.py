@@ -269,7 +269,9 @@ def engine_param_tensors(m: ModelArch) -> int:
     two norms; plus embedding, final norm and an untied LM head. What ``named_parameters()``
     walks on every ``load_weights`` call. Qwen3-30B-A3B: 48 x 9 + 3 = 435; Qwen2.5-7B: 28 x 7 + 3 = 199."""
     if m.is_mla:
-        attn = 4 + (2 if m.q_lora_rank else 0)  # fused_qkv_a_proj / q_proj, kv_a_layernorm, kv_b_proj, o_proj
+        # q_proj + kv_a_proj_with_mqa (fused into fused_qkv_a_proj + q_a_layernorm + q_b_proj with a
+        # q LoRA), kv_a_layernorm, kv_b_proj, o_proj
+        attn = 5 + (1 if m.q_lora_rank else 0)
     else:
         attn = 2 + (1 if m.attention_bias else 0) + (2 if m.qk_norm else 0)
     linear = 6  # Gated DeltaNet: in_proj (fused), conv1d, A_log, dt_bias, norm, out_proj

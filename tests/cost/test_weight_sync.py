@@ -137,6 +137,13 @@ def test_tensor_counts_by_hand():
     # layer -> 18,864 + 3 = 18,867; vLLM: qkv, o, q_norm, k_norm, gate, w13, w2, 2 norms = 9 -> 435.
     assert hf_tensor_count(model_arch("Qwen/Qwen3-30B-A3B")) == 18_867
     assert engine_param_tensors(model_arch("Qwen/Qwen3-30B-A3B")) == 435
+    # DeepSeek-V3 (MLA with a q LoRA; 3 dense + 58 MoE layers, 256 experts, one shared expert, no gate):
+    # HF attention q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b, o = 7; dense MLP 3; MoE router + 768 + 3;
+    # 2 norms -> 61 x (7 + 2) + 3 x 3 + 58 x 772 + 3 = 549 + 9 + 44,776 + 3 = 45,337.
+    # vLLM: fused_qkv_a_proj, q_a_layernorm, q_b_proj, kv_a_layernorm, kv_b_proj, o_proj = 6; dense
+    # gate_up + down; MoE gate, w13, w2, shared gate_up, down; 2 norms -> 61 x 8 + 3 x 2 + 58 x 5 + 3 = 787.
+    assert hf_tensor_count(model_arch("deepseek-ai/DeepSeek-V3")) == 45_337
+    assert engine_param_tensors(model_arch("deepseek-ai/DeepSeek-V3")) == 787
 
 
 def test_per_tensor_dense_7b_on_one_h20_node_by_hand():
