@@ -12,8 +12,16 @@ Five modes, each a closed form over the bytes to move (BF16 weights, or the LoRA
   colocated), else the per-GPU scale-out NIC (``link``: auto, nvlink or ib; the GPU from the
   catalog). Every rollout GPU receives the whole model (the engine keeps its TP shard), so the
   receiving NIC bounds the broadcast whatever the number of senders. ``overhead_s`` (pause, barrier,
-  cache reset, resume) is bounded by measured end-to-end syncs of sub-1B models: TRL reports
-  ~0.15-0.18 s for Qwen2-0.5B / Qwen3-0.6B on one node (huggingface/trl PRs #5249, #5892).
+  cache reset, resume) is 0.02 s: verl measures 0.12 s for a whole 7B sync at 4:4 on one node, bytes
+  and per-call costs included. A bucket costs one engine ``load_weights`` call plus one broadcast's
+  latency (`bucket_latency_s`) unless the knob is given.
+  ``load_granularity=tensor`` (verl fully_async / one_step_off without the checkpoint engine:
+  ``base_detach_sync.py`` broadcasts and loads one Hugging Face tensor at a time): ``overhead_s +
+  max(host, link) + n_instances * per_instance_s`` with host = tensors x one ``load_weights`` call
+  (vLLM rebuilds ``dict(named_parameters())`` and the MoE expert mapping per call: ``host_s_per_engine_param``
+  per engine parameter tensor, calibrated on verl's 7B row) and link = tensors x the NCCL ring latency
+  (NCCL's tuning model: base + a step per rank, network steps at node boundaries) + bytes / bandwidth.
+  docs/catalog.md ("Weight sync") has the sources and the check on verl's 30B / 235B MoE syncs.
 - ``checkpoint_engine``: MoonshotAI's checkpoint-engine: the same broadcast with large, pipelined
   buckets (H2D copy, broadcast and reload overlapped), so a higher effective bandwidth and a small
   per-bucket cost. Same formula, other defaults (its README reports ~70 GB/s effective: Qwen3-235B
