@@ -99,7 +99,7 @@ class AnalyticalTraining:
     grad_offload: bool = False
     optimizer_offload: bool = False
     optimizer_cpu_offload: bool = False
-    optimizer_offload_fraction: float = attrs.field(default=1.0, validator=v.and_(v.ge(0.0), v.le(1.0)))
+    optimizer_offload_fraction: float = attrs.field(default=0.0, validator=v.and_(v.ge(0.0), v.le(1.0)))  # Megatron-core default
     host_link_efficiency: float = attrs.field(default=0.8, validator=_eff)
     cpu_optimizer_bytes_per_s: float = attrs.field(default=20e9, validator=v.gt(0.0))
     strict: bool = False

@@ -17,7 +17,8 @@ reported as two phases of the training step:
   / ``load_megatron_optimizer`` / ``offload_megatron_optimizer`` around ``compute_log_prob``,
   ``compute_ref_log_prob`` and ``update_actor``).
 - ``cpu_optimizer`` (Megatron-core's ``optimizer_cpu_offload`` with ``optimizer_offload_fraction``
-  f, the ``HybridDeviceOptimizer`` of ``megatron/core/optimizer/cpu_offloading``): the fraction f of
+  f, default 0.0 as in Megatron-core's ``OptimizerConfig``; verl's 30B recipe sets 1.0; the
+  ``HybridDeviceOptimizer`` of ``megatron/core/optimizer/cpu_offloading``): the fraction f of
   the optimizer shard is stepped on the CPU: its fp32 gradients go to host (4 B per parameter),
   ``torch.optim.AdamW`` runs there (``ADAM_HOST_TRAFFIC_BYTES`` per parameter through host memory
   at ``cpu_optimizer_bytes_per_s`` per GPU's share of the host), and the updated fp32 parameters come
@@ -57,7 +58,7 @@ class TrainerOffload:
     grad_offload: bool = False
     optimizer_offload: bool = False
     optimizer_cpu_offload: bool = False
-    optimizer_offload_fraction: float = attrs.field(default=1.0, validator=[v.ge(0.0), v.le(1.0)])
+    optimizer_offload_fraction: float = attrs.field(default=0.0, validator=[v.ge(0.0), v.le(1.0)])  # Megatron-core default
     cpu_optimizer_bytes_per_s: float = attrs.field(default=20e9, validator=v.gt(0.0))
 
     @property
