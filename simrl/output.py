@@ -84,6 +84,7 @@ def render_markdown(report: Report, plots: tuple[str, ...] = (), png: bool = Tru
             lines.append(f"| {s.step} | " + " | ".join(f"{s.phases_s.get(n, 0.0):.3f}" for n in names) + " |")
         lines.append("| total | " + " | ".join(f"{sum(s.phases_s.get(n, 0.0) for s in phased):.3f}"
                                               for n in names) + " |")
+    lines += colocated_markdown(report)
     if report.queue_depth:
         depth = report.queue_depth
         lines += ["", "## Queue and buffer depth", "",
@@ -113,6 +114,42 @@ def render_markdown(report: Report, plots: tuple[str, ...] = (), png: bool = Tru
 
         lines += ["", "## Cost provenance", "", *provenance_markdown(report.cost_provenance)]
     return "\n".join(lines) + "\n"
+
+
+COLOCATED_PHASE_TEXT = {
+    "sleep": "vLLM sleep: engine weights to host (level 1; level 2 discards them)",
+    "load_params": "trainer parameters host -> GPU (param_offload)",
+    "load_grads": "trainer gradient buffer host -> GPU (grad_offload)",
+    "load_optimizer": "trainer optimizer states host -> GPU (optimizer_offload)",
+    "offload_optimizer": "trainer optimizer states GPU -> host",
+    "offload_grads": "trainer gradient buffer GPU -> host",
+    "wake_weights": "vLLM wake_up(weights): old weights host -> GPU (level 1)",
+    "reshard": "training layout -> rollout TP shard (all-gather + copy into the engine)",
+    "offload_params": "trainer parameters GPU -> host",
+    "kv_rebuild": "vLLM wake_up(kv_cache): KV pool re-mapped and written",
+}
+
+
+def colocated_markdown(report: Report) -> list[str]:
+    """The colocated phases as their own table (empty list when the run is not colocated): seconds
+    per step, when each runs (before training: rollout -> train; after: train -> rollout) and the
+    total over the steps. Each step pays every phase once."""
+    phases = report.colocated_phases
+    if not phases:
+        return []
+    from simrl.cost.colocated import BEFORE
+
+    n = len(report.steps)
+    lines = ["", "## Colocated phases (s)", "",
+             "Rollout and training share the GPUs: every step switches them to the trainer and back "
+             "(bytes over the host link, the collective link or HBM; simrl.cost.colocated).", "",
+             "| phase | when | what | per step | steps | total |", "|---|---|---|---|---|---|"]
+    for name, sec in phases.items():
+        when = "before training" if name in BEFORE else "after training"
+        lines.append(f"| {name} | {when} | {COLOCATED_PHASE_TEXT.get(name, '')} | {sec:.3f} | {n} | {sec * n:.3f} |")
+    per_step = sum(phases.values())
+    lines.append(f"| total | | | {per_step:.3f} | {n} | {per_step * n:.3f} |")
+    return lines
 
 
 def run_dir(cfg: SimConfig, report: Report) -> Path:

@@ -96,6 +96,9 @@ class Report:
     cost_provenance: tuple[dict[str, Any], ...] = ()
     # (t, groups in flight, groups buffered, groups being trained, {oldest version: buffered groups})
     queue_depth: tuple[tuple, ...] = ()
+    # colocated placement: seconds of each GPU-switch phase per step, in order (simrl.cost.colocated);
+    # empty when rollout and training have their own GPUs
+    colocated_phases: dict[str, float] = attrs.field(factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return _round(attrs.asdict(self, recurse=True))

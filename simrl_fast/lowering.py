@@ -224,6 +224,9 @@ def check_supported(cfg, workload, costs) -> None:
         _reject(f"deployment.training.test_freq={t.test_freq} with validation_s={t.validation_s} (periodic validation)")
     if t.trigger_parameter_sync_step > 1:
         _reject(f"deployment.training.trigger_parameter_sync_step={t.trigger_parameter_sync_step} (streaming trainer)")
+    for knob in ("param_offload", "grad_offload", "optimizer_offload", "optimizer_cpu_offload"):
+        if cfg.cost.training_knobs.get(knob):
+            _reject(f"cost.training_knobs.{knob}=true (trainer offload phases)")
     _rollout_form(cfg, costs)
     _training_terms(cfg, costs)
 

@@ -104,6 +104,14 @@ class AnalyticalTraining:
     grad_dtype_bytes: float = attrs.field(default=4.0, validator=v.gt(0.0))
     memory_reserve_bytes: float = attrs.field(default=4 * GiB, validator=_nonneg)  # CUDA ctx, NCCL, fragmentation
     overhead_s: float = attrs.field(default=0.2, validator=_nonneg)  # per step: data, sync, bookkeeping
+    # Trainer offload (simrl.cost.offload; verl megatron/fsdp_config knobs, Megatron OptimizerConfig):
+    param_offload: bool = False
+    grad_offload: bool = False
+    optimizer_offload: bool = False
+    optimizer_cpu_offload: bool = False
+    optimizer_offload_fraction: float = attrs.field(default=0.0, validator=v.and_(v.ge(0.0), v.le(1.0)))  # Megatron-core default
+    host_link_efficiency: float = attrs.field(default=0.8, validator=_eff)
+    cpu_optimizer_bytes_per_s: float = attrs.field(default=20e9, validator=v.gt(0.0))
     strict: bool = False
     domain: ValidityDomain = attrs.field(init=False)
 
@@ -182,6 +190,7 @@ class AnalyticalTraining:
         trainable = self.trainable_params_per_gpu()
         grads = trainable * self.grad_dtype_bytes / (n if self.zero_stage >= 2 else 1)
         optim = trainable * ADAM_BYTES_PER_PARAM / (n if self.zero_stage >= 1 else 1)
+        optim *= 1 - self.offload().cpu_fraction  # Megatron's CPU optimizer keeps its states on host
         return weights + grads + optim + self.memory_reserve_bytes
 
     # -- the TrainingCost seam -----------------------------------------------------------------
@@ -247,6 +256,12 @@ class AnalyticalTraining:
         out["pipeline_bubble"] = bubble
         out["grad_sync"] = sync
         out["optimizer"] = adam
+        # Trainer offload: the copies run once around the step's phases; Megatron's CPU optimizer
+        # steps once per optimizer step, like the GPU Adam it replaces (for its fraction).
+        off = self._offload_phases()
+        if off:
+            out["cpu_optimizer"] = steps * off["cpu_optimizer"]
+            out["offload"] = off["offload"]
         return {k: finite_nonneg(f"analytical phase {k}", val) for k, val in out.items()}
 
     def optimizer_steps(self, samples: int) -> int:
@@ -254,6 +269,34 @@ class AnalyticalTraining:
         ``ppo_epochs * ceil(samples / mini_batch_samples)``; one per epoch without mini-batches."""
         per_epoch = 1 if self.mini_batch_samples is None else max(1, math.ceil(samples / self.mini_batch_samples))
         return self.ppo_epochs * per_epoch
+
+    # -- trainer offload (simrl.cost.offload) ----------------------------------------------------
+
+    def _offloads(self) -> bool:
+        return self.param_offload or self.grad_offload or self.optimizer_offload or self.optimizer_cpu_offload
+
+    def offload(self):
+        """The `TrainerOffload` of this layout: per-GPU parameter bytes and optimizer shard."""
+        from simrl.cost.offload import TrainerOffload
+
+        n = self._zero_group
+        return TrainerOffload(
+            host_bytes_per_s=self.gpu.pcie_bytes_per_s * self.host_link_efficiency,
+            param_bytes=self.params_per_gpu() * self.param_dtype_bytes / (n if self.zero_stage >= 3 else 1),
+            optimizer_params=self.trainable_params_per_gpu() / (n if self.zero_stage >= 1 else 1),
+            param_offload=self.param_offload, grad_offload=self.grad_offload,
+            optimizer_offload=self.optimizer_offload, optimizer_cpu_offload=self.optimizer_cpu_offload,
+            optimizer_offload_fraction=self.optimizer_offload_fraction,
+            cpu_optimizer_bytes_per_s=self.cpu_optimizer_bytes_per_s)
+
+    def _offload_phases(self) -> dict[str, float]:
+        """``cpu_optimizer`` and ``offload`` seconds; absent when no offload knob is on."""
+        if not self._offloads():
+            return {}
+        off = self.offload()
+        actor_phases = 1 + int(self.recompute_old_logprob) + self.logprob_forwards
+        return {"cpu_optimizer": off.cpu_optimizer_s(),
+                "offload": off.transfer_s(actor_phases, int(self.reference_model))}
 
     # -- pieces --------------------------------------------------------------------------------
 
@@ -365,6 +408,7 @@ class AnalyticalTraining:
 
     def optimizer_time(self) -> float:
         shard = self.trainable_params_per_gpu() / (self._zero_group if self.zero_stage >= 1 else 1)
+        shard *= 1 - self.offload().cpu_fraction if self._offloads() else 1  # the rest steps on the CPU
         bw = self.gpu.hbm_bytes_per_s * self.optimizer_bandwidth_efficiency
         return shard * ADAM_TRAFFIC_BYTES_PER_PARAM / bw
 

@@ -222,6 +222,7 @@ def _trainer_bytes(arch: ModelArch, cfg: SimConfig, training: Any) -> tuple[floa
         trainable = t.trainable_params_per_gpu()
         grads = trainable * t.grad_dtype_bytes / (n if t.zero_stage >= 2 else 1)
         optim = trainable * ADAM_BYTES_PER_PARAM / (n if t.zero_stage >= 1 else 1)
+        optim *= 1 - t.offload().cpu_fraction  # Megatron's CPU optimizer keeps that part on host
         return params, grads, optim, t._static_bytes()
     # A training model that does not expose its layout: BF16 weights and gradients and Adam's
     # 12 bytes, all sharded over the training GPUs (16 bytes per parameter, as before).

@@ -138,6 +138,7 @@ def summarise(sim: Simulation) -> Report:
         diagnosis=sim.diagnosis,
         cost_provenance=provenance,
         queue_depth=tuple(sim.trainer.clock.depth),
+        colocated_phases=dict(sim.costs.colocated_phases) if sim.trainer.colocated else {},
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from simrl.config import load_config
@@ -136,3 +137,43 @@ def test_engine_charges_the_phases():
         # training starts after the before-phases; rollout resumes after the after-phases
         assert s.train_start - s.batch_ready >= c.offload_before_s() - 1e-9
         assert s.publish_end - s.train_end == pytest.approx(c.offload_after_s(2))
+
+
+def test_report_renders_the_colocated_phases_as_their_own_table():
+    # Rendering by hand: 2 steps; sleep 1.5 s and reshard 0.25 s per step -> totals 3.0 and 0.5 s,
+    # 1.75 s per step in all, 3.5 s over the run.
+    from simrl.output import render_markdown
+    from simrl.report import REPORT_SCHEMA, Report, StepRecord
+
+    step = dict(train_version=0, wait_start=0.0, batch_ready=1.0, train_start=2.0, train_end=3.0, publish_end=4.0,
+                groups=1, trajectories=2, trained_completion_tokens=10, trained_prompt_tokens=5, staleness=(0,))
+    rep = Report(schema=REPORT_SCHEMA, run_name="r", policy="sync", seed=0,
+                 workload={"name": "w", "groups": 1, "schedule_sha256": "0" * 64},
+                 steps=(StepRecord(step=1, **step), StepRecord(step=2, **step)), calls=(), totals={}, instances=(),
+                 colocated_phases={"sleep": 1.5, "reshard": 0.25})
+    md = render_markdown(rep)
+    assert "## Colocated phases (s)" in md
+    assert "| sleep | before training | vLLM sleep: engine weights to host (level 1; level 2 discards them) " \
+           "| 1.500 | 2 | 3.000 |" in md
+    assert "| reshard | after training |" in md and "| 0.250 | 2 | 0.500 |" in md
+    assert "| total | | | 1.750 | 2 | 3.500 |" in md
+    # A disaggregated run has no such table.
+    assert "Colocated phases" not in render_markdown(attrs.evolve(rep, colocated_phases={}))
+
+
+def test_colocated_run_reports_its_phases():
+    from simrl.engine.sim import simulate
+    from simrl.output import render_markdown
+
+    ov = ["workload.groups=8", "run.training_steps=2", "run.telemetry=false", "run.plots=false", "policy=sync",
+          "policy.batch_groups=8"]
+    cfg = load_config(overrides=["deployment.placement=colocated", *ov])
+    rep = simulate(cfg)
+    phases = build_costs(cfg).colocated_phases
+    assert list(rep.colocated_phases) == list(PHASES)
+    assert rep.colocated_phases == pytest.approx(phases)
+    assert sum(rep.colocated_phases.values()) == pytest.approx(rep.steps[0].offload_s)
+    md = render_markdown(rep)
+    assert f"| kv_rebuild | after training | vLLM wake_up(kv_cache): KV pool re-mapped and written | " \
+           f"{phases['kv_rebuild']:.3f} | 2 |" in md
+    assert simulate(load_config(overrides=ov)).colocated_phases == {}

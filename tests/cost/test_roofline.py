@@ -221,3 +221,27 @@ def test_sliding_window_layers_reserve_a_window_and_read_at_most_it():
     # Contexts inside the window: no difference; long ones: the sliding layers read only the window.
     assert r.iteration_time(64, 64 * 100, 0) == pytest.approx(flat.iteration_time(64, 64 * 100, 0))
     assert r.iteration_time(64, 64 * 8000, 0) < flat.iteration_time(64, 64 * 8000, 0)
+
+
+def test_fp8_expert_gemms_read_at_the_grouped_kernel_efficiency_by_hand():
+    # One decode token on Qwen3-30B-A3B, FP8 weights on an H100: it touches k = 8 experts per layer,
+    # 8 x 4,718,592 params x 48 layers x 1 B = 1,811,939,328 B of expert weights, read at 0.61 of
+    # 3.35 TB/s instead of 0.8: 1,811,939,328 / 3.35e12 x (1/0.61 - 1/0.8) = 210.5875e-6 s more.
+    fp8 = RooflineRollout("Qwen/Qwen3-30B-A3B", "H100", compute_dtype="fp8", weight_dtype_bytes=1)
+    same = RooflineRollout("Qwen/Qwen3-30B-A3B", "H100", compute_dtype="fp8", weight_dtype_bytes=1,
+                           fp8_moe_bandwidth_efficiency=0.8)
+    assert fp8.gemm_time(1, 48) - same.gemm_time(1, 48) == pytest.approx(210.5875167e-6, rel=1e-6)
+    # BF16 (vLLM's fused_moe) keeps the common efficiency: the ML.ENERGY Qwen3-30B-A3B checks hold.
+    bf16 = RooflineRollout("Qwen/Qwen3-30B-A3B", "H100", weight_dtype_bytes=1)
+    assert bf16.gemm_time(1, 48) == pytest.approx(same.gemm_time(1, 48))
+
+
+def test_deepseek_v31_fp8_on_b200_against_ml_energy():
+    # ML.ENERGY leaderboard (github.com/ml-energy/leaderboard 0cd52da, lm-arena-chat.json): DeepSeek-V3.1
+    # FP8 on 8 x B200 with EP 8, median ITL 16.84 / 26.72 / 38.80 ms at batch 8 / 32 / 128. The roofline
+    # (TP 8 + EP 8, 600 tokens of context assumed) is still low: within 30-45 % here, not matched
+    # (docs/catalog.md says what is missing). Pinned so that a change in either direction is seen.
+    r = RooflineRollout("deepseek-ai/DeepSeek-V3", "B200", tp=8, ep=8, compute_dtype="fp8", weight_dtype_bytes=1)
+    for batch, ms in ((8, 16.84), (32, 26.72), (128, 38.80)):
+        sim = r.iteration_time(batch, batch * 600, 0) * 1e3
+        assert 0.55 * ms < sim < 0.72 * ms

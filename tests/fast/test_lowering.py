@@ -42,6 +42,7 @@ def test_supported_configuration_lowers_to_numbers():
     ("run.time_horizon_s=100", "time_horizon_s"),
     ("policy=psrl", "policy 'psrl'"),
     ("policy=roll", "policy 'roll'"),
+    ("cost.training_knobs.optimizer_cpu_offload=true", "optimizer_cpu_offload=true (trainer offload"),
 ])
 def test_unsupported_features_are_rejected_by_name(override, feature):
     with pytest.raises(FastPathUnsupported, match="simrl_fast does not support") as exc:
