@@ -18,6 +18,7 @@ from simrl.cli.app import (
     to_json,
     user_errors,
 )
+from simrl.cli.progress import watch
 from simrl.cost.artifact import write_artifact
 from simrl.cost.fit import evaluate, fit_artifact, fittable_families
 from simrl.cost.observations import read_many
@@ -48,6 +49,15 @@ def _errors_table(result: dict) -> str:
     for name, s in rows:
         lines.append(f"{name:<26}{s['n']:>7}{s['median_ape']:>10.2f}{s['mean_ape']:>10.2f}{s['max_ape']:>10.1f}")
     return "\n".join(lines)
+
+
+def fit_progress(fits: int, total: int, kfold: int) -> tuple[str, float]:
+    """The progress text of `srl-regress fit`: the full fit, then each cross-validation fold."""
+    if fits == 0:
+        text = f"fitting on every observation (then {kfold} folds)" if kfold > 1 else "fitting"
+    else:
+        text = f"fold {fits - 1}/{kfold} cross-validated" if kfold > 1 else "fitted"
+    return text, fits / total
 
 
 @cli.command("fit")
@@ -83,8 +93,11 @@ def fit_cmd(family, obs_files, output, kfold, seed, model, gpu, tp, pp, no_table
                   "(recorded as fitted_for; the run and the fast path refuse another layout)")
         opts = {k: v for k, v in given.items() if v is not None}
         debug(f"fitting {family} on {len(obs)} observations" + (f", {kfold} folds" if kfold else ""))
-        art = fit_artifact(family, obs, files=list(obs_files), kfold=kfold, seed=seed, label=label,
-                           with_tables=not no_tables, **opts)
+        done = {"fits": 0, "total": 1 + (kfold if kfold > 1 else 0)}
+        with watch(lambda: fit_progress(done["fits"], done["total"], kfold), f"fitting {family}"):
+            art = fit_artifact(family, obs, files=list(obs_files), kfold=kfold, seed=seed, label=label,
+                               with_tables=not no_tables,
+                               progress=lambda i, total: done.update(fits=i, total=total), **opts)
         write_artifact(output, art)
     if as_json:
         click.echo(to_json({"output": str(output), "target": art["target"], "family": art["family"],
