@@ -8,29 +8,39 @@ FSDP2's ``torch.distributed.fsdp.fully_shard`` over a 1-D mesh of ``world`` proc
 full optimizer steps (forward, cross-entropy loss, backward, ``AdamW.step``, ``zero_grad``) on
 random token ids.
 
-- Processes: ``torch.multiprocessing.spawn`` starts ``world`` ranks that rendezvous through a
-  ``file://`` store in a temporary folder. CPU runs use the ``gloo`` backend with ``--threads``
+- Processes: ``torch.multiprocessing`` (``--start-method``) starts ``world`` ranks that
+  rendezvous through a ``file://`` store in a temporary folder. CPU runs use the ``gloo`` backend with ``--threads``
   intra-op threads per rank; GPU runs use ``nccl`` with rank *r* on ``cuda:r``. The same code
   path does both; only the device, backend, clock and memory reading differ.
 - Sharding: ``full`` is ``reshard_after_forward=True`` (parameters re-sharded after forward and
   gathered again for backward: ZeRO-3, recorded as ``zero_stage: 3``); ``grad-op`` is
   ``reshard_after_forward=False`` (kept unsharded from forward to backward: ZeRO-2, ``zero_stage: 2``),
   FSDP1's FULL_SHARD / SHARD_GRAD_OP.
-- Per (world, sharding) the model is built once; sequence lengths run in ascending order, each
-  with ``--warmup`` untimed and ``--steps`` timed steps. Every rank holds ``--micro-batch``
-  sequences, so one optimizer step trains ``micro_batch * world`` sequences: ``inputs.seq_lens``
-  lists them all, as the ``training_step`` observation requires (docs/observations.md).
-- Time: each rank reads its clock around a step after a barrier; the step's time is the slowest
-  rank's. ``value`` = median over the timed steps, ``spread`` = their standard deviation.
-  ``--clock wall`` (``time.perf_counter``; on CUDA after ``torch.cuda.synchronize``) is the step
-  time. ``--clock process`` (CPU only: ``time.process_time``, the CPU seconds of all the rank's
+- Per (world, sharding) the model is built once. Sequence lengths first run once each in ascending
+  order: ``--warmup`` untimed steps, the first timed step and the memory reading; the other
+  ``--steps - 1`` timed steps go round robin over the lengths (alternating direction), so a
+  change in the machine's load lands on every length of a world alike. Every rank holds
+  ``--micro-batch`` sequences, so one optimizer step trains ``micro_batch * world`` sequences:
+  ``inputs.seq_lens`` lists them all, as the ``training_step`` observation requires
+  (docs/observations.md).
+- Schedule: ``--schedule interleaved`` (the CPU default) starts every world's ranks at once and lets
+  the worlds take turns one optimizer step at a time (the parent hands each world's rank 0 a
+  semaphore; the other ranks wait in a barrier), so a load that comes and goes falls on every world
+  alike instead of on whichever world ran at the time. ``sequential`` (the CUDA default: each world
+  needs its own GPUs) runs one world after another. A rank that fails stops the run with its
+  traceback.
+- Time: each rank reads its clock around a step after a barrier. ``--clock wall``
+  (``time.perf_counter``; on CUDA after ``torch.cuda.synchronize``) is the step time: the slowest
+  rank's. ``--clock process`` (CPU only: ``time.process_time``, the CPU seconds of all the rank's
   threads, gloo's included) is what the step costs a rank with a core to itself, and stays
   meaningful when ranks outnumber cores or other work shares the machine: waiting is not counted.
-  Both clocks are always kept in ``provenance.timing``.
+  Its per-step value is the median over ranks (they do the same work; their max would grow with
+  the process count from noise alone). ``value`` = median over the timed steps, ``spread`` = their
+  standard deviation. Both clocks are always kept in ``provenance.timing``.
 - Peak memory: CUDA ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` (the
   allocator's live tensors); CPU ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` (the process's
-  resident high-water mark, the runtime included; sequence lengths ascend so each point's reading
-  is its own peak). The maximum over ranks is recorded, in bytes.
+  resident high-water mark, the runtime included; read in the ascending first pass, so each
+  point's reading is its own peak). The maximum over ranks is recorded, in bytes.
 
 The adapter records what ran; it fits nothing. Pure parts (planning, the model shapes,
 observation assembly) are importable without torch; torch is imported lazily in the workers and in

@@ -157,3 +157,26 @@ def test_cpu_profile_fit_predicts_held_out_world_sizes_and_lengths(tmp_path):
     assert held["step_time"]["n"] == 7 and held["step_memory"]["n"] == 7
     assert held["step_time"]["median_ape"] < 10.0, held
     assert held["step_memory"]["median_ape"] < 10.0, held
+
+    # Step 4 of examples/profile/fsdp.sh: a simulation that trains with this CPU-fitted artifact.
+    from simrl.cli.main import cli as srl_cli
+
+    sim = [*example_sim_overrides(), f"cost.training={art}", "run.training_steps=1", "workload.groups=4",
+           "run.plots=false", "-q", "-o", str(tmp_path / "runs")]
+    r = CliRunner().invoke(srl_cli, sim)
+    assert r.exit_code == 0 and "run directory:" in r.output, r.output
+
+
+def example_sim_overrides() -> list[str]:
+    """The CPU simulation overrides of examples/profile/fsdp.sh (its first ``SIM=(...)``)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "examples/profile/fsdp.sh").read_text()
+    m = re.search(r"SIM=\((.*?)\)", text, re.S)
+    assert m, "examples/profile/fsdp.sh: no SIM=(...) overrides"
+    args = shlex.split(m.group(1))
+    assert "deployment.training.gpu=cpu" in args
+    return args
+
