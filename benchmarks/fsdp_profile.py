@@ -32,7 +32,7 @@ GRID_WORLDS = (1, 2, 3, 4)
 GRID_SEQS = (32, 64, 128, 256)
 HELD_WORLDS = (3,)
 HELD_SEQS = (128,)
-STEPS, WARMUP = 3, 1
+STEPS, WARMUP = 4, 1
 # The srl-profile fsdp arguments of the grid (the test and examples/profile/fsdp.sh run the same).
 PROFILE_ARGS = ["--world-sizes", ",".join(map(str, GRID_WORLDS)), "--seq-lens", ",".join(map(str, GRID_SEQS)),
                 "--steps", str(STEPS), "--warmup", str(WARMUP), "--clock", "process", "--start-method", "fork"]

@@ -19,7 +19,7 @@ else
 fi
 step "1. profile FSDP2 steps (a 4 x 4 grid of world sizes and sequence lengths)"
 if [[ "$DEVICE" == cpu ]]; then
-  "$BIN/srl-profile" fsdp --world-sizes 1,2,3,4 --seq-lens 32,64,128,256 --steps 3 --warmup 1 \
+  "$BIN/srl-profile" fsdp --world-sizes 1,2,3,4 --seq-lens 32,64,128,256 --steps 4 --warmup 1 \
     --clock process --start-method fork -o "$OUT/fsdp.jsonl"
 else
   "$BIN/srl-profile" fsdp --device cuda --model "${MODEL:-Qwen/Qwen3-8B}" --world-sizes 1,2,4,8 \

@@ -68,7 +68,8 @@ def fit_progress(fits: int, total: int, kfold: int) -> tuple[str, float]:
               help="k-fold cross-validation, 2 to the number of observations (0: off)")
 @click.option("--seed", type=SEED, default=0, help="fold assignment seed")
 @click.option("--model", default=None, help="model the fit belongs to (layout-specific families)")
-@click.option("--gpu", default=None, help="GPU of the observations (default: from them)")
+@click.option("--gpu", default=None, help="GPU of the observations (default: from them; a CPU run's "
+              "observations resolve to the catalog's CPU entry)")
 @click.option("--tp", type=DEGREE, default=None)
 @click.option("--pp", type=DEGREE, default=None)
 @click.option("--no-tables", is_flag=True, help="composed: keep only the physics, not the measured tables")

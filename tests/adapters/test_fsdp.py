@@ -155,6 +155,8 @@ def test_cpu_profile_fit_predicts_held_out_world_sizes_and_lengths(tmp_path):
     assert r.exit_code == 0, r.output
     held = json.loads(r.output)["per_group"]
     assert held["step_time"]["n"] == 7 and held["step_memory"]["n"] == 7
+    print(f"held-out median error: step time {held['step_time']['median_ape']:.1f} %, "
+          f"peak memory {held['step_memory']['median_ape']:.1f} %")  # shown with pytest -s
     assert held["step_time"]["median_ape"] < 10.0, held
     assert held["step_memory"]["median_ape"] < 10.0, held
 
@@ -180,3 +182,22 @@ def example_sim_overrides() -> list[str]:
     assert "deployment.training.gpu=cpu" in args
     return args
 
+
+
+def test_example_and_docs_profile_the_tested_grid():
+    """examples/profile/fsdp.sh and docs/profiling.md run the grid the held-out test asserts on."""
+    import shlex
+    from pathlib import Path
+
+    import benchmarks.fsdp_profile as bench
+
+    root = Path(__file__).resolve().parents[2]
+    for path in (root / "examples/profile/fsdp.sh", root / "docs/profiling.md"):
+        text = path.read_text().replace("\\\n", " ")
+        line = next(x for x in text.splitlines() if "srl-profile\" fsdp --world-sizes" in x
+                    or x.startswith("srl-profile fsdp --world-sizes"))
+        args = shlex.split(line)
+        args = args[args.index("fsdp") + 1:]
+        assert args[:len(bench.PROFILE_ARGS)] == bench.PROFILE_ARGS, path.name
+        fit = next(x for x in text.splitlines() if "srl-regress" in x and "fit --family fsdp" in x)
+        assert "--gpu" not in fit, path.name  # CPU observations need no GPU option
