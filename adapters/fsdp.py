@@ -316,6 +316,7 @@ def _worker(rank: int, world: int, store: str, plan_dict: dict, sharding: str, o
 
     plan = FsdpPlan(**plan_dict)
     arch = model_arch(plan.model)
+    parent = os.getppid()
     torch.set_num_threads(plan.threads)
     if plan.device == "cuda":
         torch.cuda.set_device(rank)
@@ -344,7 +345,9 @@ def _worker(rank: int, world: int, store: str, plan_dict: dict, sharding: str, o
         def step(seq: int) -> tuple[float, float]:
             inp, tgt = batches[seq]
             if turn is not None and rank == 0:
-                turn[0].acquire()
+                while not turn[0].acquire(timeout=5.0):
+                    if os.getppid() != parent:  # the profiler is gone: do not wait for a turn forever
+                        raise RuntimeError(f"rank {rank} of world {world}: the parent process exited")
             dist.barrier()
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)

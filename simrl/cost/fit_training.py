@@ -77,7 +77,7 @@ class TrainingLayout:
         return per / STATE_BYTES_PER_PARAM
 
 
-DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1}
 CPU_DEVICE = "CPU"  # the catalog entry a CPU run's features are scaled by (simrl/cost/catalog/gpus.yaml)
 
 

@@ -99,6 +99,38 @@ def test_a_failing_rank_stops_the_interleaved_run_with_its_traceback(monkeypatch
         fsdp.profile_fsdp(plan)
 
 
+@needs_torch
+@pytest.mark.parametrize("schedule, order", [("interleaved", "121212"), ("sequential", "111222")])
+def test_worlds_take_turns_step_by_step_when_interleaved(schedule, order, tmp_path, monkeypatch):
+    """Stand-in ranks (no model) log each step: interleaved worlds alternate, sequential ones do not;
+    the parent collects every world's records either way."""
+    log = tmp_path / "steps.log"
+
+    def worker(rank, world, store, plan_dict, sharding, out_path, turn=None):
+        plan = fsdp.FsdpPlan(**plan_dict)
+        for _ in range(len(plan.seq_lens) * (plan.warmup + plan.steps)):
+            if rank == 0:
+                if turn is not None:
+                    turn[0].acquire()
+                with open(log, "a") as fh:
+                    fh.write(str(world))
+                if turn is not None:
+                    turn[1].release()
+        if rank == 0:
+            rec = {"wall": [0.2] * plan.steps, "process": [0.1] * plan.steps, "peak_bytes": 2**20}
+            with open(out_path, "w") as fh:
+                json.dump([{"rank": r, "records": {"32": rec}, "params": 7} for r in range(world)], fh)
+
+    monkeypatch.setattr(fsdp, "_worker", worker)
+    plan = fsdp.FsdpPlan(world_sizes=(1, 2), seq_lens=(32,), steps=2, warmup=1, start_method="fork",
+                         schedule=schedule)
+    prof = fsdp.profile_fsdp(plan)
+    assert log.read_text() == order
+    assert [(o.inputs["dp"], o.unit, o.value) for o in prof.observations] == [
+        (1, "s", 0.2), (1, "bytes", 2**20), (2, "s", 0.2), (2, "bytes", 2**20)]  # --clock wall: 0.2
+    assert prof.observations[0].provenance["schedule"] == schedule and prof.params == 7
+
+
 def test_interleaving_is_for_the_cpu():
     assert not fsdp.FsdpPlan(device="cuda").interleaved and fsdp.FsdpPlan(schedule="sequential").interleaved is False
     with pytest.raises(ValueError, match="--schedule interleaved .* CPU only"):
