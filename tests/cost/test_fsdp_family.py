@@ -80,3 +80,12 @@ def test_features_are_finite_and_grow_with_tokens():
     lay = TrainingLayout(arch=TINY, gpu=gpu_spec("cpu"), dp=3, zero_stage=3, backend="gloo", param_bytes=4)
     a, b = time_features("fsdp", [64] * 3, lay), time_features("fsdp", [512] * 3, lay)
     assert np.all(np.isfinite(a)) and b[1] > a[1] and np.array_equal(a[2:6], b[2:6])
+
+
+def test_an_artifact_fitted_on_cpu_observations_knows_its_hardware():
+    """A run on another GPU is then warned (`check_gpu`) that the fit carries CPU behaviour."""
+    from simrl.cost.family import fitted_gpu
+
+    assert fitted_gpu({"provenance": {"hardware": ["AMD EPYC 7763 64-Core Processor (CPU)"]}}) == "CPU"
+    assert fitted_gpu({"provenance": {"hardware": ["NVIDIA H100 80GB HBM3"]}}) == "H100"
+    assert fitted_gpu({"provenance": {"hardware": ["x (CPU)", "NVIDIA H100 80GB HBM3"]}}) is None  # mixed
