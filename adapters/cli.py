@@ -197,12 +197,16 @@ def _observations_json(output: str, observations) -> dict:
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
               help="bf16: FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)")
 @click.option("--activation-checkpointing", is_flag=True, help="recompute each decoder layer in backward")
+@click.option("--schedule", type=click.Choice(["auto", "interleaved", "sequential"]), default="auto",
+              show_default=True, help="interleaved: all worlds' ranks start at once and take turns step by "
+              "step, so a passing load hits every world alike (CPU); sequential: one world after another; "
+              "auto: interleaved on CPU, sequential on CUDA")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @common_options
 @json_option
 def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup, device, clock, threads,
-             start_method, dtype, activation_checkpointing, seed, output, as_json):
+             start_method, dtype, activation_checkpointing, schedule, seed, output, as_json):
     """Time FSDP2 (fully_shard) training steps and peak memory per sharding, world size and length.
 
     Spawns WORLD processes per point (gloo on CPU, NCCL on GPUs) that train a model built in code;
@@ -216,7 +220,8 @@ def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup,
                         seq_lens=parse_ints(seq_lens, "--seq-lens"),
                         shardings=tuple(s.strip() for s in sharding.split(",") if s.strip()),
                         micro_batch=micro_batch, steps=steps, warmup=warmup, device=device, clock=clock,
-                        start_method=start_method, threads=threads, dtype=dtype, activation_checkpointing=activation_checkpointing, seed=seed)
+                        start_method=start_method, threads=threads, dtype=dtype,
+                        activation_checkpointing=activation_checkpointing, schedule=schedule, seed=seed)
         prof = profile_fsdp(plan, progress=lambda line: click.echo(line, err=True))
         n = write_observations(output, prof.observations)
     except (MissingExtraError, CostModelError, ObservationError, ValueError) as exc:

@@ -8,29 +8,39 @@ FSDP2's ``torch.distributed.fsdp.fully_shard`` over a 1-D mesh of ``world`` proc
 full optimizer steps (forward, cross-entropy loss, backward, ``AdamW.step``, ``zero_grad``) on
 random token ids.
 
-- Processes: ``torch.multiprocessing.spawn`` starts ``world`` ranks that rendezvous through a
-  ``file://`` store in a temporary folder. CPU runs use the ``gloo`` backend with ``--threads``
+- Processes: ``torch.multiprocessing`` (``--start-method``) starts ``world`` ranks that
+  rendezvous through a ``file://`` store in a temporary folder. CPU runs use the ``gloo`` backend with ``--threads``
   intra-op threads per rank; GPU runs use ``nccl`` with rank *r* on ``cuda:r``. The same code
   path does both; only the device, backend, clock and memory reading differ.
 - Sharding: ``full`` is ``reshard_after_forward=True`` (parameters re-sharded after forward and
   gathered again for backward: ZeRO-3, recorded as ``zero_stage: 3``); ``grad-op`` is
   ``reshard_after_forward=False`` (kept unsharded from forward to backward: ZeRO-2, ``zero_stage: 2``),
   FSDP1's FULL_SHARD / SHARD_GRAD_OP.
-- Per (world, sharding) the model is built once; sequence lengths run in ascending order, each
-  with ``--warmup`` untimed and ``--steps`` timed steps. Every rank holds ``--micro-batch``
-  sequences, so one optimizer step trains ``micro_batch * world`` sequences: ``inputs.seq_lens``
-  lists them all, as the ``training_step`` observation requires (docs/observations.md).
-- Time: each rank reads its clock around a step after a barrier; the step's time is the slowest
-  rank's. ``value`` = median over the timed steps, ``spread`` = their standard deviation.
-  ``--clock wall`` (``time.perf_counter``; on CUDA after ``torch.cuda.synchronize``) is the step
-  time. ``--clock process`` (CPU only: ``time.process_time``, the CPU seconds of all the rank's
+- Per (world, sharding) the model is built once. Sequence lengths first run once each in ascending
+  order: ``--warmup`` untimed steps, the first timed step and the memory reading; the other
+  ``--steps - 1`` timed steps go round robin over the lengths (alternating direction), so a
+  change in the machine's load lands on every length of a world alike. Every rank holds
+  ``--micro-batch`` sequences, so one optimizer step trains ``micro_batch * world`` sequences:
+  ``inputs.seq_lens`` lists them all, as the ``training_step`` observation requires
+  (docs/observations.md).
+- Schedule: ``--schedule interleaved`` (the CPU default) starts every world's ranks at once and lets
+  the worlds take turns one optimizer step at a time (the parent hands each world's rank 0 a
+  semaphore; the other ranks wait in a barrier), so a load that comes and goes falls on every world
+  alike instead of on whichever world ran at the time. ``sequential`` (the CUDA default: each world
+  needs its own GPUs) runs one world after another. A rank that fails stops the run with its
+  traceback.
+- Time: each rank reads its clock around a step after a barrier. ``--clock wall``
+  (``time.perf_counter``; on CUDA after ``torch.cuda.synchronize``) is the step time: the slowest
+  rank's. ``--clock process`` (CPU only: ``time.process_time``, the CPU seconds of all the rank's
   threads, gloo's included) is what the step costs a rank with a core to itself, and stays
   meaningful when ranks outnumber cores or other work shares the machine: waiting is not counted.
-  Both clocks are always kept in ``provenance.timing``.
+  Its per-step value is the median over ranks (they do the same work; their max would grow with
+  the process count from noise alone). ``value`` = median over the timed steps, ``spread`` = their
+  standard deviation. Both clocks are always kept in ``provenance.timing``.
 - Peak memory: CUDA ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` (the
   allocator's live tensors); CPU ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` (the process's
-  resident high-water mark, the runtime included; sequence lengths ascend so each point's reading
-  is its own peak). The maximum over ranks is recorded, in bytes.
+  resident high-water mark, the runtime included; read in the ascending first pass, so each
+  point's reading is its own peak). The maximum over ranks is recorded, in bytes.
 
 The adapter records what ran; it fits nothing. Pure parts (planning, the model shapes,
 observation assembly) are importable without torch; torch is imported lazily in the workers and in
@@ -59,7 +69,9 @@ PROFILER = "srl-profile fsdp"
 DEFAULT_MODEL = "simrl/tiny-llama"
 SHARDINGS = {"full": (True, 3), "grad-op": (False, 2)}  # name -> (reshard_after_forward, zero_stage)
 CLOCKS = ("wall", "process")
+RANK_AGGREGATE = {"wall": np.max, "process": np.median}  # per step, over ranks (see point_observations)
 START_METHODS = ("spawn", "fork", "forkserver")
+SCHEDULES = ("auto", "interleaved", "sequential")
 NORM_EPS = 1e-6
 
 
@@ -81,10 +93,15 @@ class FsdpPlan:
     dtype: str = "fp32"
     activation_checkpointing: bool = False
     seed: int = 0
+    schedule: str = "auto"  # interleaved | sequential | auto (interleaved on CPU, sequential on CUDA)
 
     @property
     def backend(self) -> str:
         return "nccl" if self.device == "cuda" else "gloo"
+
+    @property
+    def interleaved(self) -> bool:
+        return self.schedule == "interleaved" or (self.schedule == "auto" and self.device == "cpu")
 
 
 DTYPES = ("fp32", "bf16")
@@ -119,6 +136,11 @@ def validate_plan(plan: FsdpPlan) -> ModelArch:
         raise ValueError(f"--start-method expects one of {', '.join(START_METHODS)}, got {plan.start_method!r}")
     if plan.start_method == "fork" and plan.device == "cuda":
         raise ValueError("--start-method fork cannot be used with CUDA (a forked child cannot initialise it)")
+    if plan.schedule not in SCHEDULES:
+        raise ValueError(f"--schedule expects one of {', '.join(SCHEDULES)}, got {plan.schedule!r}")
+    if plan.schedule == "interleaved" and plan.device == "cuda":
+        raise ValueError("--schedule interleaved keeps every world's ranks alive at once: CPU only "
+                         "(on CUDA each world needs its own GPUs); use sequential")
     if plan.dtype not in DTYPES:
         raise ValueError(f"--dtype expects one of {', '.join(DTYPES)}, got {plan.dtype!r}")
     return arch
@@ -159,7 +181,10 @@ def point_observations(plan: FsdpPlan, arch: ModelArch, world: int, sharding: st
     """Time and memory observations of one (world, sharding, seq_len) point.
 
     ``rank_steps[r]`` is rank r's record: ``wall`` and ``process`` (lists of seconds, one per timed
-    step) and ``peak_bytes``. A step lasts as long as its slowest rank.
+    step) and ``peak_bytes``. On the wall clock a step lasts as long as its slowest rank (the max
+    over ranks). The process clock counts each rank's own CPU seconds, which do not wait for one
+    another: every rank does the same work, so the median over ranks is the per-rank cost (their
+    max would grow with the process count from noise alone: the largest of more samples).
     """
     if len(rank_steps) != world:
         raise ValueError(f"expected {world} rank records, got {len(rank_steps)}")
@@ -168,14 +193,16 @@ def point_observations(plan: FsdpPlan, arch: ModelArch, world: int, sharding: st
         rows = np.array([r[clock] for r in rank_steps], dtype=float)  # [rank, step]
         if rows.ndim != 2 or rows.shape[1] != plan.steps:
             raise ValueError(f"rank records must hold {plan.steps} {clock} times each")
-        per_clock[clock] = rows.max(axis=0)  # the slowest rank of each step
+        per_clock[clock] = RANK_AGGREGATE[clock](rows, axis=0)
     times = per_clock[plan.clock]
     if not np.all(np.isfinite(times)) or np.any(times <= 0):
         raise ValueError(f"world={world} seq_len={seq_len}: a step read {float(times.min())!r} s")
     timing = {c: {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()),
                   "std": float(v.std()), "steps": [float(x) for x in v]} for c, v in per_clock.items()}
     prov = {**provenance, "timing": {"clock": plan.clock, "unit": "s", "steps": plan.steps,
-                                     "warmup": plan.warmup, "per_rank_threads": plan.threads, **timing}}
+                                     "warmup": plan.warmup, "per_rank_threads": plan.threads,
+                                     "over_ranks": {c: RANK_AGGREGATE[c].__name__ for c in CLOCKS},
+                                     "order": "round-robin over seq_lens", **timing}}
     inputs = step_inputs(plan, arch, world, sharding, seq_len)
     peak = max(int(r["peak_bytes"]) for r in rank_steps)
     memory_how = "torch.cuda.max_memory_allocated" if plan.device == "cuda" else "ru_maxrss (process RSS high-water)"
@@ -274,8 +301,14 @@ def _peak_bytes(torch, dev) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
-def _worker(rank: int, world: int, store: str, plan_dict: dict, sharding: str, out_path: str) -> None:
-    """One rank: build, shard, time every sequence length; rank 0 writes all ranks' records."""
+def _worker(rank: int, world: int, store: str, plan_dict: dict, sharding: str, out_path: str,
+            turn: tuple | None = None) -> None:
+    """One rank: build, shard, time every sequence length; rank 0 writes all ranks' records.
+
+    ``turn`` = (go, done) semaphores when several worlds run interleaved: before each step rank 0
+    waits for ``go``, and after it (all ranks past a barrier) releases ``done``, so exactly one
+    world steps at a time and the parent decides which.
+    """
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -283,6 +316,7 @@ def _worker(rank: int, world: int, store: str, plan_dict: dict, sharding: str, o
 
     plan = FsdpPlan(**plan_dict)
     arch = model_arch(plan.model)
+    parent = os.getppid()
     torch.set_num_threads(plan.threads)
     if plan.device == "cuda":
         torch.cuda.set_device(rank)
@@ -302,32 +336,52 @@ def _worker(rank: int, world: int, store: str, plan_dict: dict, sharding: str, o
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         gen = torch.Generator(device="cpu").manual_seed(plan.seed + rank)
-        records = {}
+        loss_fn = torch.nn.functional.cross_entropy
+        batches = {}
         for seq in sorted(plan.seq_lens):
             ids = torch.randint(0, arch.vocab, (plan.micro_batch, seq + 1), generator=gen).to(dev)
-            inp, tgt = ids[:, :-1], ids[:, 1:]
+            batches[seq] = (ids[:, :-1], ids[:, 1:])
+
+        def step(seq: int) -> tuple[float, float]:
+            inp, tgt = batches[seq]
+            if turn is not None and rank == 0:
+                while not turn[0].acquire(timeout=5.0):
+                    if os.getppid() != parent:  # the profiler is gone: do not wait for a turn forever
+                        raise RuntimeError(f"rank {rank} of world {world}: the parent process exited")
+            dist.barrier()
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            t0, c0 = time.perf_counter(), time.process_time()
+            loss = loss_fn(model(inp).reshape(-1, arch.vocab).float(), tgt.reshape(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            t1, c1 = time.perf_counter(), time.process_time()
+            if turn is not None:
+                dist.barrier()  # every rank is done before the next world starts
+                if rank == 0:
+                    turn[1].release()
+            if not math.isfinite(float(loss.detach())):
+                raise RuntimeError(f"rank {rank}: non-finite loss at seq_len {seq}")
+            return t1 - t0, c1 - c0
+
+        records = {seq: {"wall": [], "process": [], "peak_bytes": 0} for seq in batches}
+        for seq in batches:  # ascending: warm-up, the first timed step, and the memory reading
             if dev.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(dev)
-            wall, cpu = [], []
-            for i in range(plan.warmup + plan.steps):
-                dist.barrier()
-                if dev.type == "cuda":
-                    torch.cuda.synchronize(dev)
-                t0, c0 = time.perf_counter(), time.process_time()
-                logits = model(inp)
-                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, arch.vocab).float(), tgt.reshape(-1))
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                if dev.type == "cuda":
-                    torch.cuda.synchronize(dev)
-                t1, c1 = time.perf_counter(), time.process_time()
-                if i >= plan.warmup:
-                    wall.append(t1 - t0)
-                    cpu.append(c1 - c0)
-                if not math.isfinite(float(loss.detach())):
-                    raise RuntimeError(f"rank {rank}: non-finite loss at seq_len {seq}")
-            records[seq] = {"wall": wall, "process": cpu, "peak_bytes": _peak_bytes(torch, dev)}
+            for _ in range(plan.warmup):
+                step(seq)
+            w, c = step(seq)
+            records[seq]["wall"].append(w)
+            records[seq]["process"].append(c)
+            records[seq]["peak_bytes"] = _peak_bytes(torch, dev)
+        for rep in range(1, plan.steps):  # the other timed steps: round robin, alternating direction
+            for seq in (sorted(batches) if rep % 2 == 0 else sorted(batches, reverse=True)):
+                w, c = step(seq)
+                records[seq]["wall"].append(w)
+                records[seq]["process"].append(c)
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, {"rank": rank, "records": records, "params": count_params(model)})
         if rank == 0:
@@ -368,6 +422,105 @@ def check_devices(torch, plan: FsdpPlan) -> None:
         raise ValueError(f"torch {torch.__version__} has no gloo backend")
 
 
+def _rank_entry(rank: int, world: int, store: str, plan_dict: dict, sharding: str, out_path: str,
+                turn: tuple | None, err_path: str) -> None:
+    """A rank's process: `_worker`, leaving its traceback in ``err_path`` if it fails."""
+    try:
+        _worker(rank, world, store, plan_dict, sharding, out_path, turn)
+    except BaseException:
+        import traceback
+
+        Path(err_path).write_text(traceback.format_exc(), encoding="utf-8")
+        raise
+
+
+def _failure(groups: list) -> str | None:
+    """The first failed rank's traceback (or exit code), if any rank of any world has failed."""
+    for world, folder, _, procs in groups:
+        for rank, proc in enumerate(procs):
+            if proc.exitcode not in (None, 0):
+                err = Path(folder) / f"error{rank}.txt"
+                tail = err.read_text(encoding="utf-8").strip() if err.exists() else f"exit code {proc.exitcode}"
+                return f"world={world} rank {rank} failed:\n{tail}"
+    return None
+
+
+def _wait_for(groups: list, done=None, procs=None, poll_s: float = 0.5) -> None:
+    """Block until ``done`` is released (or ``procs`` have all exited); raise if a rank fails."""
+    while True:
+        if done is not None and done.acquire(timeout=poll_s):
+            return
+        if procs is not None:
+            for p in procs:
+                p.join(poll_s / max(len(procs), 1))
+            if all(p.exitcode is not None for p in procs) and _failure(groups) is None:
+                return
+        failed = _failure(groups)
+        if failed:
+            raise RuntimeError(f"{PROFILER}: {failed}")
+
+
+def _run_worlds(plan: FsdpPlan, sharding: str, worlds: Sequence[int], interleave: bool,
+                progress: Callable[[str], None] | None) -> dict[int, list]:
+    """Run ``worlds`` (one process per rank); return each world's gathered rank records.
+
+    Interleaved (CPU): every world's ranks start at once and the worlds take turns, one optimizer
+    step at a time (world 1 step k, world 2 step k, ..., then step k+1), so a load on the machine
+    that comes and goes lands on every world alike instead of on whichever world ran at the time.
+    Sequential: one world after another (GPUs: each world needs its own devices).
+    """
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context(plan.start_method)
+    plan_dict = attrs.asdict(plan)
+    n_steps = len(plan.seq_lens) * (plan.warmup + plan.steps)
+    with tempfile.TemporaryDirectory(prefix="srl-fsdp-") as tmp:
+        groups = []
+        for world in worlds:
+            folder = Path(tmp) / f"world{world}"
+            folder.mkdir()
+            turn = (ctx.Semaphore(0), ctx.Semaphore(0)) if interleave else None
+            procs = [ctx.Process(target=_rank_entry, daemon=True,
+                                 args=(r, world, "file://" + str(folder / "store"), plan_dict, sharding,
+                                       str(folder / "records.json"), turn, str(folder / f"error{r}.txt")))
+                     for r in range(world)]
+            groups.append((world, folder, turn, procs))
+        try:
+            if interleave:
+                if progress:
+                    progress(f"{sharding}: {sum(worlds)} ranks of worlds {list(worlds)} ({plan.backend}), "
+                             f"taking turns for {n_steps} steps each")
+                for g in groups:
+                    for p in g[3]:
+                        p.start()
+                for k in range(n_steps):
+                    for _, _, (go, done), _ in groups:
+                        go.release()
+                        _wait_for(groups, done=done)
+                    if progress and (k + 1) % len(plan.seq_lens) == 0:
+                        progress(f"  step {k + 1}/{n_steps} of every world done")
+                _wait_for(groups, procs=[p for g in groups for p in g[3]])
+            else:
+                for g in groups:
+                    if progress:
+                        progress(f"{sharding} world={g[0]}: spawning {g[0]} rank(s) ({plan.backend})")
+                    for p in g[3]:
+                        p.start()
+                    _wait_for(groups, procs=g[3])
+            out = {}
+            for world, folder, _, _ in groups:
+                with open(folder / "records.json", encoding="utf-8") as fh:
+                    out[world] = sorted(json.load(fh), key=lambda g: g["rank"])
+            return out
+        finally:
+            for g in groups:
+                for p in g[3]:
+                    if p.is_alive():
+                        p.terminate()
+                    if p.pid is not None:
+                        p.join()
+
+
 def profile_fsdp(plan: FsdpPlan, progress: Callable[[str], None] | None = None) -> FsdpProfile:
     """Run every (sharding, world size) of ``plan`` in fresh processes; return the observations."""
     from adapters.provenance import collect
@@ -375,28 +528,23 @@ def profile_fsdp(plan: FsdpPlan, progress: Callable[[str], None] | None = None) 
     arch = validate_plan(plan)
     torch = require_torch()
     check_devices(torch, plan)
-    import torch.multiprocessing as mp
 
     if plan.device == "cpu":
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # ranks of one host talk over loopback
     dev_name = "cuda:0" if plan.device == "cuda" else "cpu"
     prov = collect(PROFILER, torch=torch, device=dev_name,
                    extra_software={"backend": plan.backend, "fsdp": "torch.distributed.fsdp.fully_shard"})
+    interleave = plan.interleaved
     obs: list[Observation] = []
     params = 0
     for sharding in plan.shardings:
-        for world in sorted(plan.world_sizes):
-            if progress:
-                progress(f"{sharding} world={world}: spawning {world} rank(s) ({plan.backend})")
-            with tempfile.TemporaryDirectory(prefix="srl-fsdp-") as tmp:
-                store = "file://" + str(Path(tmp) / "store")
-                out = str(Path(tmp) / "records.json")
-                mp.start_processes(_worker, args=(world, store, attrs.asdict(plan), sharding, out),
-                                   nprocs=world, join=True, start_method=plan.start_method)
-                with open(out, encoding="utf-8") as fh:
-                    gathered = sorted(json.load(fh), key=lambda g: g["rank"])
+        runs = _run_worlds(plan, sharding, sorted(plan.world_sizes), interleave, progress)
+        for world, gathered in sorted(runs.items()):
             params = gathered[0]["params"]
-            point_prov = {**prov, "model_params": params, "world_size": world}
+            point_prov = {**prov, "model_params": params, "world_size": world,
+                          "schedule": "interleaved" if interleave else "sequential"}
+            if progress:
+                progress(f"{sharding} world={world}:")
             for seq in sorted(plan.seq_lens):
                 ranks = [g["records"][str(seq)] for g in gathered]
                 pair = point_observations(plan, arch, world, sharding, seq, ranks, point_prov)

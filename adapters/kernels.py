@@ -232,7 +232,9 @@ def resolve_device(torch, device: str):
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: torch {torch.__version__} sees no CUDA device")
+        raise ValueError(f"--device {device}: the CUDA-event timing path needs an NVIDIA GPU and a CUDA build "
+                         f"of torch; torch {torch.__version__} sees no CUDA device. Use --device cpu, or run "
+                         "on a GPU machine (third_party/install.sh installs the pinned stack)")
     if device not in ("cpu",) and not device.startswith("cuda"):
         raise ValueError(f"--device expects cpu or cuda[:N], got {device!r}")
     return torch.device(device)

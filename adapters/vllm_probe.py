@@ -26,7 +26,7 @@ import socket
 import types
 from typing import Any
 
-from adapters.extras import require
+from adapters.extras import require, require_cuda_gpus
 from simrl.cost.observations import Observation, make
 
 PROFILER = "srl-profile kv-probe"
@@ -122,6 +122,11 @@ def require_vllm():
     return require("vllm", "profile-vllm", PROFILER)
 
 
+def require_gpus(tp: int) -> None:
+    """The engine shards the model over ``tp`` GPUs: refuse, saying so, when they are not there."""
+    require_cuda_gpus(tp, f"{PROFILER} starts a vLLM engine with tensor_parallel_size={tp}: it")
+
+
 def _runtime_info(vllm) -> tuple[str, dict]:
     """(GPU name, software versions) of the process that started the engine."""
     import torch  # a dependency of vllm
@@ -142,6 +147,7 @@ def probe_vllm(model: str, tp: int = 1, gpu_memory_utilization: float | None = N
     if max_model_len is not None and max_model_len < 1:
         raise ValueError(f"max_model_len must be >= 1, got {max_model_len}")
     vllm = require_vllm()
+    require_gpus(tp)
     kwargs: dict[str, Any] = {"model": model, "tensor_parallel_size": tp, **engine_kwargs}
     if gpu_memory_utilization is not None:
         kwargs["gpu_memory_utilization"] = gpu_memory_utilization

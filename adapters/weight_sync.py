@@ -176,8 +176,9 @@ def profile_weight_sync(plan: SyncPlan, progress: Callable[[str], None] | None =
     if plan.device == "cuda":
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if n < max(plan.instances) + 1:
-            raise ValueError(f"--device cuda: {max(plan.instances) + 1} ranks need as many GPUs; torch "
-                             f"{torch.__version__} sees {n}. Use --device cpu (gloo) or fewer --instances")
+            raise ValueError(f"--device cuda: {max(plan.instances) + 1} ranks need as many GPUs (NCCL: one NVIDIA "
+                             f"GPU per rank and a CUDA build of torch); torch {torch.__version__} sees {n}. "
+                             "Use --device cpu (gloo) or fewer --instances")
     import torch.multiprocessing as mp
 
     if plan.device == "cpu":

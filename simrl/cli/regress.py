@@ -18,6 +18,7 @@ from simrl.cli.app import (
     to_json,
     user_errors,
 )
+from simrl.cli.progress import watch
 from simrl.cost.artifact import write_artifact
 from simrl.cost.fit import evaluate, fit_artifact, fittable_families
 from simrl.cost.observations import read_many
@@ -50,6 +51,15 @@ def _errors_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def fit_progress(fits: int, total: int, kfold: int) -> tuple[str, float]:
+    """The progress text of `srl-regress fit`: the full fit, then each cross-validation fold."""
+    if fits == 0:
+        text = f"fitting on every observation (then {kfold} folds)" if kfold > 1 else "fitting"
+    else:
+        text = f"fold {fits - 1}/{kfold} cross-validated" if kfold > 1 else "fitted"
+    return text, fits / total
+
+
 @cli.command("fit")
 @click.option("--family", required=True, type=click.Choice(sorted([*fittable_families(), "weight_sync"])))
 @click.option("--obs", "obs_files", multiple=True, required=True, type=click.Path(dir_okay=False))
@@ -58,7 +68,8 @@ def _errors_table(result: dict) -> str:
               help="k-fold cross-validation, 2 to the number of observations (0: off)")
 @click.option("--seed", type=SEED, default=0, help="fold assignment seed")
 @click.option("--model", default=None, help="model the fit belongs to (layout-specific families)")
-@click.option("--gpu", default=None, help="GPU of the observations (default: from them)")
+@click.option("--gpu", default=None, help="GPU of the observations (default: from them; a CPU run's "
+              "observations resolve to the catalog's CPU entry)")
 @click.option("--tp", type=DEGREE, default=None)
 @click.option("--pp", type=DEGREE, default=None)
 @click.option("--no-tables", is_flag=True, help="composed: keep only the physics, not the measured tables")
@@ -83,8 +94,11 @@ def fit_cmd(family, obs_files, output, kfold, seed, model, gpu, tp, pp, no_table
                   "(recorded as fitted_for; the run and the fast path refuse another layout)")
         opts = {k: v for k, v in given.items() if v is not None}
         debug(f"fitting {family} on {len(obs)} observations" + (f", {kfold} folds" if kfold else ""))
-        art = fit_artifact(family, obs, files=list(obs_files), kfold=kfold, seed=seed, label=label,
-                           with_tables=not no_tables, **opts)
+        done = {"fits": 0, "total": 1 + (kfold if kfold > 1 else 0)}
+        with watch(lambda: fit_progress(done["fits"], done["total"], kfold), f"fitting {family}"):
+            art = fit_artifact(family, obs, files=list(obs_files), kfold=kfold, seed=seed, label=label,
+                               with_tables=not no_tables,
+                               progress=lambda i, total: done.update(fits=i, total=total), **opts)
         write_artifact(output, art)
     if as_json:
         click.echo(to_json({"output": str(output), "target": art["target"], "family": art["family"],

@@ -227,7 +227,7 @@ def fitted_gpu(art: dict) -> str | None:
         names = [names]
     found = set()
     for n in names:
-        base = str(n).split("(")[0].strip()
+        base = "CPU" if str(n).rstrip().endswith("(CPU)") else str(n).split("(")[0].strip()  # profilers' CPU form
         try:
             found.add(gpu_spec(base).name)
         except CostModelError:

@@ -10,7 +10,7 @@ group (operator, collective or kind). The family-specific work is the family's o
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -56,15 +56,25 @@ def make_artifact(family: str, coefs: dict, dom: dict, obs: Sequence[Observation
     return art
 
 
+Progress = Callable[[int, int], None]  # (fits done, fits in all)
+
+
 def fit_artifact(family: str, obs: Sequence[Observation], files: Sequence[str] = (), kfold: int = 0,
-                 seed: int = 0, label: str = "fitted on measured observations", **opts) -> dict:
-    """Fit ``family`` on ``obs`` and return a complete artifact dict (optionally k-fold checked)."""
+                 seed: int = 0, label: str = "fitted on measured observations",
+                 progress: Progress | None = None, **opts) -> dict:
+    """Fit ``family`` on ``obs`` and return a complete artifact dict (optionally k-fold checked).
+
+    ``progress(done, total)`` is called after each fit: the full one and each fold's."""
     family = registry.fitted_family(family).name
+    total = 1 + (kfold if kfold and kfold > 1 else 0)
     coefs, dom = fit_coefficients(family, obs, opts)
     art = make_artifact(family, coefs, dom, obs, files, opts, label)
     art["fit_quality"]["training"] = evaluate(art, obs, **opts)
+    if progress:
+        progress(1, total)
     if kfold and kfold > 1:
-        art["fit_quality"]["kfold"] = cross_validate(family, obs, kfold, seed, **opts)
+        fold_done = (lambda i, k: progress(1 + i, total)) if progress else None
+        art["fit_quality"]["kfold"] = cross_validate(family, obs, kfold, seed, progress=fold_done, **opts)
     return art
 
 
@@ -92,8 +102,10 @@ def evaluate(art: dict, obs: Sequence[Observation], physics_only: bool = False, 
     return summarize(pred, act, grp)
 
 
-def cross_validate(family: str, obs: Sequence[Observation], k: int, seed: int = 0, **opts) -> dict:
-    """K-fold cross-validation over the observations the family is evaluated on."""
+def cross_validate(family: str, obs: Sequence[Observation], k: int, seed: int = 0,
+                   progress: Progress | None = None, **opts) -> dict:
+    """K-fold cross-validation over the observations the family is evaluated on;
+    ``progress(folds done, k)`` after each fold."""
     rng = np.random.default_rng(seed)
     folds = rng.permutation(len(obs)) % k
     preds, acts, grps = [], [], []
@@ -106,6 +118,8 @@ def cross_validate(family: str, obs: Sequence[Observation], k: int, seed: int = 
         preds.append(p)
         acts.append(a)
         grps += g
+        if progress:
+            progress(f + 1, k)
     out = summarize(np.concatenate(preds), np.concatenate(acts), grps)
     out["k"] = k
     out["seed"] = seed

@@ -12,10 +12,10 @@ observation inputs when fitting and from the run configuration when predicting.
 - ``hydraulis``: per parallel strategy (tp, pp) a sequence of length s costs ``a*s^2 + b*s + c``;
   a step is ``sum f(s_i) / dp + (pp - 1) * f(s_max)`` (the 1F1B warm-up and cool-down at the
   longest sequence). Memory = gap + k_act * s_max + k_state * zero_fraction.
-- ``fsdp``: compute = flops / (gpus * peak), communication = 3 weight passes (all-gather forward
-  and backward, reduce-scatter of gradients) over the DP group's link; time = a + compute/mfu +
-  comm/link_eff - overlap * min(compute, comm). Memory = gap + sharded states (16 bytes per
-  parameter / dp) + activations per token with and without checkpointing.
+- ``fsdp``: time = a + compute/MFU + the optimizer's sweep over its shard + FSDP2's staging copies
+  (dp > 1) + the collectives' bytes on the wire / link (ring (n-1)/n; gloo's reduce-scatter is an
+  all-reduce) + ring hops x latency - overlap * min(compute, comm); see `FsdpFamily`. Memory = gap
+  + training state under the ZeRO stage + activations per token with and without checkpointing.
 
 ``fixed``, ``linear`` and ``analytical`` fit memory as gap + k * s_max when memory observations
 exist; without them ``peak_memory_bytes`` is 0 and the artifact says ``memory_fitted: false``.
@@ -42,7 +42,14 @@ STATE_BYTES_PER_PARAM = 16.0  # bf16 params + fp32 grads/master + Adam moments (
 
 @attrs.frozen
 class TrainingLayout:
-    """What the features need to know about the model, GPU and parallel layout."""
+    """What the features need to know about the model, GPU and parallel layout.
+
+    ``backend`` (nccl, gloo) and the bytes per parameter the collectives move (``param_bytes`` for
+    the all-gathers, ``reduce_bytes`` for the gradient reduction) come from the observations'
+    inputs (``backend``, ``dtype``) when fitting; a run's layout is NCCL with bf16 parameters and
+    fp32 gradient reduction (FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``,
+    verl's default).
+    """
 
     arch: ModelArch
     gpu: GPUSpec
@@ -51,6 +58,9 @@ class TrainingLayout:
     dp: int = 1
     zero_stage: int = 1
     activation_checkpointing: bool = True
+    backend: str = "nccl"
+    param_bytes: int = 2
+    reduce_bytes: int = 4
 
     @property
     def gpus(self) -> int:
@@ -67,15 +77,39 @@ class TrainingLayout:
         return per / STATE_BYTES_PER_PARAM
 
 
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1}
+CPU_DEVICE = "CPU"  # the catalog entry a CPU run's features are scaled by (simrl/cost/catalog/gpus.yaml)
+
+
+def observed_hardware(inputs: dict, provenance: dict) -> str | None:
+    """The catalog name for an observation's hardware: ``inputs.gpu``, else the CPU entry for a
+    CPU run (``inputs.device: cpu`` or a ``provenance.hardware`` ending in "(CPU)", as the
+    profilers record it), else ``provenance.hardware`` (a GPU name the catalog resolves)."""
+    if inputs.get("gpu"):
+        return str(inputs["gpu"])
+    hw = provenance.get("hardware")
+    if inputs.get("device") == "cpu" or (isinstance(hw, str) and hw.rstrip().endswith("(CPU)")):
+        return CPU_DEVICE
+    return hw
+
+
 def layout_from_inputs(inputs: dict, provenance: dict, model: str | None, gpu: str | None) -> TrainingLayout:
     name = model or inputs.get("model")
-    hw = gpu or inputs.get("gpu") or provenance.get("hardware")
+    hw = gpu or observed_hardware(inputs, provenance)
     if not name:
         raise CostModelError("training observation has no inputs.model; pass --model")
+    if not hw:
+        raise CostModelError("training observation names no hardware (inputs.gpu or provenance.hardware); "
+                             "pass --gpu")
+    dtype = str(inputs.get("dtype", "bf16")).lower()
+    if dtype not in DTYPE_BYTES:
+        raise CostModelError(f"training observation inputs.dtype: expected one of {', '.join(DTYPE_BYTES)}, "
+                             f"got {dtype!r}")
     return TrainingLayout(
         arch=model_arch(name), gpu=gpu_spec(hw), tp=int(inputs["tp"]), pp=int(inputs["pp"]),
         dp=int(inputs["dp"]), zero_stage=int(inputs.get("zero_stage", 1)),
         activation_checkpointing=bool(inputs.get("activation_checkpointing", True)),
+        backend=str(inputs.get("backend", "nccl")), param_bytes=DTYPE_BYTES[dtype],
     )
 
 
@@ -344,19 +378,77 @@ class HydraulisFamily(TrainingFamily):
         return np.array([1.0, float(s.max()), lay.zero_fraction()])
 
 
+def fsdp_collectives(lay: TrainingLayout) -> tuple[int, int]:
+    """(all-gathers, gradient reductions) of parameters per optimizer step under ``lay.zero_stage``.
+
+    ZeRO-3 (FSDP2 ``reshard_after_forward=True``) gathers every unit's parameters in forward and
+    again in backward; ZeRO-1/2 (``False``) once; ZeRO-0 (DDP) never. Each step reduces the
+    gradients once (reduce-scatter; an all-reduce under ZeRO-0).
+    """
+    return {3: 2, 2: 1, 1: 1, 0: 0}[lay.zero_stage], 1
+
+
+def fsdp_comm_bytes(lay: TrainingLayout) -> tuple[float, float]:
+    """(bytes on the wire, bytes staged) per rank and step of FSDP's collectives.
+
+    A ring all-gather or reduce-scatter of M bytes over n ranks moves (n-1)/n * M per rank. Gloo has
+    no reduce-scatter: ``ProcessGroupGloo::reduce_scatter_tensor_coalesced`` clones the input,
+    all-reduces the whole buffer (2 (n-1)/n * M) and keeps its chunk; ZeRO-0 all-reduces on either
+    backend. Staged: FSDP2 copies each gathered buffer out into the parameters and each gradient
+    into the reduction's input, M bytes each, whenever the group has more than one rank (world 1
+    skips the collectives and their copies).
+    """
+    n = lay.dp
+    m_param = lay.arch.total_params / (lay.tp * lay.pp) * lay.param_bytes
+    m_grad = lay.arch.total_params / (lay.tp * lay.pp) * lay.reduce_bytes
+    gathers, reduces = fsdp_collectives(lay)
+    allreduce = lay.backend == "gloo" or lay.zero_stage == 0
+    wire = (gathers * m_param + reduces * m_grad * (2.0 if allreduce else 1.0)) * (n - 1) / n
+    staged = (gathers * m_param + reduces * m_grad) if n > 1 else 0.0
+    return wire, staged
+
+
 class FsdpFamily(TrainingFamily):
-    name, n_time, n_memory = "fsdp", 4, 4
-    basis = "a + compute/MFU + comm/eff - overlap*min(compute, comm) (FSDP / ZeRO-3)"
+    """FSDP / ZeRO data parallelism: a step is fixed overhead, compute, the optimizer's sweep over
+    its shard, and the collectives, each a physical feature with a fitted coefficient.
+
+    time = a + c_mfu * compute + c_opt * optimizer + c_stage * staging + c_bw * comm
+           + c_lat * ring_steps - overlap * min(compute, comm)
+
+    - compute: training FLOPs / (GPUs x peak), 1/MFU fitted;
+    - optimizer: the 16 state bytes per parameter of this rank's shard / memory bandwidth (AdamW
+      reads and writes every sharded state once a step);
+    - staging: FSDP2's copy-out of gathered parameters and copy-in of gradients / memory bandwidth,
+      only when dp > 1;
+    - comm: the collectives' bytes on the wire (`fsdp_comm_bytes`: ring (n-1)/n, gloo's
+      reduce-scatter an all-reduce) / the link the DP group spans;
+    - ring_steps: each collective crosses n-1 ring hops; ``c_lat`` is the seconds per hop
+      (per-message latency and launch), fitted;
+    - overlap: the share of the smaller of compute and comm hidden behind the other.
+
+    Memory = gap + training state under the ZeRO stage + activations per token (with and without
+    recomputation).
+    """
+
+    name, n_time, n_memory = "fsdp", 7, 4
+    basis = ("a + compute/MFU + optimizer shard sweep + staging copies + ring comm/eff + hops*latency "
+             "- overlap*min(compute, comm) (FSDP / ZeRO)")
 
     def time_features(self, s, lay):
-        n = lay.dp
+        n, g = lay.dp, lay.gpu
         compute_s = _compute_s(s, lay)
-        comm_s = 3.0 * lay.arch.weight_bytes(2) / (lay.tp * lay.pp) * (n - 1) / n / lay.gpu.link_bytes_per_s(n)
-        return np.array([1.0, compute_s, comm_s, -min(compute_s, comm_s)])
+        wire, staged = fsdp_comm_bytes(lay)
+        comm_s = wire / g.link_bytes_per_s(n)
+        shard = lay.dp if lay.zero_stage >= 1 else 1  # ZeRO-1 and up shard the optimizer state over dp
+        opt_s = STATE_BYTES_PER_PARAM * lay.arch.total_params / (lay.tp * lay.pp * shard) / g.hbm_bytes_per_s
+        stage_s = staged / g.hbm_bytes_per_s
+        units = lay.arch.layers + 1  # FSDP wraps each decoder layer and the root
+        ring_steps = units * sum(fsdp_collectives(lay)) * (n - 1)
+        return np.array([1.0, compute_s, opt_s, stage_s, comm_s, float(ring_steps), -min(compute_s, comm_s)])
 
     def memory_features(self, s, lay):
         smax = float(s.max())
-        state = STATE_BYTES_PER_PARAM * lay.arch.total_params / (lay.dp * lay.tp * lay.pp)
+        state = STATE_BYTES_PER_PARAM * lay.arch.total_params / (lay.tp * lay.pp) * lay.zero_fraction()
         act = smax * lay.arch.hidden * lay.arch.layers / (lay.tp * lay.pp)
         ckpt = lay.activation_checkpointing
         return np.array([1.0, state, 0.0 if ckpt else act, act if ckpt else 0.0])

@@ -219,3 +219,16 @@ def test_cuda_event_timing_path_with_a_stand_in_torch():
     assert times == [0.002, 0.002, 0.002] and len(calls) == 5
     assert log[0] == ("sync",) and log[-1] == ("sync",)
     assert [x for x in log if x[0] == "record"] == [("record", i) for i in range(1, 7)]
+
+
+def test_cuda_without_a_gpu_is_refused_naming_what_it_needs():
+    import types
+
+    from adapters.kernels import resolve_device
+
+    cpu_torch = types.SimpleNamespace(__version__="2.13.0+cpu", cuda=types.SimpleNamespace(is_available=lambda: False),
+                                      device=lambda d: ("device", d))
+    with pytest.raises(ValueError, match=r"--device cuda:1: the CUDA-event timing path needs an NVIDIA GPU and a "
+                                         r"CUDA build of torch; torch 2.13.0\+cpu sees no CUDA device. Use --device cpu"):
+        resolve_device(cpu_torch, "cuda:1")
+    assert resolve_device(cpu_torch, "auto") == ("device", "cpu")  # auto falls back to the CPU timer

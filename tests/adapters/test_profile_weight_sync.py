@@ -63,3 +63,18 @@ def test_json_output_lists_the_observations_written(tmp_path):
     rec = data["records"][0]
     assert rec["kind"] == "weight_sync" and rec["inputs"]["bytes"] == 2**19 and rec["value"] > 0
     assert len(read_observations(out)) == 1
+
+
+def test_nccl_without_gpus_is_refused_naming_what_it_needs(monkeypatch):
+    import types
+
+    from adapters import weight_sync as ws
+
+    cpu_torch = types.SimpleNamespace(
+        __version__="2.13.0+cpu", cuda=types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0),
+        distributed=types.SimpleNamespace(is_available=lambda: True, is_nccl_available=lambda: False,
+                                          is_gloo_available=lambda: True))
+    monkeypatch.setattr("adapters.fsdp.require_torch", lambda: cpu_torch)
+    with pytest.raises(ValueError, match=r"--device cuda: 3 ranks need as many GPUs \(NCCL: one NVIDIA GPU per "
+                                         r"rank and a CUDA build of torch\); torch 2.13.0\+cpu sees 0"):
+        ws.profile_weight_sync(ws.SyncPlan(device="cuda"))

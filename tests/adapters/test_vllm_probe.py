@@ -94,6 +94,7 @@ def test_cli_wiring_with_a_stand_in_vllm(monkeypatch, tmp_path):
 
     monkeypatch.setitem(sys.modules, "vllm", NS(LLM=FakeLLM, __version__="stand-in"))
     monkeypatch.setattr(vp, "_runtime_info", lambda vllm: ("stand-in GPU", {"vllm": vllm.__version__}))
+    monkeypatch.setattr(vp, "require_gpus", lambda tp: None)  # the stand-in engine needs no GPU
     out = tmp_path / "kv.jsonl"
     res = CliRunner().invoke(profile_cli, ["kv-probe", "--model", "org/m", "--tp", "2",
                                            "--gpu-memory-utilization", "0.8", "--max-model-len", "2048",
@@ -104,3 +105,19 @@ def test_cli_wiring_with_a_stand_in_vllm(monkeypatch, tmp_path):
     [ob] = read_observations(out)
     assert ob.value == 8000 and ob.inputs["tp"] == 2 and ob.inputs["max_model_len"] == 2048
     assert ob.provenance["hardware"] == "stand-in GPU"
+
+
+def test_refuses_without_enough_gpus_before_starting_an_engine(monkeypatch, tmp_path):
+    """vLLM installed but no GPU (or fewer than --tp): a clear refusal naming what it needs, no engine."""
+    started = []
+    monkeypatch.setitem(sys.modules, "vllm", NS(LLM=lambda **kw: started.append(kw), __version__="stand-in"))
+    no_gpu = NS(__version__="2.13.0+cpu", cuda=NS(is_available=lambda: False, device_count=lambda: 0))
+    monkeypatch.setitem(sys.modules, "torch", no_gpu)
+    with pytest.raises(MissingExtraError, match=r"tensor_parallel_size=1: it needs 1 CUDA GPU .*sees 0"):
+        vp.probe_vllm("Qwen/Qwen3-8B")
+    two = NS(__version__="2.13.0+cu128", cuda=NS(is_available=lambda: True, device_count=lambda: 2))
+    monkeypatch.setitem(sys.modules, "torch", two)
+    res = CliRunner().invoke(profile_cli, ["kv-probe", "--model", "Qwen/Qwen3-8B", "--tp", "4",
+                                           "-o", str(tmp_path / "kv.jsonl")])
+    assert res.exit_code == 2 and "needs 4 CUDA GPUs" in res.output and "sees 2" in res.output
+    assert "third_party/install.sh" in res.output and not started

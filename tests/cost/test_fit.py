@@ -82,8 +82,11 @@ LAY = dict(arch=model_arch("qwen3-8b"), gpu=gpu_spec("H100"))
     ("analytical", [1.5, 1 / 0.42], [20e9, 1e6], [TrainingLayout(**LAY, dp=8)]),
     ("hydraulis", [1e-8, 2e-4, 0.05], [10e9, 2e6, 40e9],
      [TrainingLayout(**LAY, tp=2, pp=2, dp=2, zero_stage=z) for z in (1, 3)]),
-    ("fsdp", [1.0, 2.2, 1.3, 0.8], [5e9, 1.0, 34.0, 2.0],
-     [TrainingLayout(**LAY, dp=d, zero_stage=3, activation_checkpointing=c) for d in (2, 8) for c in (True, False)]),
+    # fsdp: a, 1/MFU, optimizer, staging, 1/link efficiency, s per ring hop, overlap. Five DP degrees
+    # (one across nodes) tell the DP terms apart: constant, 1/dp, dp > 1, (dp-1)/dp / link, dp - 1.
+    ("fsdp", [1.0, 2.2, 1.3, 0.8, 1.5, 2e-4, 0.6], [5e9, 1.0, 34.0, 2.0],
+     [TrainingLayout(**LAY, dp=d, zero_stage=3, activation_checkpointing=c) for d in (1, 2, 4, 8, 16)
+      for c in (True, False)]),
 ])
 def test_training_families_recover_coefficients(family, t, m, layouts, tmp_path):
     art = fit_artifact(family, _training_obs(family, np.array(t), np.array(m), layouts))
