@@ -311,10 +311,10 @@ def evaluate(cards: list[dict], progress=None) -> dict:
     missing = {c["id"]: c["missing"] for c in cards}
     return {"schema": "simrl.fidelity/1", "cards": [c["id"] for c in cards], "step_times": step_rows,
             "ratios": ratio_rows, "medians": med, "missing_mechanisms": missing,
-            "calibration": "none: cost models at their defaults (GPU datasheet figures, analytical MFU 0.4, "
+            "calibration": "no constant fitted to any card; cost models at their defaults (GPU datasheet figures, analytical MFU 0.4, "
                            "comm efficiency 0.7, NCCL weight sync defaults); one weight-sync constant "
                            "(host_s_per_engine_param, per-tensor sync) set from verl's dense 7B sync time "
-                           "(0.12 s), which is not a card; no constant fitted to any card"}
+                           "(0.12 s), which is not a card"}
 
 
 def render(result: dict) -> str:
