@@ -15,6 +15,7 @@ at it (nothing else runs in between, as in SimPy where the whole turn is synchro
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from simrl_fast.closed_form import event_of
@@ -30,6 +31,8 @@ from simrl_fast.state import (
     START,
     T_PAUSING,
     T_PUBLISH,
+    admit_max,
+    slot_row,
     tie,
 )
 
@@ -46,14 +49,9 @@ def fits(p, wq_len, running, kv_used, prompt, length):
     return (wq_len > 0) & (running < p.max_seqs) & (kv_used + prompt + length <= p.kv_cap)
 
 
-def admit_max(static) -> int:
-    """Calls one scan step admits at most (the rest of a long admission takes further steps)."""
-    return max(1, min(static.slots, 16))
-
-
 def instance_action(st, p, w, static, on, i, new_now):
     """Apply one boundary action of instance ``i`` when ``on`` (else return ``st`` unchanged)."""
-    n, G, S = static.group_size, static.groups, static.slots
+    n, G, S = static.group_size, static.groups, slot_row(static)
     ins, C, Gs, tr = st.inst, st.calls, st.groups, st.trainer
     cont = st.cur == i
     ph = ins.phase[i]
@@ -92,12 +90,16 @@ def instance_action(st, p, w, static, on, i, new_now):
     # plain min reductions (an argmin is a variadic reduction XLA on CPU does not vectorise)
     r_f = jnp.where(has_fin, jnp.min(jnp.where(fin_here, srid, BIG)), -1)
     s_f = jnp.min(jnp.where(fin_here & (srid == r_f), sidx, S))
+    last = jnp.maximum(running - 1, 0)  # the last occupied slot: it moves into s_f
     pr_f, len_f = call_lengths(w, r_f, n, G)
     tok_f = pr_f + len_f
     pausing = pause_it <= it
     do_pause = ~has_fin & pausing
     # Admission: the longest prefix of the waiting queue that fits, up to A calls in this step
     # (Instance.try_admit's loop; the rest, if it still fits, in the next step of this boundary).
+    # It follows the boundary's last finish in the same step (finishes come first, in rid order).
+    run_f = running - has_fin
+    kv_f = kv_used - jnp.where(has_fin, tok_f, 0)
     A = admit_max(static)
     heads = [wq_head]
     for _ in range(A):
@@ -106,20 +108,23 @@ def instance_action(st, p, w, static, on, i, new_now):
     hp_v, hl_v = call_lengths(w, heads[:A], n, G)
     tok_v = hp_v + hl_v
     kk = jnp.arange(A)
-    ok = (kk < wq_len) & (running + kk < p.max_seqs) & (kv_used + jnp.cumsum(tok_v) <= p.kv_cap)
-    n_adm = jnp.where(~has_fin & ~pausing, jnp.min(jnp.where(ok, A, kk)), 0)
+    ok = (kk < wq_len) & (run_f + kk < p.max_seqs) & (kv_f + jnp.cumsum(tok_v) <= p.kv_cap)
+    n_adm = jnp.where((nfin <= 1) & ~pausing, jnp.min(jnp.where(ok, A, kk)), 0)
     do_admit = n_adm > 0
     adm_v = kk < n_adm
     adm_p = jnp.sum(jnp.where(adm_v, hp_v, 0))
     adm_tok = jnp.sum(jnp.where(adm_v, tok_v, 0))
-    free = srid < 0
-    rank = jnp.cumsum(free.astype(jnp.int32)) - 1
-    assign = free & (rank < n_adm)
-    rk = jnp.clip(rank, 0, A - 1)
-    srid = jnp.where(has_fin & (sidx == s_f), -1, srid)
-    srid = jnp.where(assign, heads[rk], srid)
-    sfin = jnp.where(assign, it + hl_v[rk].astype(jnp.int32), sfin)
-    slen = jnp.where(assign, hl_v[rk].astype(jnp.int32), slen)
+
+    def finish_and_admit(row, admitted, empty):
+        """The finished slot takes the last occupied one; the admitted calls fill slots from run_f."""
+        row = jnp.where(has_fin & (sidx == s_f), row[last], row)
+        row = jnp.where(has_fin & (sidx == last), empty, row)
+        seg = jax.lax.dynamic_slice(row, (run_f,), (A,))
+        return jax.lax.dynamic_update_slice(row, jnp.where(adm_v, admitted.astype(row.dtype), seg), (run_f,))
+
+    srid = finish_and_admit(srid, heads[:A], -1)
+    sfin = finish_and_admit(sfin, it + hl_v, BIG)
+    slen = finish_and_admit(slen, hl_v, 0)
     running = running - has_fin + n_adm
     nd = nd - has_fin
     kd = kd - jnp.where(has_fin, tok_f, 0)
@@ -174,8 +179,8 @@ def instance_action(st, p, w, static, on, i, new_now):
     i32 = jnp.int32
     inst = inst._replace(
         slot_rid=ins.slot_rid.at[jnp.where(on & (has_fin | do_admit), i, K)].set(srid.astype(i32), mode="drop"),
-        slot_fin=ins.slot_fin.at[jnp.where(on & (rs | do_admit), i, K)].set(sfin.astype(i32), mode="drop"),
-        slot_len=ins.slot_len.at[jnp.where(on & do_admit, i, K)].set(slen.astype(i32), mode="drop"),
+        slot_fin=ins.slot_fin.at[jnp.where(on & (rs | has_fin | do_admit), i, K)].set(sfin.astype(i32), mode="drop"),
+        slot_len=ins.slot_len.at[jnp.where(on & (has_fin | do_admit), i, K)].set(slen.astype(i32), mode="drop"),
     )
 
     # -- effects on calls, groups, the buffer and the trainer -------------------------------
