@@ -111,7 +111,10 @@ def route_all(st, p, w, static, on):
     Exact: once the router runs in an instant nothing else can act until its queue is empty (a
     route changes neither the dispatcher's nor the trainer's condition, makes no timeout due now,
     and the instances it wakes act after it), so the calls it routes back to back are the same
-    whether one step routes one or several."""
+    whether one step routes one or several. The step that dispatches a group routes its calls too:
+    a dispatch and a route touch disjoint state (group status and counts vs instance queues, wake
+    order and round-robin pointer) and neither's condition reads what the other writes, so routing
+    each group right after its dispatch gives the state of dispatching all, then routing all."""
     n = static.group_size
 
     def body(k, s):
@@ -176,7 +179,8 @@ def make_step(static):
         st = timer_action(st, p, static, act == A_TIMER)
         st = trainer_react(st, p, w, static, (act == A_TIMER) | (act == A_REACT), pub)
         st = dispatch_action(st, act == A_DISPATCH, static)
-        st = route_all(st, p, w, static, act == A_ROUTE)
+        # A dispatched group's calls are routed in the step that dispatches it (exact: see route_all).
+        st = route_all(st, p, w, static, (act == A_ROUTE) | (act == A_DISPATCH))
         st = mark_evicted(st, p, pub)
         done = st.trainer.phase == T_DONE
         st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~done), actions=st.actions + (act != A_NONE))
