@@ -116,18 +116,23 @@ def route_all(st, p, w, static, on):
     order and round-robin pointer) and neither's condition reads what the other writes, so routing
     each group right after its dispatch gives the state of dispatching all, then routing all."""
     n = static.group_size
+    ins = st.inst
+    # The boundary at which a busy instance would admit a call routed now: the same for every call
+    # of this step (routing changes no instance's clock or closed form), so solved once for all K.
+    j_all = first_after(ins.clock, ins.t1, ins.alpha, ins.beta, ins.st_t, ins.st_seq, st.now, st.now, st.now, BIG)
 
     def body(k, s):
-        new = route_action(s, p, w, static, on & (s.routed < s.dispatched * n), k)
+        new = route_action(s, p, w, static, on & (s.routed < s.dispatched * n), k, j_all)
         return jax.tree_util.tree_map(lambda a, b: a.astype(b.dtype), new, s)  # a loop carry keeps its dtypes
 
     return jax.lax.fori_loop(0, n, body, st)
 
 
-def route_action(st, p, w, static, on, k=0):
+def route_action(st, p, w, static, on, k=0, j_all=None):
     """Router.route for the queue head: choose an instance, append to its waiting queue, wake it.
 
-    ``k``: the position of this call among the step's routed calls (`StepOut.route_rid`)."""
+    ``k``: the position of this call among the step's routed calls (`StepOut.route_rid`); ``j_all``:
+    `first_after` now for every instance, when the caller has solved it."""
     ins, C = st.inst, st.calls
     K, n, G = static.instances, static.group_size, static.groups
     r = st.routed
@@ -138,7 +143,11 @@ def route_action(st, p, w, static, on, k=0):
     was_empty = ins.wq_len[i] == 0
     wake = ins.phase[i] == IDLE
     fit = (ins.phase[i] == BUSY) & was_empty & fits(p, 1, ins.running[i], ins.kv_used[i], hp, hl)
-    j = first_after(ins.clock[i], ins.t1[i], ins.alpha[i], ins.beta[i], ins.st_t[i], ins.st_seq[i], st.now, st.now, st.now, BIG)
+    if j_all is None:
+        j = first_after(ins.clock[i], ins.t1[i], ins.alpha[i], ins.beta[i], ins.st_t[i], ins.st_seq[i], st.now, st.now,
+                        st.now, BIG)
+    else:
+        j = j_all[i]
     adm_it = jnp.where(fit, ins.it[i] + j, ins.adm_it[i])
     ev_it, ev_t, ev_prev = event_of(ins.clock[i], ins.it[i], ins.t1[i], ins.alpha[i], ins.beta[i], ins.fin_min[i], adm_it,
                                     ins.pause_it[i])
