@@ -6,9 +6,11 @@ at it (nothing else runs in between, as in SimPy where the whole turn is synchro
 1. entry (first step only): rebase the closed form to the boundary (BUSY), or anchor at
    ``now`` for a woken (START) or resumed (RESUME) instance; after an abort rule, the resumed
    running requests are re-prefilled (prompt + kept tokens, or prompt only for a restart);
-2. one primary action: finish the lowest-rid request due at this boundary
+2. the primary action: finish the lowest-rid request due at this boundary
    (`finish_iteration`, then `on_call_finished` and the group's verdict), else take the
-   requested pause, else admit the waiting head if it fits (`admit`);
+   requested pause; then, when no other request is due here and no pause is requested, admit
+   the longest prefix of the waiting queue that fits, up to `state.admit_max` calls (`admit`;
+   a longer admission continues in the next step);
 3. close when nothing is left: start the next iteration (new closed form and next event),
    go idle, or stay paused.
 """
