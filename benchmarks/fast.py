@@ -2,15 +2,17 @@
 
 Scenario: rl_math, 160 groups x 8 samples, 5 training steps, batches of 32 groups, linear
 rollout costs, constant training and sync; configurations vary instances (1-4), staleness
-(0-2), in-flight rule, router, max_num_seqs and cost coefficients. Prints, in one run: SimPy's
-time per configuration; host-side setup per configuration (config parsing, lowering); and for
-M = 100 and 1,000 configurations (10,000 with --big) the JAX engine's compile time, run time,
-ms per configuration, configs/s and the ratio to SimPy per configuration; plus the worst
-relative error against SimPy on a sample. The compile time is what this process paid: with
-the persistent compilation cache warm (on by default, `SIMRL_FAST_CACHE=0` turns it off) it
-is the time to load the compiled program.
+(0-2), in-flight rule, router, max_num_seqs and cost coefficients, as grid columns lowered by
+`simrl_fast.grid.lower_grid` (the base configuration parsed and lowered once). Prints, in one
+run: SimPy's time per configuration; host-side setup per configuration (grid lowering, and
+parsing + lowering point by point for comparison); for each M (default 100, 1,000 and 10,000)
+the JAX engine's compile time, run time, ms per configuration, configs/s and the ratio to
+SimPy per configuration; the worst relative error against SimPy on a sample; and what the fast
+path does with a multi-turn scenario. The compile time is what this process paid: with the
+persistent compilation cache warm (on by default, `SIMRL_FAST_CACHE=0` turns it off) it is the
+time to load the compiled program.
 
-    .venv/bin/python benchmarks/fast.py [--big] [--sample 6] [--chunk 100]
+    .venv/bin/python benchmarks/fast.py [--sizes 100,1000,10000] [--sample 6] [--chunk 1000]
 """
 
 from __future__ import annotations
@@ -33,51 +35,84 @@ from simrl.engine.sim import load_workload, simulate  # noqa: E402
 RULES = ["continue", "keep_pause", "abort_resume", "drain"]
 
 
-def scenario(rng: np.random.Generator):
-    ov = ["deployment.rollout.max_num_batched_tokens=0", "deployment.rollout.prefix_caching=false",
-          "deployment.rollout.kv_policy=reserve", "router.active_cap=0", "policy=bounded_async",
-          "policy.batch_groups=32", f"policy.max_staleness={int(rng.integers(0, 3))}",
-          f"policy.inflight_rule={rng.choice(RULES)}", f"deployment.rollout.instances={int(rng.integers(1, 5))}",
-          f"deployment.rollout.max_num_seqs={int(rng.choice([64, 128, 256]))}",
-          f"router.name={rng.choice(['least_requests', 'round_robin'])}", "workload.groups=160", "run.training_steps=5",
-          "deployment.rollout.kv_capacity_tokens=400000"]
-    costs = Costs(LinearRollout(a=float(rng.uniform(0.004, 0.008)), b=float(rng.uniform(1e-5, 4e-5)),
-                                c=float(rng.uniform(5e-9, 2e-8)), p=float(rng.uniform(2e-5, 8e-5)), kv_tokens=400_000),
-                  ConstantTraining(a=float(rng.uniform(5, 15))), ConstantSync(float(rng.uniform(0.5, 2))))
-    return load_config(overrides=ov), costs
+BASE = ["deployment.rollout.max_num_batched_tokens=0", "deployment.rollout.prefix_caching=false",
+        "deployment.rollout.kv_policy=reserve", "router.active_cap=0", "policy=bounded_async", "policy.batch_groups=32",
+        "workload.groups=160", "run.training_steps=5", "deployment.rollout.kv_capacity_tokens=400000"]
+BASE_COSTS = Costs(LinearRollout(kv_tokens=400_000), ConstantTraining(), ConstantSync(1.0))
+
+
+def grid(rng: np.random.Generator, m: int) -> dict[str, np.ndarray]:
+    """M random points of the default scenario, as grid columns (config keys and cost coefficients)."""
+    return {
+        "policy.max_staleness": rng.integers(0, 3, m), "policy.inflight_rule": rng.choice(RULES, m),
+        "deployment.rollout.instances": rng.integers(1, 5, m),
+        "deployment.rollout.max_num_seqs": rng.choice([64, 128, 256], m),
+        "router.name": rng.choice(["least_requests", "round_robin"], m),
+        "cost.rollout.a": rng.uniform(0.004, 0.008, m), "cost.rollout.b": rng.uniform(1e-5, 4e-5, m),
+        "cost.rollout.c": rng.uniform(5e-9, 2e-8, m), "cost.rollout.p": rng.uniform(2e-5, 8e-5, m),
+        "cost.training.a": rng.uniform(5, 15, m), "cost.weight_sync.publish_s": rng.uniform(0.5, 2, m),
+    }
+
+
+def point(cols: dict, m: int):
+    """Point ``m`` as a full configuration and its cost models (what SimPy runs, and per-point lowering)."""
+    cfg_keys = [k for k in cols if not k.startswith("cost.")]
+    cfg = load_config(overrides=[*BASE, *(f"{k}={cols[k][m]}" for k in cfg_keys)])
+    c = {k: float(cols[k][m]) for k in cols if k.startswith("cost.")}
+    costs = Costs(LinearRollout(a=c["cost.rollout.a"], b=c["cost.rollout.b"], c=c["cost.rollout.c"],
+                                p=c["cost.rollout.p"], kv_tokens=400_000),
+                  ConstantTraining(a=c["cost.training.a"]), ConstantSync(c["cost.weight_sync.publish_s"]))
+    return cfg, costs
+
+
+def multi_turn_line(workload_name: str = "multi_turn") -> str:
+    """The multi-turn scenario: what the fast path does with it (today: the rejection, by name)."""
+    from simrl_fast import FastPathUnsupported, lower
+
+    cfg = load_config(overrides=[*BASE, f"workload.generator={workload_name}"])
+    try:
+        wl = load_workload(cfg)
+        lower(cfg, wl, BASE_COSTS)
+    except FastPathUnsupported as exc:
+        return f"multi-turn scenario (workload.generator={workload_name}): rejected: {exc}"
+    return f"multi-turn scenario (workload.generator={workload_name}): accepted"
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--big", action="store_true", help="also M = 10,000")
+    ap.add_argument("--sizes", default="100,1000,10000", help="batch sizes M, comma-separated")
     ap.add_argument("--sample", type=int, default=6, help="SimPy runs (timing and error check)")
-    ap.add_argument("--chunk", type=int, default=100, help="configurations per vmapped call (cache-sized)")
+    ap.add_argument("--chunk", type=int, default=1000, help="configurations per vmapped call")
     args = ap.parse_args(argv)
     from simrl_fast.engine import cache_dir, run_params
-    from simrl_fast.lowering import lower, lower_workload, static_for
+    from simrl_fast.grid import lower_grid
+    from simrl_fast.lowering import lower, lower_workload
 
     rng = np.random.default_rng(0)
-    sizes = [100, 1000] + ([10_000] if args.big else [])
+    sizes = [int(x) for x in args.sizes.split(",")]
+    cols = grid(rng, max(sizes))
+    workload = load_workload(load_config(overrides=BASE))
     t0 = time.perf_counter()
-    pairs = [scenario(rng) for _ in range(max(sizes))]
-    parse_s = (time.perf_counter() - t0) / len(pairs)
-    workload = load_workload(pairs[0][0])
+    static, params, wa = lower_grid(workload, BASE_COSTS, cols, base=BASE)
+    grid_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    wa = lower_workload(workload)
-    lowered = [lower(cfg, workload, costs, wa=wa) for cfg, costs in pairs]
-    lower_s = (time.perf_counter() - t0) / len(pairs)
+    k = 50
+    pts = [point(cols, m) for m in range(k)]
+    parse_s = (time.perf_counter() - t0) / k
+    wa1 = lower_workload(workload)
     t0 = time.perf_counter()
-    for cfg, costs in pairs[:50]:
-        lower(cfg, workload, costs)
-    lower_each_s = (time.perf_counter() - t0) / 50
-    params = [p for _, p, _ in lowered]
-    mg = static_for(params, wa).max_groups  # one Static for every M: one program per batch size
+    for cfg, costs in pts:
+        lower(cfg, workload, costs, wa=wa1)
+    lower_s = (time.perf_counter() - t0) / k
+    def rows(lo, hi):
+        return params._replace(**{f: getattr(params, f)[lo:hi] for f in params._fields})
 
     simpy_s, worst = [], 0.0
-    sample_res = run_params(params[: args.sample], wa, max_groups=mg)
+    sample_res = run_params(rows(0, args.sample), wa, static=static)
     for m in range(args.sample):
+        cfg, costs = pts[m]
         t0 = time.perf_counter()
-        rep = simulate(pairs[m][0], workload, pairs[m][1])
+        rep = simulate(cfg, workload, costs)
         simpy_s.append(time.perf_counter() - t0)
         for j, s in enumerate(rep.steps):
             for name in ("batch_ready", "train_end", "publish_end"):
@@ -89,24 +124,27 @@ def main(argv=None) -> None:
     print(f"SimPy: {sp * 1e3:.0f} ms per configuration (median of {len(simpy_s)}), {1 / sp:.1f} configs/s")
     print(f"worst relative error of step times vs SimPy over {args.sample} configurations: {worst:.1e}"
           " (staleness per group: identical)")
-    print(f"host-side setup per configuration: config parsing {parse_s * 1e3:.2f} ms; lowering "
-          f"{lower_s * 1e3:.3f} ms with the workload lowered once ({lower_each_s * 1e3:.2f} ms lowering it each time)")
+    per_grid = grid_s / max(sizes)
+    print(f"host-side setup per configuration: grid lowering (lower_grid, base lowered once) {per_grid * 1e3:.3f} ms; "
+          f"per point: config parsing {parse_s * 1e3:.2f} ms + lowering {lower_s * 1e3:.3f} ms")
     print(f"persistent compilation cache: {cache_dir() or 'off'}")
     print(f"{'M':>7} {'chunk':>6} {'compile s':>9} {'run s':>8} {'per config ms':>14} {'configs/s':>10} "
           f"{'vs SimPy':>9} {'with compile s':>14}")
     for M in sizes:
         chunk = min(M, args.chunk)
+        sub, st = rows(0, M), static  # one Static for every M (the whole grid's)
         t0 = time.perf_counter()
-        run_params(params[:chunk], wa, max_groups=mg)  # compile this batch size (and run one chunk)
+        run_params(rows(0, chunk), wa, static=st)  # compile this batch size (and run one chunk)
         first = time.perf_counter() - t0
         t0 = time.perf_counter()
-        res = run_params(params[:M], wa, chunk=chunk, max_groups=mg)
+        res = run_params(sub, wa, chunk=chunk, static=st)
         wall = time.perf_counter() - t0
         assert res.complete.all()
         compile_s = max(first - wall * chunk / M, 0.0)
         print(f"{M:>7} {chunk:>6} {compile_s:>9.2f} {wall:>8.2f} {wall / M * 1e3:>14.2f} {M / wall:>10.0f} "
-              f"{sp / (wall / M):>8.0f}x {compile_s + wall + M * (parse_s + lower_s):>14.1f}")
-    print("with compile s: compile + run + host-side setup of the M configurations")
+              f"{sp / (wall / M):>8.0f}x {compile_s + wall + M * per_grid:>14.1f}", flush=True)
+    print("with compile s: compile + run + host-side grid lowering of the M configurations")
+    print(multi_turn_line())
 
 
 if __name__ == "__main__":

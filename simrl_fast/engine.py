@@ -138,9 +138,12 @@ def simulate_batch(configs, workload, costs, chunk: int | None = None) -> FastRe
     return run_params(params, wa, chunk=chunk)
 
 
-def run_params(params: list[Params], wa, chunk: int | None = None, max_groups: int | None = None,
+def run_params(params: list[Params] | Params, wa, chunk: int | None = None, max_groups: int | None = None,
                static: Static | None = None, on_chunk=None) -> FastResults:
     """Run lowered configurations in chunks of ``chunk``; grow the group slots on overflow.
+
+    ``params``: a list of per-configuration Params, or Params stacked along a leading axis
+    (`simrl_fast.grid.lower_grid`).
 
     ``wa`` is one `WorkloadArrays` for all, or a list with one per configuration (same shapes).
     Every chunk runs with one Static and one batch size (the last chunk is padded with copies of
@@ -151,13 +154,18 @@ def run_params(params: list[Params], wa, chunk: int | None = None, max_groups: i
     ``static``: the shapes to use (e.g. one Static for every chunk of a sharded sweep; it must hold
     every configuration); ``on_chunk(k)`` is called after each chunk with its real size.
     """
+    from simrl_fast.grid import static_for_stacked
+
     per = isinstance(wa, list)
     w0 = wa[0] if per else wa
-    static = static or static_for(params, w0, max_groups)
+    if isinstance(params, Params):
+        static = static or static_for_stacked(params, w0, max_groups)
+    else:
+        static = static or static_for(params, w0, max_groups)
     first_bound = static.max_groups
     prev = None
     while True:
-        res = _run_chunks(params, wa, per, static, chunk or len(params), on_chunk)
+        res = _run_chunks(params, wa, per, static, chunk or _count(params), on_chunk)
         if not res.overflow.any():
             return res
         over = np.nonzero(res.overflow)[0]
@@ -176,7 +184,8 @@ def run_params(params: list[Params], wa, chunk: int | None = None, max_groups: i
                 "is dropped (zero reward variance with drop_zero_variance=1, or staleness drops) and the run can "
                 "never finish")
         prev = prog
-        grown = static_for(params, w0, 2 * static.max_groups)
+        grown = (static_for_stacked(params, w0, 2 * static.max_groups) if isinstance(params, Params)
+                 else static_for(params, w0, 2 * static.max_groups))
         static = static._replace(max_groups=grown.max_groups, max_chunks=grown.max_chunks)
 
 
@@ -185,21 +194,34 @@ def _progress(res: FastResults, m: int) -> tuple[int, int]:
     return int(res.steps_done[m]), int(res.groups_accepted[m])
 
 
-def _run_chunks(params: list[Params], wa, per: bool, static: Static, chunk: int, on_chunk) -> FastResults:
-    chunk = min(chunk, len(params))
+def _count(params) -> int:
+    return len(params.steps) if isinstance(params, Params) else len(params)
+
+
+def _rows(params, lo: int, hi: int, pad: int) -> Params:
+    """Rows lo..hi of ``params`` (a list or stacked), padded with ``pad`` copies of row lo, stacked."""
+    if isinstance(params, Params):
+        idx = np.concatenate([np.arange(lo, hi), np.full(pad, lo)])
+        return Params(*(np.asarray(getattr(params, f))[idx] for f in Params._fields))
+    batch = params[lo:hi]
+    return stack_params(batch + [batch[0]] * pad)
+
+
+def _run_chunks(params, wa, per: bool, static: Static, chunk: int, on_chunk) -> FastResults:
+    total = _count(params)
+    chunk = min(chunk, total)
     parts = []
-    for lo in range(0, len(params), chunk):
-        batch = params[lo:lo + chunk]
-        real = len(batch)
+    for lo in range(0, total, chunk):
+        real = min(chunk, total - lo)
         pad = chunk - real
-        batch = batch + [batch[0]] * pad
+        batch = _rows(params, lo, lo + real, pad)
         if per:
             ws = wa[lo:lo + chunk]
             ws = ws + [ws[0]] * pad
             w = WorkloadArrays(*(np.stack([getattr(x, f) for x in ws]) for f in WorkloadArrays._fields))
         else:
             w = wa
-        res = run(static, stack_params(batch), w, per_config_workload=per)
+        res = run(static, batch, w, per_config_workload=per)
         parts.append(FastResults(*(getattr(res, f)[:real] for f in FastResults._fields)) if pad else res)
         if on_chunk:
             on_chunk(real)

@@ -6,15 +6,18 @@ at it (nothing else runs in between, as in SimPy where the whole turn is synchro
 1. entry (first step only): rebase the closed form to the boundary (BUSY), or anchor at
    ``now`` for a woken (START) or resumed (RESUME) instance; after an abort rule, the resumed
    running requests are re-prefilled (prompt + kept tokens, or prompt only for a restart);
-2. one primary action: finish the lowest-rid request due at this boundary
+2. the primary action: finish the lowest-rid request due at this boundary
    (`finish_iteration`, then `on_call_finished` and the group's verdict), else take the
-   requested pause, else admit the waiting head if it fits (`admit`);
+   requested pause; then, when no other request is due here and no pause is requested, admit
+   the longest prefix of the waiting queue that fits, up to `state.admit_max` calls (`admit`;
+   a longer admission continues in the next step);
 3. close when nothing is left: start the next iteration (new closed form and next event),
    go idle, or stay paused.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from simrl_fast.closed_form import event_of
@@ -30,6 +33,8 @@ from simrl_fast.state import (
     START,
     T_PAUSING,
     T_PUBLISH,
+    admit_max,
+    slot_row,
     tie,
 )
 
@@ -48,7 +53,7 @@ def fits(p, wq_len, running, kv_used, prompt, length):
 
 def instance_action(st, p, w, static, on, i, new_now):
     """Apply one boundary action of instance ``i`` when ``on`` (else return ``st`` unchanged)."""
-    n, G, S = static.group_size, static.groups, static.slots
+    n, G, S = static.group_size, static.groups, slot_row(static)
     ins, C, Gs, tr = st.inst, st.calls, st.groups, st.trainer
     cont = st.cur == i
     ph = ins.phase[i]
@@ -80,31 +85,56 @@ def instance_action(st, p, w, static, on, i, new_now):
     sfin = jnp.where(rs & occ, it + slen, sfin)
 
     # -- 2. primary action -----------------------------------------------------------------
+    sidx = jnp.arange(S)
     fin_here = occ & (sfin == it)
     nfin = jnp.sum(fin_here.astype(jnp.int32))
     has_fin = nfin > 0
-    s_f = jnp.argmin(jnp.where(fin_here, srid, BIG))
-    r_f = srid[s_f]
+    # plain min reductions (an argmin is a variadic reduction XLA on CPU does not vectorise)
+    r_f = jnp.where(has_fin, jnp.min(jnp.where(fin_here, srid, BIG)), -1)
+    s_f = jnp.min(jnp.where(fin_here & (srid == r_f), sidx, S))
+    last = jnp.maximum(running - 1, 0)  # the last occupied slot: it moves into s_f
     pr_f, len_f = call_lengths(w, r_f, n, G)
     tok_f = pr_f + len_f
     pausing = pause_it <= it
     do_pause = ~has_fin & pausing
-    hp, hl = call_lengths(w, wq_head, n, G)
-    do_admit = ~has_fin & ~pausing & fits(p, wq_len, running, kv_used, hp, hl)
-    s_a = jnp.argmax(srid < 0)
-    sidx = jnp.arange(S)
-    fin_restart = sfin  # the row after a restart (written back only then)
-    srid = jnp.where(has_fin & (sidx == s_f), -1, srid)
-    srid = jnp.where(do_admit & (sidx == s_a), wq_head, srid)
-    sfin = jnp.where(do_admit & (sidx == s_a), it + hl.astype(jnp.int32), sfin)
-    running = running - has_fin + do_admit
+    # Admission: the longest prefix of the waiting queue that fits, up to A calls in this step
+    # (Instance.try_admit's loop; the rest, if it still fits, in the next step of this boundary).
+    # It follows the boundary's last finish in the same step (finishes come first, in rid order).
+    run_f = running - has_fin
+    kv_f = kv_used - jnp.where(has_fin, tok_f, 0)
+    A = admit_max(static)
+    heads = [wq_head]
+    for _ in range(A):
+        heads.append(C.nxt[jnp.maximum(heads[-1], 0)])  # the router's write into nxt is tied to wq_head
+    heads = jnp.stack(heads)
+    hp_v, hl_v = call_lengths(w, heads[:A], n, G)
+    tok_v = hp_v + hl_v
+    kk = jnp.arange(A)
+    ok = (kk < wq_len) & (run_f + kk < p.max_seqs) & (kv_f + jnp.cumsum(tok_v) <= p.kv_cap)
+    n_adm = jnp.where((nfin <= 1) & ~pausing, jnp.min(jnp.where(ok, A, kk)), 0)
+    do_admit = n_adm > 0
+    adm_v = kk < n_adm
+    adm_p = jnp.sum(jnp.where(adm_v, hp_v, 0))
+    adm_tok = jnp.sum(jnp.where(adm_v, tok_v, 0))
+
+    def finish_and_admit(row, admitted, empty):
+        """The finished slot takes the last occupied one; the admitted calls fill slots from run_f."""
+        row = jnp.where(has_fin & (sidx == s_f), row[last], row)
+        row = jnp.where(has_fin & (sidx == last), empty, row)
+        seg = jax.lax.dynamic_slice(row, (run_f,), (A,))
+        return jax.lax.dynamic_update_slice(row, jnp.where(adm_v, admitted.astype(row.dtype), seg), (run_f,))
+
+    srid = finish_and_admit(srid, heads[:A], -1)
+    sfin = finish_and_admit(sfin, it + hl_v, BIG)
+    slen = finish_and_admit(slen, hl_v, 0)
+    running = running - has_fin + n_adm
     nd = nd - has_fin
     kd = kd - jnp.where(has_fin, tok_f, 0)
-    kv_used = kv_used - jnp.where(has_fin, tok_f, 0) + jnp.where(do_admit, hp + hl, 0)
-    na = na + do_admit
-    pa = pa + jnp.where(do_admit, hp, 0)
-    head2 = jnp.where(do_admit, C.nxt[jnp.maximum(wq_head, 0)], wq_head)  # the router's write is tied to it
-    len2 = wq_len - do_admit
+    kv_used = kv_used - jnp.where(has_fin, tok_f, 0) + adm_tok
+    na = na + n_adm
+    pa = pa + adm_p
+    head2 = heads[n_adm]
+    len2 = wq_len - n_adm
     pause_it = jnp.where(do_pause, BIG, pause_it)
 
     # -- 3. close ---------------------------------------------------------------------------
@@ -141,24 +171,18 @@ def instance_action(st, p, w, static, on, i, new_now):
         ev_it=put(ins.ev_it, jnp.where(start, ev_it, BIG)), ev_t=put(ins.ev_t, jnp.where(start, ev_t, jnp.inf)),
         ev_prev=put(ins.ev_prev, jnp.where(start, ev_prev, jnp.inf)), ev_seq=put(ins.ev_seq, st_seq),
         running=put(ins.running, running), kv_used=put(ins.kv_used, kv_used),
-        psum=put(ins.psum, ins.psum[i] - jnp.where(has_fin, pr_f, 0) + jnp.where(do_admit, hp, 0)),
+        psum=put(ins.psum, ins.psum[i] - jnp.where(has_fin, pr_f, 0) + adm_p),
         wq_head=put(ins.wq_head, jnp.where(len2 > 0, head2, -1)), wq_len=put(ins.wq_len, len2),
         wq_tail=put(ins.wq_tail, jnp.where(len2 > 0, ins.wq_tail[i], -1)),
     )
-    # The [K, S] slot arrays change in at most one element (one row after a restart): scatter
-    # only that, so a step costs O(S), not O(K*S).
+    # The [K, S] slot arrays change in one row at most: write that row back (its new value is
+    # computed from the row read above, so XLA orders the read first and updates in place).
     K = static.instances
-    row = jnp.where(on, i, K)
-    s_w = jnp.where(has_fin, s_f, s_a)
-    adm_row = jnp.where(on & do_admit, i, K)
     i32 = jnp.int32
     inst = inst._replace(
-        slot_rid=ins.slot_rid.at[jnp.where(has_fin | do_admit, row, K), s_w].set(
-            jnp.where(has_fin, -1, wq_head).astype(i32), mode="drop"),
-        slot_fin=ins.slot_fin.at[jnp.where(rs, row, K)].set(fin_restart.astype(i32), mode="drop")
-        .at[adm_row, s_a].set((it + hl).astype(i32), mode="drop"),
-        # tied to fin_min, which depends on this step's read of the slot_len row (restart)
-        slot_len=ins.slot_len.at[tie(adm_row, K, fin_min), s_a].set(hl.astype(i32), mode="drop"),
+        slot_rid=ins.slot_rid.at[jnp.where(on & (has_fin | do_admit), i, K)].set(srid.astype(i32), mode="drop"),
+        slot_fin=ins.slot_fin.at[jnp.where(on & (rs | has_fin | do_admit), i, K)].set(sfin.astype(i32), mode="drop"),
+        slot_len=ins.slot_len.at[jnp.where(on & (has_fin | do_admit), i, K)].set(slen.astype(i32), mode="drop"),
     )
 
     # -- effects on calls, groups, the buffer and the trainer -------------------------------
@@ -170,12 +194,11 @@ def instance_action(st, p, w, static, on, i, new_now):
     stale = st.version - minv_f
     drop = ((p.drop_stale == 1) & (stale > p.stale_bound)) | ((p.drop_zero_var == 1) & w.zero_var[g_f % G])
     acc = complete & ~drop
-    g_h = jnp.maximum(wq_head, 0) // n
-    adm_on = on & do_admit
+    g_h = jnp.where(on & adm_v, jnp.maximum(heads[:A], 0) // n, Gm)
     groups = Gs._replace(
         done=Gs.done.at[tie(jnp.where(fin_on, g_f, Gm), Gm, done_f)].add(1, mode="drop"),
         status=Gs.status.at[jnp.where(complete, g_f, Gm)].set(jnp.where(drop, G_DROPPED, G_BUFFERED), mode="drop"),
-        minv=Gs.minv.at[tie(jnp.where(adm_on, g_h, Gm), Gm, minv_f)].min(st.version, mode="drop"),
+        minv=Gs.minv.at[tie(g_h, Gm, minv_f)].min(st.version, mode="drop"),
         buf=Gs.buf.at[jnp.where(acc, st.buf_tail, Gm)].set(g_f, mode="drop"),
     )
     ack = on & do_pause

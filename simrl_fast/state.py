@@ -53,7 +53,8 @@ class InstState(NamedTuple):
     wq_head: jnp.ndarray  # [K] int32: call at the head of Instance.waiting
     wq_tail: jnp.ndarray  # [K] int32: call at its tail
     wq_len: jnp.ndarray  # [K] int32: len(Instance.waiting)
-    slot_rid: jnp.ndarray  # [K, S] int32: call in each running slot (-1: free); Instance.running
+    slot_rid: jnp.ndarray  # [K, S + A] int32: call in each running slot (-1: free); Instance.running. The
+    #                        occupied slots are always 0..running-1 (a finish moves the last one into its slot)
     slot_fin: jnp.ndarray  # [K, S] int32: Instance.it at which it finishes (finish_heap key + 1)
     slot_len: jnp.ndarray  # [K, S] int32: Request.completion_tokens (for abort_restart)
     psum: jnp.ndarray  # [K] int64: prompt tokens of the running requests (re-prefilled by abort_restart)
@@ -138,8 +139,19 @@ class SimState(NamedTuple):
     actions: jnp.ndarray  # int32: non-idle steps taken
 
 
+def admit_max(static) -> int:
+    """Calls one scan step admits at most (the rest of a long admission takes further steps)."""
+    return max(1, min(static.slots, 16))
+
+
+def slot_row(static) -> int:
+    """Length of an instance's slot row: S slots plus ``admit_max`` never occupied, so a step's
+    admissions are written as one contiguous slice at ``running`` (running <= max_num_seqs <= S)."""
+    return static.slots + admit_max(static)
+
+
 def init_state(static, dtype_t=jnp.float64) -> SimState:
-    K, S, Gm, P, B = static.instances, static.slots, static.max_groups, static.steps, static.max_batch
+    K, S, Gm, P, B = static.instances, slot_row(static), static.max_groups, static.steps, static.max_batch
     R = static.max_calls
     i32 = lambda v, shape=(): jnp.full(shape, v, jnp.int32)  # noqa: E731
     f64 = lambda v, shape=(): jnp.full(shape, v, dtype_t)  # noqa: E731

@@ -111,56 +111,77 @@ def route_all(st, p, w, static, on):
     Exact: once the router runs in an instant nothing else can act until its queue is empty (a
     route changes neither the dispatcher's nor the trainer's condition, makes no timeout due now,
     and the instances it wakes act after it), so the calls it routes back to back are the same
-    whether one step routes one or several."""
-    n = static.group_size
+    whether one step routes one or several. The step that dispatches a group routes its calls too:
+    a dispatch and a route touch disjoint state (group status and counts vs instance queues, wake
+    order and round-robin pointer) and neither's condition reads what the other writes, so routing
+    each group right after its dispatch gives the state of dispatching all, then routing all."""
+    ins = st.inst
+    # The boundary at which a busy instance would admit a call routed now: the same for every call
+    # of this step (routing changes no instance's clock or closed form), so solved once for all K.
+    j_all = first_after(ins.clock, ins.t1, ins.alpha, ins.beta, ins.st_t, ins.st_seq, st.now, st.now, st.now, BIG)
 
-    def body(k, s):
-        new = route_action(s, p, w, static, on & (s.routed < s.dispatched * n), k)
-        return jax.tree_util.tree_map(lambda a, b: a.astype(b.dtype), new, s)  # a loop carry keeps its dtypes
-
-    return jax.lax.fori_loop(0, n, body, st)
+    return route_group(st, p, w, static, on, j_all)
 
 
-def route_action(st, p, w, static, on, k=0):
-    """Router.route for the queue head: choose an instance, append to its waiting queue, wake it.
-
-    ``k``: the position of this call among the step's routed calls (`StepOut.route_rid`)."""
+def route_group(st, p, w, static, on, j_all):
+    """Router.route for the next ``group_size`` queued calls at once: the same state as routing them
+    one by one (choose an instance, append to its waiting queue, wake it). The choices are made in
+    order on the assigned counts (least_requests: fewest wq_len + running, lowest index on ties;
+    round_robin: the pointer), then each instance's share is appended to its queue (each call linked
+    after the previous one routed there), an idle instance is woken, and a busy one with an empty
+    queue gets the admission boundary of its first call if that call fits; woken instances take
+    wake-order numbers (SimPy's insertion counter) in the order of their first calls.
+    ``j_all``: `first_after` now for every instance. `StepOut.route_rid` / `route_inst` get the calls."""
     ins, C = st.inst, st.calls
-    K, n, G = static.instances, static.group_size, static.groups
-    r = st.routed
-    active = jnp.arange(K) < p.n_inst
-    assigned = jnp.where(active, ins.wq_len + ins.running, BIG)
-    i = jnp.where(p.router == 1, st.rr_next, jnp.argmin(assigned)).astype(jnp.int32)
-    hp, hl = call_lengths(w, r, n, G)
-    was_empty = ins.wq_len[i] == 0
-    wake = ins.phase[i] == IDLE
-    fit = (ins.phase[i] == BUSY) & was_empty & fits(p, 1, ins.running[i], ins.kv_used[i], hp, hl)
-    j = first_after(ins.clock[i], ins.t1[i], ins.alpha[i], ins.beta[i], ins.st_t[i], ins.st_seq[i], st.now, st.now, st.now, BIG)
-    adm_it = jnp.where(fit, ins.it[i] + j, ins.adm_it[i])
-    ev_it, ev_t, ev_prev = event_of(ins.clock[i], ins.it[i], ins.t1[i], ins.alpha[i], ins.beta[i], ins.fin_min[i], adm_it,
-                                    ins.pause_it[i])
-
-    def put(arr, val):
-        return jnp.where(on, arr.at[i].set(jnp.asarray(val).astype(arr.dtype)), arr)
-
+    K, n, G, R = static.instances, static.group_size, static.groups, static.max_calls
+    i32 = jnp.int32
+    kidx = jnp.arange(n, dtype=i32)
+    r0 = st.routed
+    on_k = on & (r0 + kidx < st.dispatched * n)
+    rids = r0 + kidx
+    kk = jnp.arange(K, dtype=i32)
+    active = kk < p.n_inst
+    a = jnp.where(active, ins.wq_len + ins.running, BIG)
+    lr = []
+    for k in range(n):  # least_requests: the fewest assigned (wq_len + running), lowest index on ties
+        i_k = jnp.argmin(a).astype(i32)
+        lr.append(i_k)
+        a = a + ((kk == i_k) & on_k[k]).astype(a.dtype)
+    inst_k = jnp.where(p.router == 1, (st.rr_next + kidx) % p.n_inst, jnp.stack(lr)).astype(i32)
+    hot = (inst_k[:, None] == kk[None, :]) & on_k[:, None]  # [n, K]: call k goes to instance j
+    cnt = jnp.sum(hot.astype(i32), axis=0)
+    got = cnt > 0
+    first = jnp.min(jnp.where(hot, kidx[:, None], n), axis=0)
+    last = jnp.max(jnp.where(hot, kidx[:, None], -1), axis=0)
+    f_rid = r0 + jnp.minimum(first, n - 1)
+    was_empty = ins.wq_len == 0
+    wake = got & (ins.phase == IDLE)
+    hp, hl = call_lengths(w, f_rid, n, G)
+    fit = got & (ins.phase == BUSY) & was_empty & fits(p, 1, ins.running, ins.kv_used, hp, hl)
+    adm_it = jnp.where(fit, ins.it + j_all, ins.adm_it)
+    ev_it, ev_t, ev_prev = event_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.fin_min, adm_it, ins.pause_it)
+    rank = jnp.sum((wake[None, :] & (first[None, :] < first[:, None])).astype(i32), axis=1)
     inst = ins._replace(
-        wq_head=put(ins.wq_head, jnp.where(was_empty, r, ins.wq_head[i])), wq_tail=put(ins.wq_tail, r),
-        wq_len=put(ins.wq_len, ins.wq_len[i] + 1), adm_it=put(ins.adm_it, adm_it),
-        phase=put(ins.phase, jnp.where(wake, START, ins.phase[i])),
-        ev_it=put(ins.ev_it, jnp.where(fit, ev_it, ins.ev_it[i])),
-        ev_t=put(ins.ev_t, jnp.where(fit, ev_t, jnp.where(wake, st.now, ins.ev_t[i]))),
-        ev_prev=put(ins.ev_prev, jnp.where(fit, ev_prev, jnp.where(wake, st.now, ins.ev_prev[i]))),
-        ev_seq=put(ins.ev_seq, jnp.where(wake, st.seq, ins.ev_seq[i])),
+        wq_head=jnp.where(got & was_empty, f_rid, ins.wq_head), wq_tail=jnp.where(got, r0 + last, ins.wq_tail),
+        wq_len=ins.wq_len + cnt, adm_it=adm_it, phase=jnp.where(wake, START, ins.phase),
+        ev_it=jnp.where(fit, ev_it, ins.ev_it),
+        ev_t=jnp.where(fit, ev_t, jnp.where(wake, st.now, ins.ev_t)),
+        ev_prev=jnp.where(fit, ev_prev, jnp.where(wake, st.now, ins.ev_prev)),
+        ev_seq=jnp.where(wake, st.seq + rank, ins.ev_seq),
     )
-    R = static.max_calls
+    # each call is linked after the previous call routed to its instance (this step's, else the old tail)
+    same = (inst_k[:, None] == inst_k[None, :]) & on_k[None, :] & (kidx[None, :] < kidx[:, None])
+    prevk = jnp.max(jnp.where(same, kidx[None, :], -1), axis=1)
+    prev = jnp.where(prevk >= 0, r0 + prevk, jnp.where(was_empty[inst_k], R, ins.wq_tail[inst_k]))
+    prev = jnp.where(on_k, prev, R)
     # tied to the queue heads, which depend on this step's read of C.nxt (instance_action)
-    calls = C._replace(nxt=C.nxt.at[tie(jnp.where(on & ~was_empty, ins.wq_tail[i], R), R, ins.wq_head)].set(
-        r, mode="drop"))
-    out = st.out._replace(route_rid=st.out.route_rid.at[k].set(jnp.where(on, r, st.out.route_rid[k])),
-                          route_inst=st.out.route_inst.at[k].set(jnp.where(on, i, st.out.route_inst[k])))
+    calls = C._replace(nxt=C.nxt.at[tie(prev, R, ins.wq_head)].set(rids, mode="drop"))
+    out = st.out._replace(route_rid=jnp.where(on_k, rids, st.out.route_rid),
+                          route_inst=jnp.where(on_k, inst_k, st.out.route_inst))
+    n_on = jnp.sum(on_k.astype(i32))
     return st._replace(
-        inst=inst, calls=calls, out=out, routed=st.routed + on, seq=st.seq + (on & wake),
-        rr_next=jnp.where(on & (p.router == 1), (i + 1) % p.n_inst, st.rr_next),
+        inst=inst, calls=calls, out=out, routed=st.routed + n_on, seq=st.seq + jnp.sum(wake.astype(i32)),
+        rr_next=jnp.where((n_on > 0) & (p.router == 1), (st.rr_next + n_on) % p.n_inst, st.rr_next),
     )
 
 
@@ -176,7 +197,8 @@ def make_step(static):
         st = timer_action(st, p, static, act == A_TIMER)
         st = trainer_react(st, p, w, static, (act == A_TIMER) | (act == A_REACT), pub)
         st = dispatch_action(st, act == A_DISPATCH, static)
-        st = route_all(st, p, w, static, act == A_ROUTE)
+        # A dispatched group's calls are routed in the step that dispatches it (exact: see route_all).
+        st = route_all(st, p, w, static, (act == A_ROUTE) | (act == A_DISPATCH))
         st = mark_evicted(st, p, pub)
         done = st.trainer.phase == T_DONE
         st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~done), actions=st.actions + (act != A_NONE))

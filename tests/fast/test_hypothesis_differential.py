@@ -1,0 +1,56 @@
+"""Hypothesis-driven differential test: configurations drawn over the declared feature set
+(`diffcases.random_case`: instances, max_num_seqs, KV capacity, linear costs with zero and
+non-zero terms, sync / bounded_async (every in-flight rule, concurrency caps) / skyrl / areal,
+both routers, zero-variance groups), each run on SimPy and on the fast path with one fixed
+Static (one compile for every example) and compared per step and per call (`diffcases.compare`).
+
+CI runs a small derandomised sample; `-m slow` runs a long, randomised tail.
+"""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+pytest.importorskip("hypothesis")
+
+from diffcases import compare, random_case  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+GROUPS, N, STEPS = 8, 4, 3
+_STATIC = {}
+
+
+def _check(seed: int) -> None:
+    from simrl_fast import lower
+    from simrl_fast.engine import run_params
+    from simrl_fast.lowering import static_for
+
+    case = random_case(np.random.default_rng(seed), GROUPS, N, STEPS)
+    case.run_simpy()
+    _, p, wa = lower(case.cfg, case.workload, case.costs)
+    need = static_for([p], wa)
+    # one shape for every example (random_case draws K <= 4, max_num_seqs <= 64, batches <= 4)
+    mg = max(need.max_groups, 48)
+    fixed = static_for([p._replace(n_inst=np.int32(4), max_seqs=np.int32(64), batch=np.int32(4))], wa, mg)
+    res = run_params([p], [wa], static=fixed)
+    _STATIC[fixed] = _STATIC.get(fixed, 0) + 1
+    compare(case, res, 0)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**31 - 1))
+def test_hypothesis_configurations_match_simpy(seed):
+    _check(seed)
+
+
+def test_hypothesis_examples_share_one_shape():
+    """The examples above ran with one Static (so one compile), unless one needed more group slots."""
+    assert 1 <= len(_STATIC) <= 2
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**31 - 1))
+def test_hypothesis_configurations_match_simpy_long_tail(seed):
+    _check(seed)
