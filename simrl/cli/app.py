@@ -61,6 +61,7 @@ class Terminated(BaseException):
 class _State:
     quiet = False
     verbose = False
+    json = False  # --json: stdout carries one JSON document, so normal output goes to stderr
 
 
 state = _State()
@@ -80,9 +81,9 @@ def warn(message: str) -> None:
 
 
 def info(message: str = "", err: bool = False) -> None:
-    """Normal output; suppressed by --quiet."""
+    """Normal output; suppressed by --quiet; on stderr under --json (stdout is the document)."""
     if not state.quiet:
-        click.echo(message, err=err)
+        click.echo(message, err=err or state.json)
 
 
 def debug(message: str) -> None:
@@ -223,8 +224,14 @@ def to_json(data, indent: int | None = 1) -> str:
     return json.dumps(clean(data), indent=indent, sort_keys=True, default=str, allow_nan=False)
 
 
+def _json_flag(_ctx, _param, value: bool) -> bool:
+    state.json = bool(value)
+    return value
+
+
 def json_option(f):
-    return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (machine output).")(f)
+    return click.option("--json", "as_json", is_flag=True, callback=_json_flag,
+                        help="Print the result as JSON (machine output).")(f)
 
 
 # -- running ---------------------------------------------------------------------------------
@@ -260,7 +267,7 @@ class _AppMixin:
         super().__init__(*args, context_settings=settings, **kwargs)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        state.quiet = state.verbose = False
+        state.quiet = state.verbose = state.json = False
         old_show = warnings.showwarning
         warnings.showwarning = _show_warning
         code = EXIT_OK

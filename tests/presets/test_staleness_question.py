@@ -1,5 +1,7 @@
 """`srl --staleness N`: every preset answers with its own knob, at its nearest meaning."""
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -64,3 +66,13 @@ def test_cli_prints_the_knob_and_the_staleness_reached(tmp_path):
     assert "staleness asked 2: reached max" in res.output
     bad = CliRunner().invoke(cli, ["stalenes=2", "-o", str(tmp_path)])
     assert bad.exit_code != 0 and "did you mean 'staleness'" in bad.output
+
+
+def test_json_output_stays_one_document_with_the_knob_note_on_stderr(tmp_path):
+    res = CliRunner().invoke(cli, ["--staleness", "2", "policy=areal", "run.training_steps=1",
+                                                   "workload.groups=40", "run.plots=false", "-o", str(tmp_path),
+                                                   "--json"])
+    assert res.exit_code == 0, res.output + res.stderr
+    doc = json.loads(res.stdout)  # nothing but the JSON document on stdout
+    assert doc["totals"]["staleness_bound"] == 2
+    assert "policy.max_head_offpolicyness=2" in res.stderr
