@@ -18,8 +18,9 @@ An iteration is the sum of per-operator-class rooflines on the busiest GPU, each
 - elementwise work (norms, activations, residuals): activation bytes, memory-bound.
 
 Plus communication: two ring all-reduces of the token activations per layer over TP (NVLink inside
-a node, the NIC across), two all-to-alls per MoE layer under EP (dispatch and combine of k copies
-per token, scaled by the load imbalance), one activation send per pipeline
+a node, the NIC across), two all-to-alls per MoE layer when EP spans DP ranks (dispatch and
+combine of k copies per token, scaled by the load imbalance; under TP + EP the TP all-reduce
+combines), one activation send per pipeline
 boundary; each collective pays ``allreduce_latency_s``. Pipeline parallelism runs the batch as up
 to ``pp`` micro-batches (vLLM's virtual engines): an iteration costs ``pp`` stage times of one
 micro-batch. DP ranks inside an instance split the batch evenly. A fixed CPU/launch overhead
@@ -311,10 +312,13 @@ class RooflineRollout:
         if self.tp > 1:
             bw = self.gpu.link_bytes_per_s(self.tp) * self.comm_efficiency
             t += 2 * layers * (2 * (self.tp - 1) / self.tp * act / bw + lat)
-        if self.ep > 1:
+        if self.ep > 1 and self.dp > 1:
             # Dispatch and combine all-to-alls: each token's k hidden-state copies leave for the
             # ranks holding its experts ((ep-1)/ep of them off this GPU) and come back; the busiest
-            # rank receives ``imbalance`` times the mean.
+            # rank receives ``imbalance`` times the mean. Only when EP spans DP ranks: under TP + EP
+            # (dp = 1) every rank already holds every token, runs its own experts on them and the
+            # TP all-reduce above combines the partial outputs (vLLM's
+            # ``FusedMoEParallelConfig.use_all2all_kernels`` is ``use_ep and dp_size > 1``).
             bw = self.gpu.link_bytes_per_s(self.ep) * self.comm_efficiency
             moe_layers = m.n_moe_layers * layers / m.layers
             imb = self.expert_load_imbalance(self._ep_tokens(tokens))
