@@ -152,3 +152,24 @@ def test_one_small_card_simulates_and_reports_errors():
     assert result["medians"]["step_times_abs_rel_err"] == pytest.approx(
         sorted(abs(r["rel_err"]) for r in rows.values())[0] / 2 + sorted(abs(r["rel_err"]) for r in rows.values())[1] / 2)
     assert "nemo-rl-llama3.1-8b-1off" in result["missing_mechanisms"]
+
+
+def test_verl_scaling_card_truncates_a_few_responses_at_the_cap():
+    # The verl colocated scaling card's completion tail runs past max_response_length (28,672),
+    # so the sync barrier waits for truncated responses as DAPO runs do. By hand from its knots:
+    # P(> 16,384) = 1 - 0.999 = 0.001, linear up to 57,344, so P(>= 28,672) = 0.001 x (57,344 -
+    # 28,672) / (57,344 - 16,384) = 0.0007: about 5.7 of a step's 8192 responses, none above the cap.
+    from simrl.engine.sim import load_workload
+
+    card = _card("verl_colocated_sync_scaling_7b.yaml")
+    card["_file"] = "verl_colocated_sync_scaling_7b.yaml"
+    w = load_workload(fid.build_config(card, "sync64"))
+    last = w.traj_call_start[1:] - 1
+    completion = w.call_completion_tokens[last]
+    assert int(completion.max()) == 28672
+    at_cap = float((completion >= 28672).mean())
+    assert 0.0003 < at_cap < 0.0012, at_cap  # 0.0007 +- sampling noise over 65,536 responses
+    # The card's overrides carry verl's rollout defaults and the launch script's actor_offload=False.
+    ovr = fid.run_overrides(card, "sync64")
+    assert "deployment.rollout.max_num_seqs=1024" in ovr
+    assert "cost.colocated_knobs.optimizer_offload=false" in ovr
