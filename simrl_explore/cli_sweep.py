@@ -152,8 +152,15 @@ def main(space_path, config_path, grid, engine, surrogate, jobs, chunk, ray_addr
         return
     if not quiet:
         click.echo(render_summary(res))
-    click.echo(f"{t['simulated']} points simulated in {t['simulate_s']:.1f} s ({t['points_per_s']:.1f} points/s; "
-               f"total {t['total_s']:.1f} s); wrote {output}")
+    click.echo(timing_line(t) + f"; wrote {output}")
+
+
+def timing_line(t: dict) -> str:
+    """Where the time went: setup (configurations and checks, lowering), compile, simulation, re-check."""
+    return (f"{t['simulated']} points simulated in {t['simulate_s']:.1f} s ({t['points_per_s']:.1f} points/s; "
+            f"compile {t['compile_s']:.1f} s of it); setup {t['setup_s']:.1f} s (configurations and checks "
+            f"{t['prepare_s']:.1f} s, surrogates and lowering {t['route_s']:.1f} s), re-check {t['recheck_s']:.1f} s, "
+            f"total {t['total_s']:.1f} s")
 
 
 def render_summary(res) -> str:
