@@ -84,7 +84,8 @@ class Progress:
 @click.option("--surrogate", type=click.Choice(["linear", "off"]), default=None,
               help="Linearise non-linear costs for the fast path [default: the space's (linear); grid mode: off].")
 @click.option("--jobs", type=click.IntRange(1), default=None, help="SimPy worker processes [default: CPU count].")
-@click.option("--chunk", type=click.IntRange(1), default=64, show_default=True, help="Fast-path batch size.")
+@click.option("--chunk", type=click.IntRange(1), default=1000, show_default=True,
+              help="Fast-path batch size: at most this many points per batch, batches of equal size.")
 @click.option("--ray", "ray_address", default=None, help="Shard fast-path batches over this Ray cluster.")
 @click.option("--top-k", type=click.IntRange(0), default=None, help="Points re-checked on SimPy [default: the space's].")
 @click.option("--limit", type=click.IntRange(1), default=None, help="Run only the first N points.")

@@ -281,8 +281,12 @@ def run_fast(items: list[tuple[Job, Any, Any]], chunk: int, ray_address: str | N
     params = [p for _, p, _ in items]
     wa = items[0][2]
     static = static_for(params, wa)
-    chunks = [items[i:i + chunk] for i in range(0, len(items), chunk)]
-    size = min(chunk, len(items))
+    # ceil(n / chunk) batches of equal size (the last one padded by at most one fewer than the
+    # number of batches): one batch size, one compile, and no batch of mostly padding (1,008
+    # points at --chunk 1000 run as 2 x 504, not 1,000 + 8 padded to 1,000)
+    n_chunks = -(-len(items) // chunk)
+    size = -(-len(items) // n_chunks)
+    chunks = [items[i:i + size] for i in range(0, len(items), size)]
 
     def padded(c):  # pad the last chunk: one batch size, one compile
         ps = [p for _, p, _ in c]

@@ -157,7 +157,7 @@ def recheck(space: Space, result_rows: list[dict], jobs_by_point: dict, n_jobs: 
     return checks
 
 
-def run_sweep(space: Space, jobs: int | None = None, chunk: int = 64, ray_address: str | None = None,
+def run_sweep(space: Space, jobs: int | None = None, chunk: int = 1000, ray_address: str | None = None,
               engine: str | None = None, progress: Callable[[str, int], Callable[[int], None]] | None = None,
               limit: int | None = None) -> SweepResult:
     """Run every point of ``space``. ``progress(label, total)`` returns a tick(k) callback."""
