@@ -10,8 +10,8 @@ the engine:
   (with `surrogate: linear`, non-linear costs are first linearised, `simrl_explore.surrogate`),
   else the oracle; the reason is recorded per point (column ``fallback``).
 
-Fast-path points run in batches (one `Static` per workload, so one compile per batch size;
-the last batch is padded), in this process or sharded over a Ray cluster. Oracle points run in
+Fast-path points run in batches of equal size (one `Static` per workload, so one compile per
+batch size; the last batch is padded), in this process or sharded over a Ray cluster. Oracle points run in
 a process pool started with the *spawn* method (never fork after JAX is loaded), one process
 per core by default, concurrently with the fast batches. Each row holds the point's variables,
 status (``ok`` / ``dropped`` / ``failed``), reason, engine and `simrl_explore.metrics`.
