@@ -124,7 +124,7 @@ def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, en
     surrogate, the same fitted coefficients) and the same swept keys are lowered together by
     `simrl_fast.grid.lower_grid`; a group it refuses (e.g. one point over the KV capacity) is
     lowered point by point, so every point's engine and fallback reason are the same either way
-    (tests/explore/test_lowering.py). It is not the default because it pays only where it saves
+    (tests/explore/test_sweep_lowering.py). It is not the default because it pays only where it saves
     configuration loads, and here `prepare` has loaded every point already (the feasibility checks
     need each point's configuration): `lower_grid` reloads the base once per distinct combination
     of the keys it does not write directly (~2.4 ms each), which on examples/sweep/gpu32.yaml is
