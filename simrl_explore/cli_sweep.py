@@ -84,7 +84,8 @@ class Progress:
 @click.option("--surrogate", type=click.Choice(["linear", "off"]), default=None,
               help="Linearise non-linear costs for the fast path [default: the space's (linear); grid mode: off].")
 @click.option("--jobs", type=click.IntRange(1), default=None, help="SimPy worker processes [default: CPU count].")
-@click.option("--chunk", type=click.IntRange(1), default=64, show_default=True, help="Fast-path batch size.")
+@click.option("--chunk", type=click.IntRange(1), default=1000, show_default=True,
+              help="Fast-path batch size: at most this many points per batch, batches of equal size.")
 @click.option("--ray", "ray_address", default=None, help="Shard fast-path batches over this Ray cluster.")
 @click.option("--top-k", type=click.IntRange(0), default=None, help="Points re-checked on SimPy [default: the space's].")
 @click.option("--limit", type=click.IntRange(1), default=None, help="Run only the first N points.")
@@ -152,8 +153,15 @@ def main(space_path, config_path, grid, engine, surrogate, jobs, chunk, ray_addr
         return
     if not quiet:
         click.echo(render_summary(res))
-    click.echo(f"{t['simulated']} points simulated in {t['simulate_s']:.1f} s ({t['points_per_s']:.1f} points/s; "
-               f"total {t['total_s']:.1f} s); wrote {output}")
+    click.echo(timing_line(t) + f"; wrote {output}")
+
+
+def timing_line(t: dict) -> str:
+    """Where the time went: setup (configurations and checks, lowering), compile, simulation, re-check."""
+    return (f"{t['simulated']} points simulated in {t['simulate_s']:.1f} s ({t['points_per_s']:.1f} points/s; "
+            f"compile {t['compile_s']:.1f} s of it); setup {t['setup_s']:.1f} s (configurations and checks "
+            f"{t['prepare_s']:.1f} s, surrogates and lowering {t['route_s']:.1f} s), re-check {t['recheck_s']:.1f} s, "
+            f"total {t['total_s']:.1f} s")
 
 
 def render_summary(res) -> str:

@@ -10,8 +10,8 @@ the engine:
   (with `surrogate: linear`, non-linear costs are first linearised, `simrl_explore.surrogate`),
   else the oracle; the reason is recorded per point (column ``fallback``).
 
-Fast-path points run in batches (one `Static` per workload, so one compile per batch size;
-the last batch is padded), in this process or sharded over a Ray cluster. Oracle points run in
+Fast-path points run in batches of equal size (one `Static` per workload, so one compile per
+batch size; the last batch is padded), in this process or sharded over a Ray cluster. Oracle points run in
 a process pool started with the *spawn* method (never fork after JAX is loaded), one process
 per core by default, concurrently with the fast batches. Each row holds the point's variables,
 status (``ok`` / ``dropped`` / ``failed``), reason, engine and `simrl_explore.metrics`.
@@ -113,17 +113,40 @@ def prepare(space: Space, points: list[Point]) -> tuple[list[Job], dict[str, Any
     return jobs, workloads, cache
 
 
-def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, engine: str | None = None):
-    """Split runnable jobs into fast-path items and oracle jobs (auto: by what the fast path takes)."""
+def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, engine: str | None = None,
+          lowering: str = "point"):
+    """Split runnable jobs into fast-path items and oracle jobs (auto: by what the fast path takes).
+
+    The workload is lowered once per workload (`lower_workload`, ~6 ms: it was most of a point's
+    lowering), then ``lowering="point"`` (default) lowers each point from the configuration
+    `prepare` already built (`lower(..., wa=wa)`, ~0.06 ms a point on this 2-core machine).
+    ``lowering="grid"``: the points sharing a workload, one cost object (layout and, with a
+    surrogate, the same fitted coefficients) and the same swept keys are lowered together by
+    `simrl_fast.grid.lower_grid`; a group it refuses (e.g. one point over the KV capacity) is
+    lowered point by point, so every point's engine and fallback reason are the same either way
+    (tests/explore/test_sweep_lowering.py). It is not the default because it pays only where it saves
+    configuration loads, and here `prepare` has loaded every point already (the feasibility checks
+    need each point's configuration): `lower_grid` reloads the base once per distinct combination
+    of the keys it does not write directly (~2.4 ms each), which on examples/sweep/gpu32.yaml is
+    nearly every point (measured: 1.6 s vs 1.0 s for the first 300 points).
+    """
     engine = engine or space.engine
     fast: dict[str, list[tuple[Job, Any, Any]]] = {}
     oracle: list[Job] = []
     if engine == "simpy":
         return fast, [j for j in jobs if j.cfg is not None]
     from simrl_explore.surrogate import Surrogates
-    from simrl_fast.lowering import FastPathUnsupported, lower
+    from simrl_fast.lowering import FastPathUnsupported, lower, lower_workload
 
     surrogates = Surrogates()
+    was: dict[str, Any] = {}  # the workload lowered once per workload (most of a point's lowering)
+    groups: dict[tuple, tuple[Any, list[tuple[Job, dict]]]] = {}
+    lowered: dict[int, Any] = {}  # point index -> Params, or the FastPathUnsupported raised
+
+    def fallback(job: Job, exc: FastPathUnsupported) -> None:
+        if engine == "fast":
+            raise SweepError(f"point {job.point.index} ({' '.join(job.point.overrides)}): {exc}") from None
+        job.row["fallback"] = str(exc)
 
     for job in jobs:
         if job.cfg is None:
@@ -134,16 +157,59 @@ def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, en
         try:
             if space.surrogate == "linear":
                 costs, info = surrogates.linearise(job.cfg, w, costs, job.workload_key)
-            _, params, wa = lower(job.cfg, w, costs)
+            if job.workload_key not in was:
+                was[job.workload_key] = lower_workload(w)
         except FastPathUnsupported as exc:
-            if engine == "fast":
-                raise SweepError(f"point {job.point.index} ({' '.join(job.point.overrides)}): {exc}") from None
-            job.row["fallback"] = str(exc)
+            lowered[job.point.index] = exc
+            continue
+        keys = tuple(ov.partition("=")[0] for ov in job.point.overrides)
+        gkey = (job.workload_key, id(costs.rollout), id(costs.training), id(costs.weight_sync), keys)
+        groups.setdefault(gkey, (costs, []))[1].append((job, info))
+
+    for (wkey, *_), (costs, members) in groups.items():
+        w, wa = workloads[wkey], was[wkey]
+        rows = _lower_group(space, w, costs, wa, [j for j, _ in members]) if lowering == "grid" else None
+        for i, (job, _) in enumerate(members):
+            if rows is not None:
+                lowered[job.point.index] = rows[i]
+                continue
+            try:
+                lowered[job.point.index] = lower(job.cfg, w, costs, wa=wa)[1]
+            except FastPathUnsupported as exc:
+                lowered[job.point.index] = exc
+        for job, info in members:
+            if not isinstance(lowered[job.point.index], FastPathUnsupported):
+                job.row.update(info)
+
+    for job in jobs:  # in point order, as the per-point path fills them
+        if job.cfg is None:
+            continue
+        got = lowered[job.point.index]
+        if isinstance(got, FastPathUnsupported):
+            fallback(job, got)
             oracle.append(job)
             continue
-        job.row.update(info)
-        fast.setdefault(job.workload_key, []).append((job, params, wa))
+        fast.setdefault(job.workload_key, []).append((job, got, was[job.workload_key]))
     return fast, oracle
+
+
+def _lower_group(space: Space, workload, costs, wa, group: list[Job]) -> list | None:
+    """Params rows of ``group`` by one `lower_grid` call, or None where it refuses the group."""
+    from simrl_fast.grid import lower_grid, unstack
+    from simrl_fast.lowering import FastPathUnsupported
+
+    columns: dict[str, list[str]] = {}
+    for job in group:
+        for ov in job.point.overrides:
+            k, _, v = ov.partition("=")
+            columns.setdefault(k, []).append(v)
+    try:
+        _, params, _ = lower_grid(workload, costs, columns, base=[*space.base_set, "run.telemetry=false",
+                                                                 "run.plots=false"],
+                                  config_path=space.base_config, wa=wa)
+    except (FastPathUnsupported, ConfigError, ValueError):
+        return None
+    return unstack(params)
 
 
 # -- the oracle pool -------------------------------------------------------------------------------
@@ -215,8 +281,12 @@ def run_fast(items: list[tuple[Job, Any, Any]], chunk: int, ray_address: str | N
     params = [p for _, p, _ in items]
     wa = items[0][2]
     static = static_for(params, wa)
-    chunks = [items[i:i + chunk] for i in range(0, len(items), chunk)]
-    size = min(chunk, len(items))
+    # ceil(n / chunk) batches of equal size (the last one padded by at most one fewer than the
+    # number of batches): one batch size, one compile, and no batch of mostly padding (1,008
+    # points at --chunk 1000 run as 2 x 504, not 1,000 + 8 padded to 1,000)
+    n_chunks = -(-len(items) // chunk)
+    size = -(-len(items) // n_chunks)
+    chunks = [items[i:i + size] for i in range(0, len(items), size)]
 
     def padded(c):  # pad the last chunk: one batch size, one compile
         ps = [p for _, p, _ in c]
@@ -241,6 +311,33 @@ def run_fast(items: list[tuple[Job, Any, Any]], chunk: int, ray_address: str | N
                 job.row["reason"] = "fast: stuck (a batch can never form)" if bool(res.stuck[m]) else "fast: incomplete"
             job.row["engine"] = "fast"
         tick(len(c))
+
+
+class CompileClock:
+    """Seconds jax spends tracing, lowering and compiling (or loading compiled programs from the
+    persistent cache) while the block runs: the ``/jax/core/compile/*`` duration events."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self._listener = None
+
+    def _on(self, event: str, duration: float, **kwargs) -> None:
+        if event.startswith("/jax/core/compile/"):
+            self.seconds += duration
+
+    def __enter__(self):
+        try:
+            import jax.monitoring as mon
+        except ImportError:  # no jax: nothing compiles
+            return self
+        mon.register_event_duration_secs_listener(self._on)
+        self._listener = mon
+        return self
+
+    def __exit__(self, *exc):
+        if self._listener is not None:
+            self._listener.unregister_event_duration_listener(self._on)
+        return False
 
 
 def default_jobs() -> int:

@@ -17,6 +17,7 @@ import attrs
 import numpy as np
 
 from simrl_explore.runner import (
+    CompileClock,
     OraclePool,
     check_keys,
     default_jobs,
@@ -156,7 +157,7 @@ def recheck(space: Space, result_rows: list[dict], jobs_by_point: dict, n_jobs: 
     return checks
 
 
-def run_sweep(space: Space, jobs: int | None = None, chunk: int = 64, ray_address: str | None = None,
+def run_sweep(space: Space, jobs: int | None = None, chunk: int = 1000, ray_address: str | None = None,
               engine: str | None = None, progress: Callable[[str, int], Callable[[int], None]] | None = None,
               limit: int | None = None) -> SweepResult:
     """Run every point of ``space``. ``progress(label, total)`` returns a tick(k) callback."""
@@ -172,7 +173,12 @@ def run_sweep(space: Space, jobs: int | None = None, chunk: int = 64, ray_addres
     fast, oracle = route(space, job_list, workloads, cache, engine)
     t2 = time.perf_counter()
     runnable = sum(len(v) for v in fast.values()) + len(oracle)
-    run_jobs(space, fast, oracle, n_jobs, chunk, ray_address, progress("simulating", runnable))
+    clock = CompileClock()
+    if fast:  # (a SimPy-only sweep does not import jax)
+        with clock:
+            run_jobs(space, fast, oracle, n_jobs, chunk, ray_address, progress("simulating", runnable))
+    else:
+        run_jobs(space, fast, oracle, n_jobs, chunk, ray_address, progress("simulating", runnable))
     t3 = time.perf_counter()
     rows = []
     for j in job_list:
@@ -183,9 +189,11 @@ def run_sweep(space: Space, jobs: int | None = None, chunk: int = 64, ray_addres
     top_n = min(space.top_k, sum(1 for r in rows if r.get("engine") == "fast" and r.get("status") == "ok"))
     checks = recheck(space, rows, by_point, n_jobs, progress("oracle re-check", top_n)) if top_n else []
     t4 = time.perf_counter()
+    # setup_s = prepare_s (configurations, workloads, feasibility checks) + route_s (surrogate fits,
+    # lowering); simulate_s includes compile_s (jax tracing + compiling or loading from the cache)
     timings = {"points": len(points), "simulated": runnable, "prepare_s": t1 - t0, "route_s": t2 - t1,
-               "simulate_s": t3 - t2, "recheck_s": t4 - t3, "total_s": t4 - t0,
-               "points_per_s": runnable / max(t3 - t2, 1e-9), "jobs": n_jobs, "chunk": chunk}
+               "setup_s": t2 - t0, "compile_s": clock.seconds, "simulate_s": t3 - t2, "recheck_s": t4 - t3,
+               "total_s": t4 - t0, "points_per_s": runnable / max(t3 - t2, 1e-9), "jobs": n_jobs, "chunk": chunk}
     return SweepResult(
         space=space, rows=rows, recheck=checks, timings=timings,
         engines=Counter(r["engine"] for r in rows if r.get("engine")),
