@@ -26,3 +26,13 @@ def default_run_dir(tmp_path_factory):
     res = CliRunner().invoke(cli, [f"run.output_dir={out}", "run.name=sim", "run.plots=false", "--quiet"])
     assert res.exit_code == 0, res.output
     return out / "sim"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` (long matrices, full-size examples, profiler runs) run only with ``-m slow``."""
+    if "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="marked slow: run with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
