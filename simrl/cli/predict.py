@@ -215,9 +215,7 @@ def _snapshot_at_time(cfg, at: str):
     if not (t >= 0 and math.isfinite(t)):
         raise SnapshotError(f"--at: expected a time >= 0 s, got {at!r}")
     sim = build_simulation(cfg)
-    sim.start()
-    while sim.env.peek() < t and sim.step():
-        pass
+    sim.run_before(t)
     return take_snapshot(sim)
 
 

@@ -103,6 +103,12 @@ class Simulation:
             raise SimulationError(str(exc)) from exc
         return True
 
+    def run_before(self, t: float) -> None:
+        """Run every event scheduled before simulated time ``t`` (a snapshot instant), or to the end."""
+        self.start()
+        while self.env.peek() < t and self.step():
+            pass
+
     def run(self) -> None:
         self.start()
         horizon = self.cfg.run.time_horizon_s

@@ -18,9 +18,7 @@ def small_cfg(seed=0, steps=3, extra=()):
 def snapshot_at(cfg, t, costs=None):
     """Run ``cfg`` up to simulated time ``t`` (the last event before it) and snapshot it."""
     sim = build_simulation(cfg, costs=costs or linear_costs())
-    sim.start()
-    while sim.env.peek() < t and sim.step():
-        pass
+    sim.run_before(t)
     return take_snapshot(sim), sim
 
 
