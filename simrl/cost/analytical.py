@@ -58,6 +58,7 @@ import math
 import attrs
 from attrs import validators as v
 
+from simrl.cost import formulas as F
 from simrl.cost.architectures import ModelArch, model_arch
 from simrl.cost.base import CostModelError, ValidityDomain, finite_nonneg
 from simrl.cost.hardware import GiB, GPUSpec, gpu_spec
@@ -114,6 +115,7 @@ class AnalyticalTraining:
     cpu_optimizer_bytes_per_s: float = attrs.field(default=20e9, validator=v.gt(0.0))
     strict: bool = False
     domain: ValidityDomain = attrs.field(init=False)
+    _q: F.AnalyticalParams | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         per = self.tp * self.pp * self.cp * self.ulysses_sp
@@ -226,43 +228,31 @@ class AnalyticalTraining:
 
     def phases(self, seq_lens: list[int]) -> dict[str, float]:
         """Seconds of each phase of one step, in the order a trainer runs them; `step_time` is
-        their sum. Phases a configuration does not run are 0."""
-        names = ("old_log_prob", "ref_forward", "log_prob_forwards", "critic_update", "actor_update",
-                 "pipeline_bubble", "grad_sync", "optimizer", "overhead")
-        out = dict.fromkeys(names, 0.0)
+        their sum. Phases a configuration does not run are 0. The arithmetic is
+        `simrl.cost.formulas.analytical_phase_values` (the formula both engines run)."""
+        out = dict.fromkeys(F.ANALYTICAL_PHASES, 0.0)
         out["overhead"] = self.overhead_s
         if not seq_lens:
             return out
         self.domain.check("seq_len", max(seq_lens))
-        unit = self._pass_compute(seq_lens)
-        comm = self._activation_comm_time(sum(seq_lens) / self.dp, 1)
-        steps = self.optimizer_steps(len(seq_lens))
-        forwards = {"old_log_prob": int(self.recompute_old_logprob), "ref_forward": int(self.reference_model),
-                    "log_prob_forwards": self.logprob_forwards}
-        for name, n in forwards.items():
-            out[name] = n * (unit + comm)
-        # Forward-only passes run over the whole batch; updates run one 1F1B schedule per mini-batch.
-        bubble = sum(forwards.values()) * unit * (self._bubble(seq_lens) - 1.0)
-        upd = self.ppo_epochs * self._update_passes()
-        update_stretch = self._bubble(seq_lens, steps // self.ppo_epochs) - 1.0
-        out["actor_update"] = upd * (unit + comm)
-        bubble += upd * unit * update_stretch
-        sync = steps * (1 - self.comm_overlap) * self.grad_sync_time()
-        adam = steps * self.optimizer_time()
-        if self.critic:
-            # value forward over the batch, then the critic's own mini-batch updates
-            out["critic_update"] = (1 + upd) * (unit + comm) + sync + adam
-            bubble += unit * (self._bubble(seq_lens) - 1.0) + upd * unit * update_stretch
-        out["pipeline_bubble"] = bubble
-        out["grad_sync"] = sync
-        out["optimizer"] = adam
+        q = self.array_params()
+        fwd = [F.analytical_fwd_flops(F.PY, q, s) for s in seq_lens]
+        vals = F.analytical_phase_values(F.PY, q, len(seq_lens), sum(seq_lens), sum(fwd), max(fwd))
+        out.update(zip(F.ANALYTICAL_PHASES, vals, strict=True))
         # Trainer offload: the copies run once around the step's phases; Megatron's CPU optimizer
         # steps once per optimizer step, like the GPU Adam it replaces (for its fraction).
         off = self._offload_phases()
         if off:
-            out["cpu_optimizer"] = steps * off["cpu_optimizer"]
+            out["cpu_optimizer"] = self.optimizer_steps(len(seq_lens)) * off["cpu_optimizer"]
             out["offload"] = off["offload"]
         return {k: finite_nonneg(f"analytical phase {k}", val) for k, val in out.items()}
+
+    def array_params(self) -> F.AnalyticalParams:
+        """The numbers of `simrl.cost.formulas.analytical_phase_values` (per-step constants -- gradient
+        sync, optimizer, overhead -- from this model's methods)."""
+        if self._q is None:
+            self._q = F.analytical_params(self)
+        return self._q
 
     def optimizer_steps(self, samples: int) -> int:
         """Optimizer steps (each with its gradient sync) for a batch of ``samples`` trajectories:
@@ -303,11 +293,9 @@ class AnalyticalTraining:
     def _micro_batches(self, seq_lens: list[int] | int) -> int:
         """Micro-batches per DP rank: samples / micro_batch_size, or with a token budget
         (``max_tokens_per_gpu``, verl's use_dynamic_bsz) the rank's tokens over the budget."""
-        n_samples = seq_lens if isinstance(seq_lens, int) else len(seq_lens)
-        if self.max_tokens_per_gpu is not None and not isinstance(seq_lens, int):
-            per_rank = sum(seq_lens) / self.dp / self._seq_split
-            return max(1, math.ceil(per_rank / self.max_tokens_per_gpu))
-        return max(1, math.ceil(n_samples / (self.dp * self.micro_batch_size)))
+        if isinstance(seq_lens, int):
+            return max(1, math.ceil(seq_lens / (self.dp * self.micro_batch_size)))
+        return F.analytical_micro_batches(F.PY, self.array_params(), len(seq_lens), sum(seq_lens))
 
     def _update_passes(self) -> int:
         """Forward-equivalent passes of one training update: forward + backward (activation and
@@ -316,8 +304,7 @@ class AnalyticalTraining:
 
     def _rank_flops(self, seq_lens: list[int]) -> float:
         """Forward FLOPs of the busiest DP rank (at least its longest sample)."""
-        m = self.model
-        fwd = [s * m.flops_per_token(s / 2) for s in seq_lens]  # causal: mean context s/2
+        fwd = [F.analytical_fwd_flops(F.PY, self.array_params(), s) for s in seq_lens]  # causal: mean context s/2
         return max(sum(fwd) / self.dp, max(fwd))
 
     def _flops_per_s(self) -> float:
@@ -330,10 +317,7 @@ class AnalyticalTraining:
     def _bubble(self, seq_lens: list[int], mini_batches: int = 1) -> float:
         """1F1B stretch ``1 + (pp - 1) / (m * vpp)`` (1 without pipeline parallelism), ``m`` the
         micro-batches of one of ``mini_batches`` equal mini-batches (each its own schedule)."""
-        if self.pp <= 1:
-            return 1.0
-        m = max(1, math.ceil(self._micro_batches(seq_lens) / mini_batches))
-        return 1 + (self.pp - 1) / (m * self.virtual_pipeline_stages)
+        return F.analytical_bubble(F.PY, self.array_params(), len(seq_lens), sum(seq_lens), mini_batches)
 
     def _layer_activation_bytes_per_token(self) -> float:
         """Bytes one token leaves for backward in one layer (flash attention, sequence parallel):
@@ -351,30 +335,8 @@ class AnalyticalTraining:
         return self.gpu.link_bytes_per_s(group) * self.comm_efficiency
 
     def _activation_comm_time(self, tokens_per_rank: float, passes: int) -> float:
-        m = self.model
-        t = 0.0
-        act = tokens_per_rank / (self.cp * self.ulysses_sp) * m.hidden * self.param_dtype_bytes
-        if self.tp > 1:  # 2 all-gathers + 2 reduce-scatters per layer and pass ~ 2 all-reduces
-            tp_bw = self.gpu.collective_bytes_per_s(self.tp) * self.comm_efficiency
-            t += passes * 2 * (m.layers / self.pp) * 2 * (self.tp - 1) / self.tp * act / tp_bw
-        if self.ep > 1:
-            moe_layers = m.n_moe_layers / self.pp
-            t += passes * 2 * moe_layers * (self.ep - 1) / self.ep * act * m.experts_per_token / self._bw(self.ep)
-        if self.pp > 1:
-            t += passes * (self.pp - 1) * act / self._bw(self.tp * self.pp)
-        if self.cp > 1:
-            # Ring attention: per layer and forward pass, cp - 1 hops of this rank's K/V chunk.
-            kv = tokens_per_rank / self.cp * m.n_full_attention / self.pp * m.kv_elements_per_token_per_layer()
-            kv *= self.param_dtype_bytes / (1 if m.is_mla else self.tp)
-            t += passes * (self.cp - 1) * kv / self._bw(self.tp * self.cp)
-        if self.ulysses_sp > 1:
-            # Ulysses: all-to-alls swap the sequence split for a head split before attention (q, k,
-            # v) and back after it (the output), per layer and pass; (sp-1)/sp of it leaves the GPU.
-            sp = self.ulysses_sp
-            width = m.heads * m.head_dim + m.kv_heads * (m.head_dim + m.value_head_dim) + m.heads * m.value_head_dim
-            vol = tokens_per_rank / (self.cp * sp) * width * self.param_dtype_bytes / self.tp
-            t += passes * m.n_full_attention / self.pp * (sp - 1) / sp * vol / self._bw(self.tp * sp)
-        return t
+        """TP, EP, PP, CP (ring) and Ulysses activation traffic (`simrl.cost.formulas`)."""
+        return F.analytical_activation_comm_time(F.PY, self.array_params(), tokens_per_rank, passes)
 
     def grad_sync_time(self) -> float:
         """Seconds of the DP x CP gradient/parameter collectives for one step (not overlapped)."""

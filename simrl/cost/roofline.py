@@ -48,6 +48,7 @@ import math
 import attrs
 from attrs import validators as v
 
+from simrl.cost import formulas as F
 from simrl.cost.architectures import ModelArch, model_arch
 from simrl.cost.base import CostModelError, ValidityDomain, finite_nonneg
 from simrl.cost.hardware import GiB, GPUSpec, gpu_spec
@@ -90,6 +91,7 @@ class RooflineRollout:
     domain: ValidityDomain = attrs.field(init=False)
     weight_bytes_per_gpu: float = attrs.field(init=False)
     _capacity: int = attrs.field(init=False)
+    _q: F.RooflineParams | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         m = self.model
@@ -192,27 +194,25 @@ class RooflineRollout:
         self.domain.check("prefill_tokens", prefill_tokens)
         if batch_size <= 0 and prefill_tokens <= 0:
             return 0.0
-        b = batch_size / self.dp
-        kv = kv_tokens / self.dp
-        pf = prefill_tokens / self.dp
-        n_micro = max(1, min(self.pp, math.ceil(b))) if b > 0 else 1
-        stage = self.stage_time(b / n_micro, kv / n_micro, pf / n_micro)
-        t = self.pp * stage + self.overhead_s + self.overhead_per_seq_s * math.ceil(b)
+        t = F.roofline_iteration_time(F.PY, self.array_params(), batch_size, kv_tokens, prefill_tokens)
         return finite_nonneg("roofline iteration_time", t)
 
+    def array_params(self) -> F.RooflineParams:
+        """The numbers of `simrl.cost.formulas.roofline_iteration_time` (the formula both engines run)."""
+        if self._q is None:
+            self._q = F.roofline_params(self)
+        return self._q
+
     # -- pieces (public for tests and for the composed families to compare against) -------------
+    # The arithmetic lives in simrl.cost.formulas (written once for SimPy and the JAX fast path).
 
     def _roof(self, flops: float, bytes_: float) -> float:
-        return max(
-            flops / (self.gpu.flops_per_s(self.compute_dtype) * self.compute_efficiency),
-            bytes_ / (self.gpu.hbm_bytes_per_s * self.bandwidth_efficiency),
-        )
+        return F.roofline_roof(F.PY, self.array_params(), flops, bytes_)
 
     def _experts_touched(self, tokens: float) -> float:
         """Expected distinct experts a layer's ``tokens`` select (uniform top-k routing):
         ``E * (1 - (1 - k/E)^tokens)``; each expert is missed by one token with probability 1 - k/E."""
-        m = self.model
-        return m.num_experts * (1.0 - (1.0 - m.experts_per_token / m.num_experts) ** tokens)
+        return F.roofline_experts_touched(F.PY, self.array_params(), tokens)
 
     def expert_load_imbalance(self, ep_tokens: float) -> float:
         """Busiest EP rank's routed-token load over the mean (1 without expert parallelism).
@@ -223,12 +223,7 @@ class RooflineRollout:
         ``mu + sqrt(2 ln(ep) * mu * (1 - 1/ep))``. Real routers are skewed beyond this; DeepSeek's
         EPLB exists to bring them back towards it.
         """
-        if self.ep <= 1 or ep_tokens <= 0:
-            return 1.0
-        if self.moe_imbalance is not None:
-            return self.moe_imbalance
-        mu = ep_tokens * self.model.experts_per_token / self.ep
-        return 1.0 + math.sqrt(2.0 * math.log(self.ep) * (1.0 - 1.0 / self.ep) / mu)
+        return F.roofline_expert_load_imbalance(F.PY, self.array_params(), ep_tokens)
 
     def _ep_tokens(self, tokens: float) -> float:
         """Tokens the EP group routes when one rank holds ``tokens``: EP spans the DP ranks, so
@@ -237,93 +232,12 @@ class RooflineRollout:
 
     def gemm_time(self, tokens: float, layers: float, with_lm_head: bool = False) -> float:
         """Seconds for the linear projections of ``layers`` layers over ``tokens`` on one GPU."""
-        m = self.model
-        frac = layers / m.layers
-        dense_w = (m.matmul_active_params - m.vocab * m.hidden
-                   - m.n_moe_layers * m.experts_per_token * m.expert_params) * frac / self.tp
-        flops = 2 * tokens * dense_w
-        bytes_ = dense_w * self.weight_dtype_bytes
-        if m.is_moe and tokens > 0:
-            moe_layers = m.n_moe_layers * frac
-            ep_tokens = self._ep_tokens(tokens)
-            # Each rank computes its share of the group's token-expert pairs; the busiest rank more.
-            imb = self.expert_load_imbalance(ep_tokens)
-            flops += 2 * ep_tokens * imb * m.experts_per_token * m.expert_params * moe_layers / self._expert_shards
-            touched = self._experts_touched(ep_tokens)
-            expert_bytes = touched * m.expert_params * moe_layers / self._expert_shards * self.weight_dtype_bytes
-            if self.compute_dtype == "fp8":  # read at the grouped FP8 kernels' lower efficiency
-                expert_bytes *= self.bandwidth_efficiency / self.fp8_moe_bandwidth_efficiency
-            bytes_ += expert_bytes
-        if with_lm_head:
-            head = m.vocab * m.hidden / self.tp
-            bytes_ += head * self.weight_dtype_bytes
-            flops += 2 * head * tokens
-        return self._roof(flops, bytes_)
+        return F.roofline_gemm_time(F.PY, self.array_params(), tokens, layers, with_lm_head)
 
     def stage_time(self, decode_seqs: float, kv_tokens: float, prefill_tokens: float) -> float:
         """Seconds for one pipeline stage (``layers / pp``) of one micro-batch on one GPU."""
-        m = self.model
-        layers = m.layers / self.pp
-        full = m.n_full_attention / self.pp
-        lin = m.n_linear_attention / self.pp
-        tokens = decode_seqs + prefill_tokens
-        heads = math.ceil(m.heads / self.tp)
-        dt = self.weight_dtype_bytes
-        # Linear projections; logits only for sampled positions (LM head averaged over stages).
-        t = self.gemm_time(tokens, layers)
-        sampled = decode_seqs + (1 if prefill_tokens > 0 else 0)
-        head = m.vocab * m.hidden / self.tp / self.pp
-        t += self._roof(2 * head * sampled, head * dt)
-        # Decode attention over resident KV; prefill attention causal within the chunk.
-        swa = self._swa_fraction()
-        if swa:
-            # Sliding layers attend to (and read) at most the window: per sequence of the decode
-            # batch min(mean context, window); a prefill chunk's tokens min(chunk, window) each.
-            window = m.sliding_window
-            ctx = kv_tokens / decode_seqs if decode_seqs > 0 else 0.0
-            kv_eff = kv_tokens * (1 - swa) + swa * decode_seqs * min(ctx, window)
-            pf_sq = prefill_tokens**2 * (1 - swa) + swa * prefill_tokens * min(prefill_tokens, window)
-        else:
-            kv_eff, pf_sq = kv_tokens, prefill_tokens**2
-        if kv_tokens > 0 and full > 0:
-            qk, vd = m.decode_attention_dims()  # MLA: absorbed, over the latent
-            t += self._roof(2 * full * heads * (qk + vd) * kv_eff,
-                            kv_eff * self._kv_bytes_per_token_per_gpu())
-        if prefill_tokens > 0 and full > 0:
-            t += self._roof(full * heads * (m.head_dim + m.value_head_dim) * pf_sq,
-                            prefill_tokens * self._kv_bytes_per_token_per_gpu())
-        if lin > 0 and tokens > 0:
-            v_heads = math.ceil(m.linear_value_heads / self.tp)
-            state = m.linear_key_head_dim * m.linear_value_head_dim
-            seqs = decode_seqs + (1 if prefill_tokens > 0 else 0)
-            t += self._roof(8 * lin * v_heads * state * tokens,
-                            2 * seqs * self._state_bytes_per_seq_per_gpu())
-        # Elementwise: norms, rotary, activation function, residual adds.
-        width = m.intermediate if not m.is_moe else m.experts_per_token * m.moe_intermediate
-        t += self._roof(0.0, tokens * layers * (8 * m.hidden + 3 * width / self.tp) * dt)
-        return t + self.comm_time(tokens, layers)
+        return F.roofline_stage_time(F.PY, self.array_params(), decode_seqs, kv_tokens, prefill_tokens)
 
     def comm_time(self, tokens: float, layers: float) -> float:
         """Collectives of one stage: TP all-reduces, EP all-to-alls, the pipeline send."""
-        m = self.model
-        act = tokens * m.hidden * self.weight_dtype_bytes
-        lat = self.allreduce_latency_s
-        t = 0.0
-        if self.tp > 1:
-            bw = self.gpu.link_bytes_per_s(self.tp) * self.comm_efficiency
-            t += 2 * layers * (2 * (self.tp - 1) / self.tp * act / bw + lat)
-        if self.ep > 1 and self.dp > 1:
-            # Dispatch and combine all-to-alls: each token's k hidden-state copies leave for the
-            # ranks holding its experts ((ep-1)/ep of them off this GPU) and come back; the busiest
-            # rank receives ``imbalance`` times the mean. Only when EP spans DP ranks: under TP + EP
-            # (dp = 1) every rank already holds every token, runs its own experts on them and the
-            # TP all-reduce above combines the partial outputs (vLLM's
-            # ``FusedMoEParallelConfig.use_all2all_kernels`` is ``use_ep and dp_size > 1``).
-            bw = self.gpu.link_bytes_per_s(self.ep) * self.comm_efficiency
-            moe_layers = m.n_moe_layers * layers / m.layers
-            imb = self.expert_load_imbalance(self._ep_tokens(tokens))
-            t += 2 * moe_layers * ((self.ep - 1) / self.ep * act * m.experts_per_token * imb / bw + lat)
-        if self.pp > 1:
-            bw = self.gpu.link_bytes_per_s(self.tp * self.pp) * self.comm_efficiency
-            t += act / bw + lat
-        return t
+        return F.roofline_comm_time(F.PY, self.array_params(), tokens, layers)

@@ -1,0 +1,404 @@
+"""Cost formulas written once, as array code both engines run.
+
+Each formula is a plain function of a parameter record (a NamedTuple of numbers, built once from a
+cost model) and of the query, taking an ``xp`` namespace for the few non-arithmetic operations
+(``where``, ``maximum``, ``minimum``, ``ceil``, ``sqrt``). The SimPy cost models call them with `PY`
+(Python floats, ``where`` a conditional expression) for their scalar answers; the JAX fast path calls
+them with ``jax.numpy`` inside its scan, on per-configuration parameter arrays (`simrl_fast.lowering`
+stacks the records, so a sweep may vary the GPU, the layout and the model). Both evaluate the same
+IEEE operations in the same order, so they give identical floats.
+
+Rules that keep them so: every branch on a configuration value is a ``where`` whose untaken side is
+still finite (guarded denominators), sums keep the association of the original expressions, and no
+transcendental function runs on query-dependent values in a formula the fast path lowers (XLA's
+``pow`` differs from libm's in the last bit; constants such as ``log(ep)`` are computed once on the
+host and stored in the record).
+
+- `RooflineParams` / `roofline_params` / `roofline_iteration_time` (with `roofline_stage_time`,
+  `roofline_gemm_time`, `roofline_comm_time`, `roofline_expert_load_imbalance`): the arithmetic of
+  `simrl.cost.roofline.RooflineRollout`; `roofline_kv_slope` is d(iteration time)/d(KV tokens) at a
+  fixed batch, for the fast path's closed form (exact where `roofline_affine_in_kv` holds).
+- `AnalyticalParams` / `analytical_params` / `analytical_fwd_flops` / `analytical_phase_values` /
+  `analytical_activation_comm_time`: the sequence-length-dependent arithmetic of
+  `simrl.cost.analytical.AnalyticalTraining` (the per-step constants -- gradient sync, optimizer,
+  overhead -- are taken from its methods when the record is built).
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import NamedTuple
+
+#: the ``xp`` namespace for Python scalars (what the SimPy cost models pass)
+PY = SimpleNamespace(
+    where=lambda c, a, b: a if c else b,
+    maximum=max,
+    minimum=min,
+    ceil=math.ceil,
+    sqrt=math.sqrt,
+    logical_and=lambda a, b: a and b,
+    logical_or=lambda a, b: a or b,
+)
+
+
+def _safe(xp, x):
+    """``x`` where positive, else 1 (a denominator for a branch ``where`` does not take)."""
+    return xp.where(x > 0, x, 1.0)
+
+
+# -- roofline rollout -----------------------------------------------------------------------------
+
+
+class RooflineParams(NamedTuple):
+    """Numbers `roofline_iteration_time` needs (floats; flags are 0.0 / 1.0)."""
+
+    dp: float
+    pp: float
+    tp: float
+    overhead_s: float
+    overhead_per_seq_s: float
+    model_layers: float  # m.layers
+    n_full: float  # m.n_full_attention
+    n_lin: float  # m.n_linear_attention
+    heads: float  # ceil(m.heads / tp)
+    dt: float  # weight dtype bytes
+    vocab_hidden: float  # m.vocab * m.hidden
+    fden: float  # peak FLOP/s of the compute dtype * compute_efficiency
+    bden: float  # HBM bytes/s * bandwidth_efficiency
+    swa: float  # share of attention layers that slide
+    window: float  # m.sliding_window (0 without)
+    qk_vd: float  # decode score + value dims (MLA: absorbed)
+    hd_vd: float  # head_dim + value_head_dim
+    kv_bytes: float  # KV bytes per token per GPU (all full-attention layers of a stage)
+    v_heads: float  # ceil(m.linear_value_heads / tp)
+    lin_state: float  # linear_key_head_dim * linear_value_head_dim
+    state_bytes: float  # recurrent state bytes per sequence per GPU
+    hidden: float
+    width: float  # MLP width (MoE: experts_per_token * moe_intermediate)
+    dense_base: float  # matmul_active - vocab*hidden - n_moe*k*expert_params
+    is_moe: float
+    n_moe: float  # m.n_moe_layers
+    k: float  # experts_per_token
+    expert_params: float
+    experts: float  # num_experts
+    miss: float  # 1 - k/E (1 for dense models)
+    shards: float  # expert shards (ep, else tp)
+    ep: float
+    ep_mult: float  # dp when ep > 1, else 1
+    imb_given: float  # moe_imbalance (0: none)
+    imb_c: float  # 2 ln(ep) (1 - 1/ep)
+    fp8_fac: float  # bandwidth_efficiency / fp8_moe_bandwidth_efficiency under fp8, else 1
+    ep_a2a: float  # 1 when EP spans DP ranks (all-to-alls), else 0
+    lat: float  # allreduce_latency_s
+    bw_tp: float  # link(tp) * comm_efficiency
+    bw_ep: float  # link(ep) * comm_efficiency
+    bw_pp: float  # link(tp*pp) * comm_efficiency
+
+
+def roofline_params(r) -> RooflineParams:
+    """The record of a `simrl.cost.roofline.RooflineRollout` (host side, once per model)."""
+    m = r.model
+    swa = r._swa_fraction()
+    qk, vd = m.decode_attention_dims()
+    ce = r.comm_efficiency
+    ep = r.ep
+    return RooflineParams(
+        dp=float(r.dp), pp=float(r.pp), tp=float(r.tp), overhead_s=float(r.overhead_s),
+        overhead_per_seq_s=float(r.overhead_per_seq_s), model_layers=float(m.layers),
+        n_full=float(m.n_full_attention), n_lin=float(m.n_linear_attention), heads=float(math.ceil(m.heads / r.tp)),
+        dt=float(r.weight_dtype_bytes), vocab_hidden=float(m.vocab * m.hidden),
+        fden=r.gpu.flops_per_s(r.compute_dtype) * r.compute_efficiency,
+        bden=r.gpu.hbm_bytes_per_s * r.bandwidth_efficiency,
+        swa=float(swa), window=float(m.sliding_window or 0), qk_vd=float(qk + vd),
+        hd_vd=float(m.head_dim + m.value_head_dim), kv_bytes=float(r._kv_bytes_per_token_per_gpu()),
+        v_heads=float(math.ceil(m.linear_value_heads / r.tp)),
+        lin_state=float(m.linear_key_head_dim * m.linear_value_head_dim),
+        state_bytes=float(r._state_bytes_per_seq_per_gpu()), hidden=float(m.hidden),
+        width=float(m.intermediate if not m.is_moe else m.experts_per_token * m.moe_intermediate),
+        dense_base=float(m.matmul_active_params - m.vocab * m.hidden
+                         - m.n_moe_layers * m.experts_per_token * m.expert_params),
+        is_moe=float(m.is_moe), n_moe=float(m.n_moe_layers), k=float(m.experts_per_token),
+        expert_params=float(m.expert_params), experts=float(m.num_experts),
+        miss=(1.0 - m.experts_per_token / m.num_experts) if m.is_moe else 1.0,
+        shards=float(r._expert_shards), ep=float(ep), ep_mult=float(r.dp if ep > 1 else 1),
+        imb_given=float(r.moe_imbalance or 0.0),
+        imb_c=2.0 * math.log(ep) * (1.0 - 1.0 / ep),
+        fp8_fac=(r.bandwidth_efficiency / r.fp8_moe_bandwidth_efficiency) if r.compute_dtype == "fp8" else 1.0,
+        ep_a2a=float(ep > 1 and r.dp > 1), lat=float(r.allreduce_latency_s),
+        bw_tp=r.gpu.link_bytes_per_s(r.tp) * ce, bw_ep=r.gpu.link_bytes_per_s(ep) * ce,
+        bw_pp=r.gpu.link_bytes_per_s(r.tp * r.pp) * ce,
+    )
+
+
+def roofline_affine_in_kv(q: RooflineParams) -> bool:
+    """Whether the iteration time is affine in the KV tokens at a fixed batch and no prefill (no
+    sliding window, whose ``min(context, window)`` bends it), so `roofline_kv_slope` is exact; and
+    whether it uses no transcendental function of the batch (MoE: ``(1 - k/E)^tokens``, the load
+    imbalance's square root is exact but the power is not). The fast path lowers only these."""
+    return q.swa == 0.0 and q.is_moe == 0.0
+
+
+def roofline_roof(xp, q, flops, bytes_):
+    return xp.maximum(flops / q.fden, bytes_ / q.bden)
+
+
+def roofline_expert_load_imbalance(xp, q, ep_tokens):
+    """Busiest EP rank's routed load over the mean (see `RooflineRollout.expert_load_imbalance`)."""
+    mu = ep_tokens * q.k / _safe(xp, q.ep)
+    uniform = 1.0 + xp.sqrt(q.imb_c / _safe(xp, mu))
+    return xp.where(xp.logical_or(q.ep <= 1, ep_tokens <= 0), 1.0, xp.where(q.imb_given > 0, q.imb_given, uniform))
+
+
+def roofline_experts_touched(xp, q, tokens):
+    """``E * (1 - (1 - k/E)^tokens)``: expected distinct experts ``tokens`` select (0 for dense)."""
+    return q.experts * (1.0 - q.miss ** tokens)
+
+
+def roofline_gemm_time(xp, q, tokens, layers, with_lm_head=False):
+    """Seconds for the linear projections of ``layers`` layers over ``tokens`` on one GPU."""
+    frac = layers / q.model_layers
+    dense_w = q.dense_base * frac / q.tp
+    flops = 2 * tokens * dense_w
+    bytes_ = dense_w * q.dt
+    moe = xp.logical_and(q.is_moe > 0, tokens > 0)
+    moe_layers = q.n_moe * frac
+    ep_tokens = tokens * q.ep_mult
+    imb = roofline_expert_load_imbalance(xp, q, ep_tokens)
+    flops = xp.where(moe, flops + 2 * ep_tokens * imb * q.k * q.expert_params * moe_layers / q.shards, flops)
+    touched = roofline_experts_touched(xp, q, ep_tokens)
+    expert_bytes = touched * q.expert_params * moe_layers / q.shards * q.dt
+    expert_bytes = expert_bytes * q.fp8_fac
+    bytes_ = xp.where(moe, bytes_ + expert_bytes, bytes_)
+    if with_lm_head:
+        head = q.vocab_hidden / q.tp
+        bytes_ += head * q.dt
+        flops += 2 * head * tokens
+    return roofline_roof(xp, q, flops, bytes_)
+
+
+def roofline_comm_time(xp, q, tokens, layers):
+    """Collectives of one stage: TP all-reduces, EP all-to-alls, the pipeline send."""
+    act = tokens * q.hidden * q.dt
+    lat = q.lat
+    t = 0.0
+    t = xp.where(q.tp > 1, t + 2 * layers * (2 * (q.tp - 1) / q.tp * act / q.bw_tp + lat), t)
+    moe_layers = q.n_moe * layers / q.model_layers
+    imb = roofline_expert_load_imbalance(xp, q, tokens * q.ep_mult)
+    # EP dispatch + combine all-to-alls only when EP spans DP ranks (vLLM's use_all2all_kernels);
+    # under TP + EP the TP all-reduce above combines.
+    t = xp.where(q.ep_a2a > 0,
+                 t + 2 * moe_layers * ((q.ep - 1) / _safe(xp, q.ep) * act * q.k * imb / q.bw_ep + lat), t)
+    t = xp.where(q.pp > 1, t + (act / q.bw_pp + lat), t)
+    return t
+
+
+def roofline_stage_time(xp, q, decode_seqs, kv_tokens, prefill_tokens):
+    """Seconds for one pipeline stage (``layers / pp``) of one micro-batch on one GPU."""
+    layers = q.model_layers / q.pp
+    full = q.n_full / q.pp
+    lin = q.n_lin / q.pp
+    tokens = decode_seqs + prefill_tokens
+    dt = q.dt
+    has_pf = xp.where(prefill_tokens > 0, 1, 0)
+    t = roofline_gemm_time(xp, q, tokens, layers)
+    sampled = decode_seqs + has_pf
+    head = q.vocab_hidden / q.tp / q.pp
+    t += roofline_roof(xp, q, 2 * head * sampled, head * dt)
+    # sliding layers read at most the window (per decoding sequence, per prefill token)
+    ctx = xp.where(decode_seqs > 0, kv_tokens / _safe(xp, decode_seqs), 0.0)
+    swa = q.swa
+    kv_eff = xp.where(swa > 0, kv_tokens * (1 - swa) + swa * decode_seqs * xp.minimum(ctx, q.window), kv_tokens)
+    pf_sq = xp.where(swa > 0, prefill_tokens * prefill_tokens * (1 - swa)
+                     + swa * prefill_tokens * xp.minimum(prefill_tokens, q.window), prefill_tokens * prefill_tokens)
+    dec = roofline_roof(xp, q, 2 * full * q.heads * q.qk_vd * kv_eff, kv_eff * q.kv_bytes)
+    t = xp.where(xp.logical_and(kv_tokens > 0, full > 0), t + dec, t)
+    pre = roofline_roof(xp, q, full * q.heads * q.hd_vd * pf_sq, prefill_tokens * q.kv_bytes)
+    t = xp.where(xp.logical_and(prefill_tokens > 0, full > 0), t + pre, t)
+    seqs = decode_seqs + has_pf
+    rec = roofline_roof(xp, q, 8 * lin * q.v_heads * q.lin_state * tokens, 2 * seqs * q.state_bytes)
+    t = xp.where(xp.logical_and(lin > 0, tokens > 0), t + rec, t)
+    t += roofline_roof(xp, q, 0.0, tokens * layers * (8 * q.hidden + 3 * q.width / q.tp) * dt)
+    return t + roofline_comm_time(xp, q, tokens, layers)
+
+
+def _micro(xp, q, b):
+    """Pipeline micro-batches of ``b`` sequences per DP rank (vLLM's virtual engines)."""
+    return xp.where(b > 0, xp.maximum(1, xp.minimum(q.pp, xp.ceil(b))), 1)
+
+
+def roofline_iteration_time(xp, q, batch_size, kv_tokens, prefill_tokens):
+    """Seconds for one continuous-batching iteration (`RolloutCost.iteration_time`)."""
+    b = batch_size / q.dp
+    kv = kv_tokens / q.dp
+    pf = prefill_tokens / q.dp
+    n_micro = _micro(xp, q, b)
+    stage = roofline_stage_time(xp, q, b / n_micro, kv / n_micro, pf / n_micro)
+    t = q.pp * stage + q.overhead_s + q.overhead_per_seq_s * xp.ceil(b)
+    idle = xp.logical_and(batch_size <= 0, prefill_tokens <= 0)
+    return xp.where(idle, 0.0, t)
+
+
+def roofline_kv_slope(xp, q, batch_size):
+    """Growth of the iteration time per KV token at ``batch_size`` decoding sequences and no
+    prefill: the decode-attention roofline ``pp * max(FLOP, byte) / (dp * micro-batches)``, exact
+    when `roofline_affine_in_kv` (every other term depends on the batch only)."""
+    n_micro = _micro(xp, q, batch_size / q.dp)
+    full = q.n_full / q.pp
+    per = xp.maximum(2 * full * q.heads * q.qk_vd / q.fden, q.kv_bytes / q.bden)
+    return xp.where(full > 0, q.pp * per / q.dp / n_micro, 0.0)
+
+
+# -- analytical training --------------------------------------------------------------------------
+
+
+class AnalyticalParams(NamedTuple):
+    """Numbers `analytical_phase_values` needs (floats; flags are 0.0 / 1.0)."""
+
+    dp: float
+    two_p: float  # 2 * matmul_active_params
+    attn_c: float  # 2 * n_full * heads * (head_dim + value_head_dim): attention FLOPs per token per context token
+    lin_f: float  # DeltaNet FLOPs per token
+    flops_per_s: float  # GPUs of one DP rank * BF16 peak * mfu
+    # activation collectives (per trained token of a DP rank)
+    tp: float
+    pp: float
+    cp: float
+    sp: float  # ulysses_sp
+    layers: float
+    hidden: float
+    pdt: float  # param dtype bytes
+    bw_tp_coll: float  # collective_bytes_per_s(tp) * comm_efficiency
+    ep: float
+    n_moe: float
+    k: float
+    bw_ep: float
+    bw_pp: float  # link(tp*pp) * comm_efficiency
+    n_full: float
+    kv_el: float  # kv_elements_per_token_per_layer
+    kv_div: float  # 1 for MLA, else tp
+    bw_cp: float  # link(tp*cp) * comm_efficiency
+    sp_width: float  # q, k, v and output widths Ulysses swaps
+    bw_sp: float  # link(tp*sp) * comm_efficiency
+    # schedule
+    micro_batch_size: float
+    max_tokens_per_gpu: float  # 0: fixed micro-batches
+    seq_split: float  # cp * ulysses_sp
+    vpp: float
+    mini_batch_samples: float  # 0: the whole batch is one optimizer step
+    ppo_epochs: float
+    update_passes: float
+    old_lp: float  # recompute_old_logprob
+    ref: float  # reference_model
+    lp_fwd: float  # logprob_forwards
+    critic: float
+    # per-optimizer-step constants (from the model's own methods)
+    overlap: float  # comm_overlap
+    grad_sync_s: float
+    optimizer_s: float
+    overhead_s: float
+
+
+def analytical_params(t) -> AnalyticalParams:
+    """The record of a `simrl.cost.analytical.AnalyticalTraining` (host side, once per model)."""
+    m = t.model
+    ce = t.comm_efficiency
+    return AnalyticalParams(
+        dp=float(t.dp), two_p=2.0 * m.matmul_active_params,
+        attn_c=2.0 * m.n_full_attention * m.heads * (m.head_dim + m.value_head_dim),
+        lin_f=8.0 * m.n_linear_attention * m.linear_value_heads * (m.linear_key_head_dim * m.linear_value_head_dim),
+        flops_per_s=t._flops_per_s(), tp=float(t.tp), pp=float(t.pp), cp=float(t.cp), sp=float(t.ulysses_sp),
+        layers=float(m.layers), hidden=float(m.hidden), pdt=float(t.param_dtype_bytes),
+        bw_tp_coll=t.gpu.collective_bytes_per_s(t.tp) * ce, ep=float(t.ep), n_moe=float(m.n_moe_layers),
+        k=float(m.experts_per_token), bw_ep=t._bw(t.ep), bw_pp=t._bw(t.tp * t.pp),
+        n_full=float(m.n_full_attention), kv_el=float(m.kv_elements_per_token_per_layer()),
+        kv_div=float(1 if m.is_mla else t.tp), bw_cp=t._bw(t.tp * t.cp),
+        sp_width=float(m.heads * m.head_dim + m.kv_heads * (m.head_dim + m.value_head_dim) + m.heads * m.value_head_dim),
+        bw_sp=t._bw(t.tp * t.ulysses_sp), micro_batch_size=float(t.micro_batch_size),
+        max_tokens_per_gpu=float(t.max_tokens_per_gpu or 0), seq_split=float(t._seq_split),
+        vpp=float(t.virtual_pipeline_stages), mini_batch_samples=float(t.mini_batch_samples or 0),
+        ppo_epochs=float(t.ppo_epochs), update_passes=float(t._update_passes()),
+        old_lp=float(t.recompute_old_logprob), ref=float(t.reference_model), lp_fwd=float(t.logprob_forwards),
+        critic=float(t.critic), overlap=float(t.comm_overlap), grad_sync_s=float(t.grad_sync_time()),
+        optimizer_s=float(t.optimizer_time()), overhead_s=float(t.overhead_s),
+    )
+
+
+def analytical_fwd_flops(xp, q, seq_len):
+    """Forward FLOPs of one sample of ``seq_len`` tokens: ``s * flops_per_token(s / 2)`` (causal)."""
+    return seq_len * (q.two_p + (q.attn_c * (seq_len / 2) + q.lin_f))
+
+
+def analytical_activation_comm_time(xp, q, tokens_per_rank, passes):
+    """TP, EP, PP, CP (ring) and Ulysses activation traffic of ``passes`` passes over a DP rank's tokens."""
+    t = 0.0
+    act = tokens_per_rank / (q.cp * q.sp) * q.hidden * q.pdt
+    # TP: 2 all-gathers + 2 reduce-scatters per layer and pass ~ 2 all-reduces
+    t = xp.where(q.tp > 1, t + passes * 2 * (q.layers / q.pp) * 2 * (q.tp - 1) / q.tp * act / q.bw_tp_coll, t)
+    moe_layers = q.n_moe / q.pp
+    t = xp.where(q.ep > 1, t + passes * 2 * moe_layers * (q.ep - 1) / q.ep * act * q.k / q.bw_ep, t)
+    t = xp.where(q.pp > 1, t + passes * (q.pp - 1) * act / q.bw_pp, t)
+    # Ring attention: per layer and forward pass, cp - 1 hops of this rank's K/V chunk.
+    kv = tokens_per_rank / q.cp * q.n_full / q.pp * q.kv_el
+    kv = kv * (q.pdt / q.kv_div)
+    t = xp.where(q.cp > 1, t + passes * (q.cp - 1) * kv / q.bw_cp, t)
+    # Ulysses: all-to-alls swap the sequence split for a head split before attention (q, k, v) and
+    # back after it (the output), per layer and pass; (sp-1)/sp of it leaves the GPU.
+    vol = tokens_per_rank / (q.cp * q.sp) * q.sp_width * q.pdt / q.tp
+    t = xp.where(q.sp > 1, t + passes * q.n_full / q.pp * (q.sp - 1) / q.sp * vol / q.bw_sp, t)
+    return t
+
+
+def analytical_optimizer_steps(xp, q, samples):
+    """``ppo_epochs * ceil(samples / mini_batch_samples)`` (one per epoch without mini-batches)."""
+    per_epoch = xp.where(q.mini_batch_samples > 0,
+                         xp.maximum(1, xp.ceil(samples / _safe(xp, q.mini_batch_samples))), 1)
+    return q.ppo_epochs * per_epoch
+
+
+def analytical_micro_batches(xp, q, samples, tokens):
+    """Micro-batches per DP rank: samples / micro_batch_size, or with a token budget
+    (``max_tokens_per_gpu``, verl's use_dynamic_bsz) the rank's tokens over the budget."""
+    dyn = xp.maximum(1, xp.ceil(tokens / q.dp / q.seq_split / _safe(xp, q.max_tokens_per_gpu)))
+    fixed = xp.maximum(1, xp.ceil(samples / (q.dp * q.micro_batch_size)))
+    return xp.where(q.max_tokens_per_gpu > 0, dyn, fixed)
+
+
+def analytical_bubble(xp, q, samples, tokens, mini_batches=1):
+    """1F1B stretch ``1 + (pp - 1) / (m * vpp)`` (1 without pipeline parallelism)."""
+    m = xp.maximum(1, xp.ceil(analytical_micro_batches(xp, q, samples, tokens) / mini_batches))
+    return xp.where(q.pp <= 1, 1.0, 1 + (q.pp - 1) / (m * q.vpp))
+
+
+#: the phases `analytical_phase_values` returns, in a trainer's order
+ANALYTICAL_PHASES = ("old_log_prob", "ref_forward", "log_prob_forwards", "critic_update", "actor_update",
+                     "pipeline_bubble", "grad_sync", "optimizer", "overhead")
+
+
+def analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max):
+    """Seconds of each of `ANALYTICAL_PHASES` for a batch of ``samples`` sequences of ``tokens`` in
+    all, whose forward FLOPs (`analytical_fwd_flops`) sum to ``fwd_sum`` with largest ``fwd_max``."""
+    unit = xp.maximum(fwd_sum / q.dp, fwd_max) / q.flops_per_s
+    comm = analytical_activation_comm_time(xp, q, tokens / q.dp, 1)
+    steps = analytical_optimizer_steps(xp, q, samples)
+    n_fwd = q.old_lp + q.ref + q.lp_fwd
+    b1 = analytical_bubble(xp, q, samples, tokens)
+    bubble = n_fwd * unit * (b1 - 1.0)
+    upd = q.ppo_epochs * q.update_passes
+    update_stretch = analytical_bubble(xp, q, samples, tokens, steps // q.ppo_epochs) - 1.0
+    actor = upd * (unit + comm)
+    bubble = bubble + upd * unit * update_stretch
+    sync = steps * (1 - q.overlap) * q.grad_sync_s
+    adam = steps * q.optimizer_s
+    critic = xp.where(q.critic > 0, (1 + upd) * (unit + comm) + sync + adam, 0.0)
+    bubble = xp.where(q.critic > 0, bubble + (unit * (b1 - 1.0) + upd * unit * update_stretch), bubble)
+    return (q.old_lp * (unit + comm), q.ref * (unit + comm), q.lp_fwd * (unit + comm), critic, actor, bubble,
+            sync, adam, q.overhead_s)
+
+
+def analytical_step_time(xp, q, samples, tokens, fwd_sum, fwd_max):
+    """Sum of `analytical_phase_values`, in their order (what `AnalyticalTraining.step_time` sums)."""
+    total = 0.0
+    for v in analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max):
+        total = total + v
+    return total
