@@ -113,6 +113,11 @@ def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[
         getattr(params, field)[...] = vals[vinv]
     for key in [k for k in cols if k in COST_COLUMNS]:
         field = COST_COLUMNS[key]
+        kind = {"a": params.ro_kind, "b": params.ro_kind, "c": params.ro_kind, "p": params.ro_kind,
+                "train_a": params.tr_kind, "train_per_token": params.tr_kind}.get(field)
+        if kind is not None and np.any(kind != 0):
+            raise FastPathUnsupported(f"grid column {key}: the cost model is not a linear form (roofline or "
+                                      "analytical); its coefficients are not swept")
         x = cols[key].astype(np.float64)
         bad = ~np.isfinite(x) | (x < 0)
         if bad.any():
@@ -125,8 +130,9 @@ def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[
 
 def _check_costs(p: Params) -> None:
     """The checks `lower` makes on the cost numbers (simrl_fast.lowering._rollout_form etc.), per point."""
-    for what, bad in (("a linear rollout model with a + b = 0", p.a + p.b <= 0),
-                      ("a training step time that can be 0", p.train_a + p.train_per_token <= 0),
+    for what, bad in (("a linear rollout model with a + b = 0", (p.ro_kind == 0) & (p.a + p.b <= 0)),
+                      ("a training step time that can be 0",
+                       (p.tr_kind == 0) & (p.train_a + p.train_per_token <= 0)),
                       ("a weight publication time of 0", ~(p.sync_s > 0))):
         if np.any(bad):
             m = int(np.argmax(bad))

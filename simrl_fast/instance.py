@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from simrl_fast.closed_form import event_of
+from simrl_fast.costs import rollout_times
 from simrl_fast.lowering import RULE_ABORT_RESTART, RULE_ABORT_RESUME
 from simrl_fast.state import (
     BIG,
@@ -143,13 +144,10 @@ def instance_action(st, p, w, static, on, i, new_now):
     more = (nfin > 1) | (~paused & pausing & ~do_pause) | (~paused & ~pausing & fits(p, len2, running, kv_used, h2p, h2l))
     close = ~more
     start = close & ~paused & (running > 0)
-    f = lambda v: v.astype(jnp.float64)  # noqa: E731
-    dt0 = p.a + p.b * f(nd) + p.c * f(kd) + p.p * f(pa)
-    t1 = clock + dt0
     b1n = nd + na
     k1n = kd + nd + pa + na
-    alpha = p.a + p.b * f(b1n) + p.c * f(k1n)
-    beta = p.c * f(b1n)
+    dt0, alpha, beta = rollout_times(p, nd, kd, pa, b1n, k1n)  # simrl_fast.costs: the cost model's formula
+    t1 = clock + dt0
     fin_min = jnp.min(jnp.where(srid >= 0, sfin, BIG))
     ev_it, ev_t, ev_prev = event_of(clock, it, t1, alpha, beta, fin_min, BIG, BIG)
     phase = jnp.where(paused, PAUSED, jnp.where(start, BUSY, jnp.where(close, IDLE, BUSY)))

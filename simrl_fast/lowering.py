@@ -17,8 +17,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simrl.cost.analytical import FixedTraining
+from simrl.cost import formulas as F
+from simrl.cost.analytical import AnalyticalTraining, FixedTraining
 from simrl.cost.linear import LinearForm
+from simrl.cost.roofline import RooflineRollout
 from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.rules import Enforcement, InflightRule, code
 
@@ -32,9 +34,12 @@ FEATURES = {
     "router.name": "least_requests, round_robin",
     "router.active_cap": "0",
     "cost.rollout": "a model with a linear form a + b*batch + c*kv + p*prefill (linear_coefficients(): "
-                    "cost.rollout=linear, psrl artifacts) fitted for the run's model, GPU, tp and pp",
+                    "cost.rollout=linear, psrl artifacts) fitted for the run's model, GPU, tp and pp; or the "
+                    "roofline (given or fitted knobs) built for the run's model, GPU and tp/pp/dp/ep, for a dense "
+                    "model without sliding-window layers",
     "cost.training": "a model with step time a + per_token*tokens and no memory model (constant, fixed, "
-                     "fitted fixed / linear artifacts)",
+                     "fitted fixed / linear artifacts); or cost.training=analytical (knobs) built for the run's "
+                     "model and deployment.training layout, whose memory fits the largest possible batch",
     "cost.strict": "false when a rollout or training model has a fitted validity domain (queries are not checked)",
     "cost.weight_sync": "any model; publish_time(instances) is taken once and must be > 0",
     "policy": "any policy whose lower() is fast_path_exact=1 within these PolicyParams values",
@@ -101,6 +106,10 @@ class Params(NamedTuple):
     n_inst: np.ndarray  # int32: active instances (<= Static.instances)
     max_seqs: np.ndarray  # int32: max_num_seqs
     kv_cap: np.ndarray  # int64: KV capacity per instance, tokens
+    ro_kind: np.ndarray  # int32: rollout formula (simrl_fast.costs: 0 the linear form a..p, 1 roofline)
+    ro: np.ndarray  # [NR] float64: simrl.cost.formulas.RooflineParams (zeros under the linear form)
+    tr_kind: np.ndarray  # int32: training formula (0 train_a + train_per_token * tokens, 1 analytical)
+    tr: np.ndarray  # [NT] float64: simrl.cost.formulas.AnalyticalParams (zeros under the linear form)
     a: np.ndarray  # float64: seconds per iteration
     b: np.ndarray  # float64: seconds per decoding sequence
     c: np.ndarray  # float64: seconds per decoding KV token
@@ -236,14 +245,70 @@ def _salted_groups(w) -> np.ndarray:
     return w.call_cache_salted[first]
 
 
-def _rollout_form(cfg, costs) -> LinearForm:
-    """The rollout model's linear form, checked against the run's layout (never ignored)."""
+class RolloutLowered(NamedTuple):
+    kind: int  # simrl_fast.costs.RO_*
+    form: LinearForm  # the linear form (zeros under the roofline)
+    ro: np.ndarray  # [NR] RooflineParams (zeros under the linear form)
+
+
+class TrainingLowered(NamedTuple):
+    kind: int  # simrl_fast.costs.TR_*
+    a: float
+    per_token: float
+    tr: np.ndarray  # [NT] AnalyticalParams (zeros under the linear form)
+
+
+_ZERO_FORM = LinearForm(0.0, 0.0, 0.0, 0.0)
+
+
+def _same_model(want, have) -> bool:
+    from simrl.cost.architectures import model_arch
+
+    return model_arch(want).name == model_arch(have).name
+
+
+def _same_gpu(want, have) -> bool:
+    from simrl.cost.hardware import gpu_spec
+
+    return gpu_spec(want).name == gpu_spec(have).name
+
+
+def _roofline_lowered(cfg, ro: RooflineRollout) -> RolloutLowered:
+    """The roofline's formula record, checked against the run's layout (never ignored)."""
+    r = cfg.deployment.rollout
+    name = f"rollout cost model {ro.domain.model}"
+    if not _same_model(ro.model, cfg.deployment.model):
+        _reject(f"deployment.model={cfg.deployment.model} with a roofline built for {ro.model.name}", name)
+    if not _same_gpu(r.gpu, ro.gpu):
+        _reject(f"deployment.rollout.gpu={r.gpu} with a roofline built for {ro.gpu.name}", name)
+    for key in ("tp", "pp", "dp", "ep"):
+        if int(getattr(r, key)) != int(getattr(ro, key)):
+            _reject(f"deployment.rollout.{key}={getattr(r, key)} with a roofline built for {key}={getattr(ro, key)}",
+                    name)
+    q = ro.array_params()
+    if q.swa:
+        _reject("a roofline rollout of a model with sliding-window layers",
+                f"{ro.model.name}: its iteration time bends at min(context, window), no closed form between events")
+    if q.is_moe:
+        _reject("a roofline rollout of an MoE model",
+                f"{ro.model.name}: the experts-touched term (1 - k/E)^tokens uses pow, whose last bit differs "
+                "between XLA and libm")
+    if cfg.cost.strict:
+        _reject("cost.strict=true with the roofline's validity domain", "queries are not checked against it")
+    return RolloutLowered(1, _ZERO_FORM, np.asarray(q, dtype=np.float64))
+
+
+def _rollout_form(cfg, costs) -> RolloutLowered:
+    """The rollout model's lowered formula: a linear form, or the roofline's record."""
     ro = costs.rollout
+    if isinstance(ro, RooflineRollout):
+        return _roofline_lowered(cfg, ro)
     ask = getattr(ro, "linear_coefficients", None)
     form = ask() if ask is not None else None
     if not isinstance(form, LinearForm):
         _reject(f"rollout cost model {type(ro).__name__}",
-                "only models with a linear form a + b*batch + c*kv + p*prefill (linear_coefficients())")
+                "only models with a linear form a + b*batch + c*kv + p*prefill (linear_coefficients()) "
+                "and the dense roofline")
     if min(form.a, form.b, form.c, form.p) < 0 or form.a + form.b <= 0:
         _reject("a linear rollout model with negative terms or a + b = 0")
     r = cfg.deployment.rollout
@@ -254,13 +319,9 @@ def _rollout_form(cfg, costs) -> LinearForm:
         if want is None:
             continue
         if key == "model":
-            from simrl.cost.architectures import model_arch
-
-            same = model_arch(str(want)).name == model_arch(have).name
+            same = _same_model(str(want), have)
         elif key == "gpu":
-            from simrl.cost.hardware import gpu_spec
-
-            same = gpu_spec(str(want)).name == gpu_spec(have).name
+            same = _same_gpu(str(want), have)
         else:
             same = int(want) == int(have)
         if not same:
@@ -269,19 +330,42 @@ def _rollout_form(cfg, costs) -> LinearForm:
                     "its coefficients describe another layout")
     if form.bounded_domain and cfg.cost.strict:
         _reject("cost.strict=true with a fitted rollout validity domain", "queries are not checked against it")
-    return form
+    return RolloutLowered(0, form, np.zeros(len(F.RooflineParams._fields)))
 
 
-def _training_terms(cfg, costs) -> tuple[float, float]:
-    """(a, per_token) of a training model whose step time is ``a + per_token * tokens``."""
+def _analytical_lowered(cfg, t: AnalyticalTraining) -> TrainingLowered:
+    """The analytical model's formula record, checked against the run's training layout."""
+    d = cfg.deployment.training
+    name = f"training cost model {t.domain.model}"
+    if not _same_model(t.model, cfg.deployment.model):
+        _reject(f"deployment.model={cfg.deployment.model} with an analytical training model built for "
+                f"{t.model.name}", name)
+    if not _same_gpu(d.gpu, t.gpu):
+        _reject(f"deployment.training.gpu={d.gpu} with an analytical training model built for {t.gpu.name}", name)
+    for key in ("gpus", "tp", "pp", "cp", "ep"):
+        if int(getattr(d, key)) != int(getattr(t, key)):
+            _reject(f"deployment.training.{key}={getattr(d, key)} with an analytical training model built for "
+                    f"{key}={getattr(t, key)}", name)
+    if t._offloads():
+        _reject("an analytical training model with trainer offload", name)
+    if cfg.cost.strict:
+        _reject("cost.strict=true with the analytical training validity domain", "queries are not checked against it")
+    return TrainingLowered(1, 0.0, 0.0, np.asarray(F.analytical_params(t), dtype=np.float64))
+
+
+def _training_terms(cfg, costs) -> TrainingLowered:
+    """The training model's lowered formula: ``a + per_token * tokens``, or the analytical record."""
     t = costs.training
+    if isinstance(t, AnalyticalTraining):
+        return _analytical_lowered(cfg, t)
     ask = getattr(t, "linear_coefficients", None)
     terms = ask() if ask is not None else None
     if terms is None and isinstance(t, FixedTraining):  # simrl.cost.analytical's constant step
         terms = (float(t.step_s), 0.0)
     if terms is None:
         _reject(f"training cost model {type(t).__name__}",
-                "only step times a + per_token*tokens with no memory model (linear_coefficients())")
+                "only step times a + per_token*tokens with no memory model (linear_coefficients()) "
+                "and cost.training=analytical")
     a, per_tok = terms
     if not t.peak_memory_bytes([]) <= t.memory_capacity_bytes():
         _reject("a training step that does not fit in memory")
@@ -289,7 +373,20 @@ def _training_terms(cfg, costs) -> tuple[float, float]:
         _reject("a training step time that can be 0")
     if t.domain.ranges and cfg.cost.strict:
         _reject("cost.strict=true with a fitted training validity domain", "queries are not checked against it")
-    return float(a), float(per_tok)
+    return TrainingLowered(0, float(a), float(per_tok), np.zeros(len(F.AnalyticalParams._fields)))
+
+
+def _check_training_memory(t, wa: WorkloadArrays, batch_groups: int) -> None:
+    """SimPy stops at a step whose batch does not fit the training GPUs; the fast path does not
+    check per step, so it takes only models where no batch can fail: the peak of the largest
+    possible batch (the workload's longest sequences; the peak grows with every length) fits."""
+    lens = np.sort((wa.prompt.astype(np.int64) + wa.completion).ravel())[::-1]
+    worst = [int(x) for x in lens[: batch_groups * wa.prompt.shape[1]]]
+    peak, cap = t.peak_memory_bytes(worst), t.memory_capacity_bytes()
+    if not peak <= cap:
+        _reject("a training model whose largest possible batch does not fit GPU memory",
+                f"{t.domain.model}: {peak / 2**30:.1f} GiB per GPU for the workload's {len(worst)} longest sequences, "
+                f"{cap / 2**30:.1f} GiB available; SimPy stops at the first step that does not fit")
 
 
 def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Static, Params, WorkloadArrays]:
@@ -308,7 +405,9 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
     sync_s = float(costs.weight_sync.publish_time(r.instances))
     if not sync_s > 0:
         _reject("a weight publication time of 0")
-    train_a, per_tok = _training_terms(cfg, costs)
+    tr = _training_terms(cfg, costs)
+    if tr.kind == 1:
+        _check_training_memory(costs.training, wa, int(pp.batch_min_groups))
     ro = _rollout_form(cfg, costs)
     if pp.drop_zero_variance and wa.zero_var.all():
         raise FastPathNoProgress(
@@ -317,8 +416,9 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
     stale_bound = int(pp.staleness_bound)
     params = Params(
         n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs), kv_cap=np.int64(kv_cap),
-        a=np.float64(ro.a), b=np.float64(ro.b), c=np.float64(ro.c), p=np.float64(ro.p),
-        train_a=np.float64(train_a), train_per_token=np.float64(per_tok), sync_s=np.float64(sync_s),
+        ro_kind=np.int32(ro.kind), ro=ro.ro, tr_kind=np.int32(tr.kind), tr=tr.tr,
+        a=np.float64(ro.form.a), b=np.float64(ro.form.b), c=np.float64(ro.form.c), p=np.float64(ro.form.p),
+        train_a=np.float64(tr.a), train_per_token=np.float64(tr.per_token), sync_s=np.float64(sync_s),
         steps=np.int32(cfg.run.training_steps), router=np.int32(ROUTERS[cfg.router.name]),
         conc=np.float64(pp.admit_concurrency_groups), budget_base=np.float64(pp.admit_budget_base_groups),
         budget_per_version=np.float64(pp.admit_budget_per_version_groups),

@@ -109,6 +109,8 @@ class StepLog(NamedTuple):
     stale: jnp.ndarray  # [P, B] int32: StepRecord.staleness (-1 padding)
     completion_tokens: jnp.ndarray  # [P] int64: trained_completion_tokens
     seq_tokens: jnp.ndarray  # [P] int64: trained prompt + completion tokens
+    fwd_sum: jnp.ndarray  # [P] f64: forward FLOPs of the trained samples, summed in batch order (analytical training)
+    fwd_max: jnp.ndarray  # [P] f64: the largest of them
 
 
 class SimState(NamedTuple):
@@ -170,7 +172,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
                            timer_seq=i32(BIG), acks=i32(0), taken=i32(0))
     log = StepLog(wait_start=f64(jnp.nan, P).at[0].set(0.0), batch_ready=f64(jnp.nan, P), train_end=f64(jnp.nan, P),
                   publish_end=f64(jnp.nan, P), gids=i32(-1, (P, B)), stale=i32(-1, (P, B)),
-                  completion_tokens=i64(0, P), seq_tokens=i64(0, P))
+                  completion_tokens=i64(0, P), seq_tokens=i64(0, P), fwd_sum=f64(0.0, P), fwd_max=f64(0.0, P))
     return SimState(
         inst=inst, calls=calls, out=empty_out(static.group_size), groups=groups, trainer=trainer, log=log, now=f64(0.0), seq=i32(0), version=i32(0),
         training=jnp.array(False), accepted=i32(0), n_running=i32(0), dispatched=i32(0), routed=i32(0),

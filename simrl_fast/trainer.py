@@ -13,6 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from simrl_fast.closed_form import event_of, first_after
+from simrl_fast.costs import sample_fwd_flops, train_time
 from simrl_fast.lowering import (
     RULE_ABORT_RESTART,
     RULE_ABORT_RESUME,
@@ -135,8 +136,14 @@ def trainer_react(st, p, w, static, on, pub):
     wg = g0 % ng
     comp = log.completion_tokens[step] + w.completion_sum[wg]
     seqtok = log.seq_tokens[step] + w.seq_tokens[wg]
+    # the group's samples' forward FLOPs, added one by one in sample order (as Python's sum over the batch)
+    fwd = sample_fwd_flops(p, w.prompt[wg].astype(jnp.int64) + w.completion[wg])
+    fwd_sum, fwd_max = log.fwd_sum[step], log.fwd_max[step]
+    for s in range(static.group_size):
+        fwd_sum = fwd_sum + fwd[s]
+    fwd_max = jnp.maximum(fwd_max, jnp.max(fwd))
     full = take & (k + 1 == p.batch)
-    dur = p.train_a + p.train_per_token * seqtok.astype(jnp.float64)
+    dur = train_time(p, p.batch * static.group_size, seqtok, fwd_sum, fwd_max)
     go = drain_go | full
     trainer = tr._replace(
         phase=jnp.where(full, T_TRAIN, jnp.where(drain_go, T_PUBLISH, tr.phase)),
@@ -152,6 +159,7 @@ def trainer_react(st, p, w, static, on, pub):
         stale=log.stale.at[row, k].set(st.version - G.minv[g0], mode="drop"),
         completion_tokens=_set(log.completion_tokens, step, comp, take),
         seq_tokens=_set(log.seq_tokens, step, seqtok, take),
+        fwd_sum=_set(log.fwd_sum, step, fwd_sum, take), fwd_max=_set(log.fwd_max, step, fwd_max, take),
     )
     status = G.status.at[jnp.where(take, g0, Gm)].set(G_TRAINED, mode="drop")
     return st._replace(

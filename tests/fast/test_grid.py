@@ -27,7 +27,7 @@ def test_grid_rows_equal_lowering_each_point():
         _, want, _ = lower(cfg, wl, costs)
         for f in Params._fields:
             got = getattr(params, f)[m]
-            assert got == getattr(want, f) and got.dtype == np.asarray(getattr(want, f)).dtype, (m, f)
+            assert np.array_equal(got, getattr(want, f)) and got.dtype == np.asarray(getattr(want, f)).dtype, (m, f)
     assert static.slots == 64 and static.instances == 3 and static.steps == 3
     # a combination is lowered once: 4 distinct (staleness, instances, rule) -> 4 rows, same values
     assert params.n_inst.tolist() == [1, 2, 3, 2]
@@ -40,7 +40,7 @@ def test_grid_cost_columns_replace_the_shared_coefficients():
                               base=BASE)
     for m in range(2):
         _, want, _ = lower(load_config(overrides=BASE), wl, linear_costs(a=float(a[m]), sync_s=float(sync[m])))
-        assert all(getattr(params, f)[m] == getattr(want, f) for f in Params._fields)
+        assert all(np.array_equal(getattr(params, f)[m], getattr(want, f)) for f in Params._fields)
 
 
 def test_grid_rejects_by_name():

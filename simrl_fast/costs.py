@@ -1,0 +1,53 @@
+"""The fast engine's cost terms: the formulas of `simrl.cost.formulas`, evaluated on per-configuration
+parameter arrays inside the scan (the same arithmetic the SimPy cost models run for their scalars).
+
+`rollout_times` gives an instance's closed-form inputs at an anchor boundary: the anchor iteration
+(``dt0``), the iteration after it (``alpha``) and the growth per further iteration (``beta``; the
+decoding sequences grow the KV by one token each). `train_time` gives one training step's seconds.
+Each selects, per configuration, between the linear forms and the lowered first-principles models
+(`Params.ro_kind`, `Params.tr_kind`).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from simrl.cost import formulas as F
+
+RO_LINEAR, RO_ROOFLINE = 0, 1
+TR_LINEAR, TR_ANALYTICAL = 0, 1
+
+
+def _record(cls, vec):
+    return cls(*(vec[..., i] for i in range(len(cls._fields))))
+
+
+def rollout_times(p, nd, kd, pa, b1n, k1n):
+    """(dt0, alpha, beta): ``iteration_time(nd, kd, pa)``, ``iteration_time(b1n, k1n, 0)`` and its
+    growth per iteration (slope in KV tokens times the ``b1n`` tokens each iteration adds)."""
+    f = lambda v: jnp.asarray(v).astype(jnp.float64)  # noqa: E731
+    nd, kd, pa, b1n, k1n = f(nd), f(kd), f(pa), f(b1n), f(k1n)
+    dt0 = p.a + p.b * nd + p.c * kd + p.p * pa
+    alpha = p.a + p.b * b1n + p.c * k1n
+    beta = p.c * b1n
+    q = _record(F.RooflineParams, p.ro)
+    roof = p.ro_kind == RO_ROOFLINE
+    dt0 = jnp.where(roof, F.roofline_iteration_time(jnp, q, nd, kd, pa), dt0)
+    alpha = jnp.where(roof, F.roofline_iteration_time(jnp, q, b1n, k1n, 0.0), alpha)
+    beta = jnp.where(roof, F.roofline_kv_slope(jnp, q, b1n) * b1n, beta)
+    return dt0, alpha, beta
+
+
+def sample_fwd_flops(p, seq_len):
+    """`simrl.cost.formulas.analytical_fwd_flops` of each sample (0 under a linear training model)."""
+    q = _record(F.AnalyticalParams, p.tr)
+    return F.analytical_fwd_flops(jnp, q, seq_len.astype(jnp.float64))
+
+
+def train_time(p, samples, tokens, fwd_sum, fwd_max):
+    """Seconds of one training step over ``samples`` sequences of ``tokens`` tokens in all."""
+    lin = p.train_a + p.train_per_token * tokens.astype(jnp.float64)
+    q = _record(F.AnalyticalParams, p.tr)
+    an = F.analytical_step_time(jnp, q, jnp.asarray(samples).astype(jnp.float64), tokens.astype(jnp.float64),
+                                fwd_sum, fwd_max)
+    return jnp.where(p.tr_kind == TR_ANALYTICAL, an, lin)
