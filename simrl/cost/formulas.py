@@ -39,7 +39,14 @@ PY = SimpleNamespace(
     sqrt=math.sqrt,
     logical_and=lambda a, b: a and b,
     logical_or=lambda a, b: a or b,
+    logical_not=lambda a: not a,
 )
+
+
+def _maybe(xp, cond) -> bool:
+    """Whether a ``where(cond, ...)`` branch must be computed: always for arrays, only when ``cond``
+    holds for Python scalars (the same value either way; it spares SimPy the branches not taken)."""
+    return bool(cond) if xp is PY else True
 
 
 def _safe(xp, x):
@@ -145,9 +152,12 @@ def roofline_roof(xp, q, flops, bytes_):
 
 def roofline_expert_load_imbalance(xp, q, ep_tokens):
     """Busiest EP rank's routed load over the mean (see `RooflineRollout.expert_load_imbalance`)."""
+    off = xp.logical_or(q.ep <= 1, ep_tokens <= 0)
+    if not _maybe(xp, xp.logical_not(off)):
+        return 1.0
     mu = ep_tokens * q.k / _safe(xp, q.ep)
     uniform = 1.0 + xp.sqrt(q.imb_c / _safe(xp, mu))
-    return xp.where(xp.logical_or(q.ep <= 1, ep_tokens <= 0), 1.0, xp.where(q.imb_given > 0, q.imb_given, uniform))
+    return xp.where(off, 1.0, xp.where(q.imb_given > 0, q.imb_given, uniform))
 
 
 def roofline_experts_touched(xp, q, tokens):
@@ -162,14 +172,16 @@ def roofline_gemm_time(xp, q, tokens, layers, with_lm_head=False):
     flops = 2 * tokens * dense_w
     bytes_ = dense_w * q.dt
     moe = xp.logical_and(q.is_moe > 0, tokens > 0)
-    moe_layers = q.n_moe * frac
-    ep_tokens = tokens * q.ep_mult
-    imb = roofline_expert_load_imbalance(xp, q, ep_tokens)
-    flops = xp.where(moe, flops + 2 * ep_tokens * imb * q.k * q.expert_params * moe_layers / q.shards, flops)
-    touched = roofline_experts_touched(xp, q, ep_tokens)
-    expert_bytes = touched * q.expert_params * moe_layers / q.shards * q.dt
-    expert_bytes = expert_bytes * q.fp8_fac
-    bytes_ = xp.where(moe, bytes_ + expert_bytes, bytes_)
+    if _maybe(xp, moe):
+        moe_layers = q.n_moe * frac
+        ep_tokens = tokens * q.ep_mult
+        # each rank computes its share of the group's token-expert pairs; the busiest rank more
+        imb = roofline_expert_load_imbalance(xp, q, ep_tokens)
+        flops = xp.where(moe, flops + 2 * ep_tokens * imb * q.k * q.expert_params * moe_layers / q.shards, flops)
+        touched = roofline_experts_touched(xp, q, ep_tokens)
+        expert_bytes = touched * q.expert_params * moe_layers / q.shards * q.dt
+        expert_bytes = expert_bytes * q.fp8_fac  # FP8 grouped expert GEMMs stream at their lower efficiency
+        bytes_ = xp.where(moe, bytes_ + expert_bytes, bytes_)
     if with_lm_head:
         head = q.vocab_hidden / q.tp
         bytes_ += head * q.dt
@@ -182,14 +194,17 @@ def roofline_comm_time(xp, q, tokens, layers):
     act = tokens * q.hidden * q.dt
     lat = q.lat
     t = 0.0
-    t = xp.where(q.tp > 1, t + 2 * layers * (2 * (q.tp - 1) / q.tp * act / q.bw_tp + lat), t)
-    moe_layers = q.n_moe * layers / q.model_layers
-    imb = roofline_expert_load_imbalance(xp, q, tokens * q.ep_mult)
-    # EP dispatch + combine all-to-alls only when EP spans DP ranks (vLLM's use_all2all_kernels);
-    # under TP + EP the TP all-reduce above combines.
-    t = xp.where(q.ep_a2a > 0,
-                 t + 2 * moe_layers * ((q.ep - 1) / _safe(xp, q.ep) * act * q.k * imb / q.bw_ep + lat), t)
-    t = xp.where(q.pp > 1, t + (act / q.bw_pp + lat), t)
+    if _maybe(xp, q.tp > 1):
+        t = xp.where(q.tp > 1, t + 2 * layers * (2 * (q.tp - 1) / q.tp * act / q.bw_tp + lat), t)
+    if _maybe(xp, q.ep_a2a > 0):
+        # EP dispatch + combine all-to-alls only when EP spans DP ranks (vLLM's use_all2all_kernels);
+        # under TP + EP the TP all-reduce above combines.
+        moe_layers = q.n_moe * layers / q.model_layers
+        imb = roofline_expert_load_imbalance(xp, q, tokens * q.ep_mult)
+        t = xp.where(q.ep_a2a > 0,
+                     t + 2 * moe_layers * ((q.ep - 1) / _safe(xp, q.ep) * act * q.k * imb / q.bw_ep + lat), t)
+    if _maybe(xp, q.pp > 1):
+        t = xp.where(q.pp > 1, t + (act / q.bw_pp + lat), t)
     return t
 
 
@@ -201,23 +216,34 @@ def roofline_stage_time(xp, q, decode_seqs, kv_tokens, prefill_tokens):
     tokens = decode_seqs + prefill_tokens
     dt = q.dt
     has_pf = xp.where(prefill_tokens > 0, 1, 0)
+    # linear projections; logits only for sampled positions (LM head averaged over stages)
     t = roofline_gemm_time(xp, q, tokens, layers)
     sampled = decode_seqs + has_pf
     head = q.vocab_hidden / q.tp / q.pp
     t += roofline_roof(xp, q, 2 * head * sampled, head * dt)
-    # sliding layers read at most the window (per decoding sequence, per prefill token)
-    ctx = xp.where(decode_seqs > 0, kv_tokens / _safe(xp, decode_seqs), 0.0)
+    # decode attention over resident KV; prefill attention causal within the chunk; sliding layers
+    # read at most the window (per decoding sequence min(mean context, window), per prefill token
+    # min(chunk, window))
     swa = q.swa
-    kv_eff = xp.where(swa > 0, kv_tokens * (1 - swa) + swa * decode_seqs * xp.minimum(ctx, q.window), kv_tokens)
-    pf_sq = xp.where(swa > 0, prefill_tokens * prefill_tokens * (1 - swa)
-                     + swa * prefill_tokens * xp.minimum(prefill_tokens, q.window), prefill_tokens * prefill_tokens)
-    dec = roofline_roof(xp, q, 2 * full * q.heads * q.qk_vd * kv_eff, kv_eff * q.kv_bytes)
-    t = xp.where(xp.logical_and(kv_tokens > 0, full > 0), t + dec, t)
-    pre = roofline_roof(xp, q, full * q.heads * q.hd_vd * pf_sq, prefill_tokens * q.kv_bytes)
-    t = xp.where(xp.logical_and(prefill_tokens > 0, full > 0), t + pre, t)
-    seqs = decode_seqs + has_pf
-    rec = roofline_roof(xp, q, 8 * lin * q.v_heads * q.lin_state * tokens, 2 * seqs * q.state_bytes)
-    t = xp.where(xp.logical_and(lin > 0, tokens > 0), t + rec, t)
+    kv_eff, pf_sq = kv_tokens, prefill_tokens * prefill_tokens
+    if _maybe(xp, swa > 0):
+        ctx = xp.where(decode_seqs > 0, kv_tokens / _safe(xp, decode_seqs), 0.0)
+        kv_eff = xp.where(swa > 0, kv_tokens * (1 - swa) + swa * decode_seqs * xp.minimum(ctx, q.window), kv_eff)
+        pf_sq = xp.where(swa > 0, prefill_tokens * prefill_tokens * (1 - swa)
+                         + swa * prefill_tokens * xp.minimum(prefill_tokens, q.window), pf_sq)
+    on = xp.logical_and(kv_tokens > 0, full > 0)
+    if _maybe(xp, on):
+        t = xp.where(on, t + roofline_roof(xp, q, 2 * full * q.heads * q.qk_vd * kv_eff, kv_eff * q.kv_bytes), t)
+    on = xp.logical_and(prefill_tokens > 0, full > 0)
+    if _maybe(xp, on):
+        t = xp.where(on, t + roofline_roof(xp, q, full * q.heads * q.hd_vd * pf_sq, prefill_tokens * q.kv_bytes), t)
+    # linear-attention layers read and write each sequence's recurrent state
+    on = xp.logical_and(lin > 0, tokens > 0)
+    if _maybe(xp, on):
+        seqs = decode_seqs + has_pf
+        rec = roofline_roof(xp, q, 8 * lin * q.v_heads * q.lin_state * tokens, 2 * seqs * q.state_bytes)
+        t = xp.where(on, t + rec, t)
+    # elementwise: norms, rotary, activation function, residual adds
     t += roofline_roof(xp, q, 0.0, tokens * layers * (8 * q.hidden + 3 * q.width / q.tp) * dt)
     return t + roofline_comm_time(xp, q, tokens, layers)
 
