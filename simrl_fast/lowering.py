@@ -303,6 +303,10 @@ def _rollout_form(cfg, costs) -> RolloutLowered:
     ro = costs.rollout
     if isinstance(ro, RooflineRollout):
         return _roofline_lowered(cfg, ro)
+    if type(ro).__name__ == "ComposedRollout":  # simrl.cost.composed (not imported: it loads the kernel DB code)
+        _reject("rollout cost model composed",
+                "its kernel-DB tables interpolate in log space (exp/log) and its operator roofline is a soft "
+                "maximum (pow): XLA and libm differ in their last bit, so the engines would not agree exactly")
     ask = getattr(ro, "linear_coefficients", None)
     form = ask() if ask is not None else None
     if not isinstance(form, LinearForm):
