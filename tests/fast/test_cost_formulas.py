@@ -6,6 +6,8 @@ step and call times in both engines; what the closed form cannot take is rejecte
 The hand-derived values need no jax; the rest does (one small compile per shape).
 """
 
+from importlib.resources import files
+
 import numpy as np
 import pytest
 from diffcases import BASE, Case, compare, run_fast
@@ -134,7 +136,8 @@ def test_roofline_and_analytical_runs_equal_in_both_engines():
     pytest.importorskip("jax")
     wl = random_workload(groups=10, n=4, seed=5, prompt=(50, 300), completion=(5, 200))
     cases = [roofline_case(wl, "deployment.rollout.tp=1"), roofline_case(wl, "deployment.rollout.tp=2"),
-             roofline_case(wl, "deployment.rollout.tp=2", "deployment.training.tp=2", "policy.inflight_rule=continue")]
+             roofline_case(wl, "deployment.rollout.tp=2", "deployment.training.tp=2", "policy.inflight_rule=continue"),
+             roofline_case(wl, f"cost.rollout={files('simrl.cost') / 'data' / 'rollout-roofline-h100.json'}")]
     for c in cases:
         c.run_simpy()
     res = run_fast(cases)
@@ -163,6 +166,15 @@ def test_first_principles_models_outside_the_closed_form_are_rejected_by_name():
         c = load_config(overrides=[*FIRST_PRINCIPLES, *extra])
         with pytest.raises(FastPathUnsupported, match=needle):
             lower(c, wl, build_costs(c))
+    # the bundled fitted roofline (efficiencies fitted on H100 iterations) lowers as the knob one does;
+    # the composed kernel-DB model is rejected with its reason
+    data = files("simrl.cost") / "data"
+    fitted = [*FIRST_PRINCIPLES, f"cost.rollout={data / 'rollout-roofline-h100.json'}"]
+    _, params, _ = lower(load_config(overrides=fitted), wl, build_costs(load_config(overrides=fitted)))
+    assert int(params.ro_kind) == 1
+    composed = [*FIRST_PRINCIPLES, f"cost.rollout={data / 'rollout-composed-h100.json'}"]
+    with pytest.raises(FastPathUnsupported, match="rollout cost model composed"):
+        lower(load_config(overrides=composed), wl, build_costs(load_config(overrides=composed)))
     # models built for another layout are never ignored
     for extra, needle in [(["deployment.rollout.tp=2"], "deployment.rollout.tp=2 with a roofline built for tp=1"),
                           (["deployment.training.tp=2"], "deployment.training.tp=2 with an analytical training "
