@@ -17,7 +17,8 @@ host and stored in the record).
 - `RooflineParams` / `roofline_params` / `roofline_iteration_time` (with `roofline_stage_time`,
   `roofline_gemm_time`, `roofline_comm_time`, `roofline_expert_load_imbalance`): the arithmetic of
   `simrl.cost.roofline.RooflineRollout`; `roofline_kv_slope` is d(iteration time)/d(KV tokens) at a
-  fixed batch, for the fast path's closed form (exact where `roofline_affine_in_kv` holds).
+  fixed batch, for the fast path's closed form (exact for dense models without sliding-window layers,
+  whose KV enters only through the decode-attention roofline, proportional to it).
 - `AnalyticalParams` / `analytical_params` / `analytical_fwd_flops` / `analytical_phase_values` /
   `analytical_activation_comm_time`: the sequence-length-dependent arithmetic of
   `simrl.cost.analytical.AnalyticalTraining` (the per-step constants -- gradient sync, optimizer,
@@ -136,14 +137,6 @@ def roofline_params(r) -> RooflineParams:
         bw_tp=r.gpu.link_bytes_per_s(r.tp) * ce, bw_ep=r.gpu.link_bytes_per_s(ep) * ce,
         bw_pp=r.gpu.link_bytes_per_s(r.tp * r.pp) * ce,
     )
-
-
-def roofline_affine_in_kv(q: RooflineParams) -> bool:
-    """Whether the iteration time is affine in the KV tokens at a fixed batch and no prefill (no
-    sliding window, whose ``min(context, window)`` bends it), so `roofline_kv_slope` is exact; and
-    whether it uses no transcendental function of the batch (MoE: ``(1 - k/E)^tokens``, the load
-    imbalance's square root is exact but the power is not). The fast path lowers only these."""
-    return q.swa == 0.0 and q.is_moe == 0.0
 
 
 def roofline_roof(xp, q, flops, bytes_):
@@ -268,7 +261,8 @@ def roofline_iteration_time(xp, q, batch_size, kv_tokens, prefill_tokens):
 def roofline_kv_slope(xp, q, batch_size):
     """Growth of the iteration time per KV token at ``batch_size`` decoding sequences and no
     prefill: the decode-attention roofline ``pp * max(FLOP, byte) / (dp * micro-batches)``, exact
-    when `roofline_affine_in_kv` (every other term depends on the batch only)."""
+    without sliding-window layers (every other term depends on the batch only; ``min(context,
+    window)`` bends the sliding ones)."""
     n_micro = _micro(xp, q, batch_size / q.dp)
     full = q.n_full / q.pp
     per = xp.maximum(2 * full * q.heads * q.qk_vd / q.fden, q.kv_bytes / q.bden)
