@@ -11,6 +11,7 @@ Each selects, per configuration, between the linear forms and the lowered first-
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 from simrl.cost import formulas as F
 
@@ -22,14 +23,25 @@ def _record(cls, vec):
     return cls(*(vec[..., i] for i in range(len(cls._fields))))
 
 
-def rollout_times(p, nd, kd, pa, b1n, k1n):
+def check_static(static, params) -> None:
+    """Refuse a Static whose ``formulas`` leave out a formula some configuration of ``params`` uses."""
+    for bit, kind, name in ((1, params.ro_kind, "the roofline rollout"), (2, params.tr_kind, "analytical training")):
+        if not static.formulas & bit and np.any(np.asarray(kind) == 1):
+            raise ValueError(f"simrl_fast: Static.formulas={static.formulas} leaves out {name}, which some "
+                             "configuration of the batch uses; build the Static with static_for over these params")
+
+
+def rollout_times(p, static, nd, kd, pa, b1n, k1n):
     """(dt0, alpha, beta): ``iteration_time(nd, kd, pa)``, ``iteration_time(b1n, k1n, 0)`` and its
-    growth per iteration (slope in KV tokens times the ``b1n`` tokens each iteration adds)."""
+    growth per iteration (slope in KV tokens times the ``b1n`` tokens each iteration adds). The
+    roofline is traced only when the batch uses it (``static.formulas``)."""
     f = lambda v: jnp.asarray(v).astype(jnp.float64)  # noqa: E731
     nd, kd, pa, b1n, k1n = f(nd), f(kd), f(pa), f(b1n), f(k1n)
     dt0 = p.a + p.b * nd + p.c * kd + p.p * pa
     alpha = p.a + p.b * b1n + p.c * k1n
     beta = p.c * b1n
+    if not static.formulas & 1:
+        return dt0, alpha, beta
     q = _record(F.RooflineParams, p.ro)
     roof = p.ro_kind == RO_ROOFLINE
     dt0 = jnp.where(roof, F.roofline_iteration_time(jnp, q, nd, kd, pa), dt0)
@@ -38,15 +50,19 @@ def rollout_times(p, nd, kd, pa, b1n, k1n):
     return dt0, alpha, beta
 
 
-def sample_fwd_flops(p, seq_len):
+def sample_fwd_flops(p, static, seq_len):
     """`simrl.cost.formulas.analytical_fwd_flops` of each sample (0 under a linear training model)."""
+    if not static.formulas & 2:
+        return jnp.zeros(seq_len.shape, jnp.float64)
     q = _record(F.AnalyticalParams, p.tr)
     return F.analytical_fwd_flops(jnp, q, seq_len.astype(jnp.float64))
 
 
-def train_time(p, samples, tokens, fwd_sum, fwd_max):
+def train_time(p, static, samples, tokens, fwd_sum, fwd_max):
     """Seconds of one training step over ``samples`` sequences of ``tokens`` tokens in all."""
     lin = p.train_a + p.train_per_token * tokens.astype(jnp.float64)
+    if not static.formulas & 2:
+        return lin
     q = _record(F.AnalyticalParams, p.tr)
     an = F.analytical_step_time(jnp, q, jnp.asarray(samples).astype(jnp.float64), tokens.astype(jnp.float64),
                                 fwd_sum, fwd_max)

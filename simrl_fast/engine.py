@@ -41,6 +41,7 @@ if _CACHE:
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from simrl_fast.costs import check_static  # noqa: E402
 from simrl_fast.lowering import (  # noqa: E402
     FastPathNoProgress,
     Params,
@@ -95,6 +96,7 @@ def run(static: Static, params_batch: Params, workload, per_config_workload: boo
     ``static.max_chunks`` have run; the per-call and per-group results are assembled from the
     steps' outputs.
     """
+    check_static(static, params_batch)
     params = jax.tree_util.tree_map(jnp.asarray, params_batch)
     w = jax.tree_util.tree_map(jnp.asarray, workload)
     m = int(np.asarray(params_batch.steps).shape[0])

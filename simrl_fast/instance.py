@@ -146,7 +146,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     start = close & ~paused & (running > 0)
     b1n = nd + na
     k1n = kd + nd + pa + na
-    dt0, alpha, beta = rollout_times(p, nd, kd, pa, b1n, k1n)  # simrl_fast.costs: the cost model's formula
+    dt0, alpha, beta = rollout_times(p, static, nd, kd, pa, b1n, k1n)  # simrl_fast.costs: the cost model's formula
     t1 = clock + dt0
     fin_min = jnp.min(jnp.where(srid >= 0, sfin, BIG))
     ev_it, ev_t, ev_prev = event_of(clock, it, t1, alpha, beta, fin_min, BIG, BIG)

@@ -94,6 +94,7 @@ class Static(NamedTuple):
     max_batch: int  # B_max: groups per training batch (max over the batch)
     chunk: int  # scan length per outer while-loop turn
     max_chunks: int  # outer turns before giving up (a safety bound; deadlocks stop earlier)
+    formulas: int = 3  # cost formulas the batch uses (bit 1: roofline rollout, bit 2: analytical training)
 
     @property
     def max_calls(self) -> int:
@@ -457,6 +458,8 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
         instances=K, slots=max(int(p.max_seqs) for p in params), group_size=n, groups=G, max_groups=mg,
         steps=steps, max_batch=max(int(p.batch) for p in params), chunk=chunk,
         max_chunks=int(2 * actions / chunk) + 4,
+        formulas=(1 if any(int(p.ro_kind) == 1 for p in params) else 0)
+        | (2 if any(int(p.tr_kind) == 1 for p in params) else 0),
     )
 
 

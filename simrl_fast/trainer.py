@@ -137,13 +137,13 @@ def trainer_react(st, p, w, static, on, pub):
     comp = log.completion_tokens[step] + w.completion_sum[wg]
     seqtok = log.seq_tokens[step] + w.seq_tokens[wg]
     # the group's samples' forward FLOPs, added one by one in sample order (as Python's sum over the batch)
-    fwd = sample_fwd_flops(p, w.prompt[wg].astype(jnp.int64) + w.completion[wg])
+    fwd = sample_fwd_flops(p, static, w.prompt[wg].astype(jnp.int64) + w.completion[wg])
     fwd_sum, fwd_max = log.fwd_sum[step], log.fwd_max[step]
     for s in range(static.group_size):
         fwd_sum = fwd_sum + fwd[s]
     fwd_max = jnp.maximum(fwd_max, jnp.max(fwd))
     full = take & (k + 1 == p.batch)
-    dur = train_time(p, p.batch * static.group_size, seqtok, fwd_sum, fwd_max)
+    dur = train_time(p, static, p.batch * static.group_size, seqtok, fwd_sum, fwd_max)
     go = drain_go | full
     trainer = tr._replace(
         phase=jnp.where(full, T_TRAIN, jnp.where(drain_go, T_PUBLISH, tr.phase)),

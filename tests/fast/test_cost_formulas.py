@@ -188,3 +188,20 @@ def test_first_principles_models_outside_the_closed_form_are_rejected_by_name():
     c = load_config(overrides=[*FIRST_PRINCIPLES, "deployment.training.micro_batch_size=8"])
     with pytest.raises(FastPathUnsupported, match="largest possible batch does not fit GPU memory"):
         lower(c, long, build_costs(c))
+
+
+def test_a_static_without_the_formula_a_configuration_uses_is_refused():
+    pytest.importorskip("jax")
+    from simhelpers import linear_costs
+
+    from simrl_fast.costs import check_static
+    from simrl_fast.lowering import stack_params, static_for
+
+    wl = random_workload(groups=4, n=2, seed=1, prompt=(50, 100), completion=(5, 50))
+    cfg = load_config(overrides=FIRST_PRINCIPLES)
+    _, roof, wa = lower(cfg, wl, build_costs(cfg))
+    static_lin, lin, _ = lower(cfg, wl, linear_costs())  # the same configuration with linear costs
+    assert static_lin.formulas == 0 and static_for([roof], wa).formulas == 3  # linear: no formula traced
+    with pytest.raises(ValueError, match="leaves out the roofline rollout"):
+        check_static(static_lin, stack_params([lin, roof]))
+    check_static(static_for([lin, roof], wa), stack_params([lin, roof]))
