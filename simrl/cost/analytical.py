@@ -257,8 +257,7 @@ class AnalyticalTraining:
     def optimizer_steps(self, samples: int) -> int:
         """Optimizer steps (each with its gradient sync) for a batch of ``samples`` trajectories:
         ``ppo_epochs * ceil(samples / mini_batch_samples)``; one per epoch without mini-batches."""
-        per_epoch = 1 if self.mini_batch_samples is None else max(1, math.ceil(samples / self.mini_batch_samples))
-        return self.ppo_epochs * per_epoch
+        return int(F.analytical_optimizer_steps(F.PY, self.array_params(), samples))
 
     # -- trainer offload (simrl.cost.offload) ----------------------------------------------------
 
