@@ -16,7 +16,9 @@
   and the attention output per layer and pass; HSDP (``fsdp_shard_size``, ZeRO-3 only): states
   sharded inside groups of that size, shard gradients all-reduced across the replicas;
 - TP traffic (sequence parallel: two all-gathers + two reduce-scatters of the activations per layer
-  and pass), EP all-to-alls, CP ring attention (each rank passes its K/V chunk ``cp - 1`` times per
+  and pass), EP all-to-alls (dispatch and combine of k copies of each token per MoE layer and pass,
+  (ep-1)/ep of them off the GPU; each TP rank sends its sequence-parallel 1/tp of the tokens, expert
+  TP 1), CP ring attention (each rank passes its K/V chunk ``cp - 1`` times per
   layer and pass; backward sends K/V and their gradients) and PP sends, over NVLink (or the NIC once
   a group leaves the node);
 - gradient sync over the DP x CP group (NVLink inside a node; across nodes NCCL's rings use every
@@ -358,8 +360,12 @@ class AnalyticalTraining:
             tp_bw = self.gpu.collective_bytes_per_s(self.tp) * self.comm_efficiency
             t += passes * 2 * (m.layers / self.pp) * 2 * (self.tp - 1) / self.tp * act / tp_bw
         if self.ep > 1:
+            # Dispatch + combine of k copies per token. Megatron requires sequence parallelism with
+            # TP for MoE (megatron/training/arguments.py validate_args) and, with expert TP 1 (verl's
+            # and NeMo-RL's setting), each TP rank dispatches only its 1/tp of the tokens.
             moe_layers = m.n_moe_layers / self.pp
-            t += passes * 2 * moe_layers * (self.ep - 1) / self.ep * act * m.experts_per_token / self._bw(self.ep)
+            t += (passes * 2 * moe_layers * (self.ep - 1) / self.ep * act / self.tp * m.experts_per_token
+                  / self._bw(self.ep))
         if self.pp > 1:
             t += passes * (self.pp - 1) * act / self._bw(self.tp * self.pp)
         if self.cp > 1:

@@ -273,3 +273,15 @@ def test_each_mini_batch_is_its_own_pipeline_schedule_by_hand():
     assert whole.phases(seqs)["pipeline_bubble"] == pytest.approx(5 * unit * 0.25)
     with pytest.raises(ValueError):
         AnalyticalTraining("qwen3-8b", "H100", gpus=8, mini_batch_samples=0)
+
+
+def test_ep_all_to_all_sends_each_tp_ranks_sequence_shard_by_hand():
+    kw = dict(gpus=16, tp=2, activation_checkpointing=False, zero_stage=3)  # ZeRO-3: the no-EP layout fits
+    moe = AnalyticalTraining("qwen3-30b-a3b", "H100", ep=8, **kw)
+    no_ep = AnalyticalTraining("qwen3-30b-a3b", "H100", **kw)
+    # 65,536 tokens on a DP rank; sequence parallel leaves 32,768 on each TP rank: 32,768 x 2048 x 2 B
+    # = 134,217,728 B, k = 8 copies, 7/8 of them off the GPU, dispatch + combine, 48 MoE layers, over
+    # NVLink (EP 8 in one node: 450 GB/s x 0.7): 2 x 48 x 7/8 x 134,217,728 x 8 / 315e9 = 0.2863313 s.
+    ep_s = moe._activation_comm_time(65_536, 1) - no_ep._activation_comm_time(65_536, 1)
+    assert ep_s == pytest.approx(2 * 48 * 7 / 8 * 134_217_728 * 8 / 315e9, rel=1e-9)
+    assert ep_s == pytest.approx(0.2863313, rel=1e-6)
