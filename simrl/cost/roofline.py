@@ -35,7 +35,7 @@ architecture as vLLM launches them: input norm, QKV projection, rotary, KV-cache
 output projection (+ q/k norms where the model has them), two TP all-reduces when ``tp > 1``, the
 post-attention norm, then either a dense MLP (gate/up projection, activation, down projection) or a
 fused MoE block (router GEMM, top-k softmax, ``moe_align_block_size``, the two grouped expert GEMMs,
-activation and the top-k sum; + a shared expert's 3) (vllm-project/vllm
+activation and the top-k sum; + a shared expert's 3) (vllm-project/vllm@000d1458
 ``model_executor/layers/fused_moe/fused_moe.py`` ``fused_experts_impl``). ``eager_launch_s`` =
 70 us is derived from one published eager-vs-graph measurement that is not a card
 (vllm-project/vllm-omni issue 7960, Qwen2.5-Omni-7B on A800: thinker, a Qwen2.5-7B decoder of 28
