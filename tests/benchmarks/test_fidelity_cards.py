@@ -169,7 +169,10 @@ def test_verl_scaling_card_truncates_a_few_responses_at_the_cap():
     assert int(completion.max()) == 28672
     at_cap = float((completion >= 28672).mean())
     assert 0.0003 < at_cap < 0.0012, at_cap  # 0.0007 +- sampling noise over 65,536 responses
-    # The card's overrides carry verl's rollout defaults and the launch script's actor_offload=False.
+    # The card's overrides carry verl's rollout defaults and the colocated runs' own launch script
+    # (offload=True, fsdp_size=2), and verl's whole-batch balance (trainer.balance_batch).
     ovr = fid.run_overrides(card, "sync64")
     assert "deployment.rollout.max_num_seqs=1024" in ovr
-    assert "cost.colocated_knobs.optimizer_offload=false" in ovr
+    assert "cost.colocated_knobs.optimizer_offload=true" in ovr
+    assert "cost.training_knobs.fsdp_shard_size=2" in ovr
+    assert "cost.training_knobs.dp_balance=batch" in ovr
