@@ -39,7 +39,7 @@ FEATURES = {
     "cost.weight_sync": "any model; publish_time(instances) is taken once and must be > 0",
     "policy": "any policy whose lower() is fast_path_exact=1 within these PolicyParams values",
     "policy.inflight_rule": "continue, keep_pause, abort_resume, abort_restart, drain (global sync)",
-    "policy.staleness_enforcement": "none, counted, admission, drop_at_completion",
+    "policy.staleness_enforcement": "any (the engine acts on drop_at_completion; the others are the record's own rules)",
     "policy.drop_zero_variance": "0 or 1 (no retry)",
     "policy.buffer_capacity_groups": "-1 (unbounded), or a capacity admission keeps from overflowing",
     "policy.batch": "batch_min_groups == batch_max_groups; batch_order 0 (FIFO), or 1 (dispatch window) when "
@@ -59,8 +59,9 @@ RULE_CONTINUE, RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART, RULE_DRAI
                       InflightRule.ABORT_RESTART, InflightRule.DRAIN)
 )
 _KERNEL_RULES = (RULE_CONTINUE, RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART, RULE_DRAIN)
-_KERNEL_ENFORCEMENTS = tuple(code(e) for e in (Enforcement.NONE, Enforcement.COUNTED, Enforcement.ADMISSION,
-                                               Enforcement.DROP_AT_COMPLETION))
+# The engine acts only on drop_at_completion (and evict_stale_on_publish); consumption and policy
+# enforcements are the policy's own rules, which an exact record carries in its other fields.
+_KERNEL_ENFORCEMENTS = tuple(code(e) for e in Enforcement)
 ROUTERS = {"least_requests": 0, "round_robin": 1}
 
 

@@ -1,7 +1,8 @@
 """SimPy vs JAX on the presets whose record uses the record extensions (`simrl.policy.params`):
 verl fully_async (count since the last publication, output-queue cap, a bounded queue admission keeps
-from overflowing), verl one_step_off and OpenRLHF (a budget per batch taken), NeMo-RL (dispatch-window
-batches). Each at its defaults and with small knobs, per step and per call, in one vmapped batch.
+from overflowing), verl one_step_off, OpenRLHF and slime train_async (a budget per batch taken),
+NeMo-RL (dispatch-window batches), and synchronous ROLL (the sync shape, with a consumption-enforced
+bound the engine leaves to the record). Each at its defaults and with small knobs, per step and per call, in one vmapped batch.
 """
 
 import numpy as np
@@ -30,6 +31,9 @@ PRESETS = [
      "policy.in_flight_weight_updates=true"],
     ["policy=nemo_rl", "policy.num_prompts_per_step=2", "policy.max_trajectory_age_steps=1",
      "policy.in_flight_weight_updates=true", "policy.recompute_kv_cache_after_weight_updates=true"],
+    ["policy=roll"],
+    ["policy=roll", "policy.rollout_batch_size=3", "policy.query_filter_type=std_filter", "policy.std_threshold=0"],
+    ["policy=slime", "policy.mode=train_async", "policy.rollout_batch_size=3", "policy.sglang_server_concurrency=6"],
 ]
 
 
@@ -38,7 +42,8 @@ def cases():
     out = []
     for j, pol in enumerate(PRESETS):
         K = int(rng.integers(1, 4))
-        wl = random_workload(groups=GROUPS, n=N, seed=100 + j, prompt=(50, 400), completion=(20, 900))
+        wl = random_workload(groups=GROUPS, n=N, seed=100 + j, prompt=(50, 400), completion=(20, 900),
+                             zero_variance=0.3 if "std_filter" in " ".join(pol) else 0.0)
         costs = linear_costs(kv_tokens=10**6, step_s=float(rng.uniform(0.2, 4.0)), sync_s=float(rng.uniform(0.05, 1.0)))
         ov = [*BASE, *pol, f"deployment.rollout.instances={K}", f"deployment.rollout.max_num_seqs={[4, 16, 64][j % 3]}",
               f"run.training_steps={STEPS}", f"router.name={['least_requests', 'round_robin'][j % 2]}"]

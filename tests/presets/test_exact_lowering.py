@@ -51,6 +51,11 @@ MODES = [
     ["policy=verl_v1", "policy.ppo_mini_batch_size=1", "policy.parameter_sync_step=4"],
     ["policy=trl", "policy.mode=async", "policy.per_device_train_batch_size=4", "policy.num_processes=2",
      "policy.max_staleness=1", "policy.queue_maxsize=6"],
+    ["policy=roll", "policy.rollout_batch_size=4"],
+    ["policy=roll", "policy.rollout_batch_size=3", "policy.query_filter_type=std_filter", "policy.std_threshold=0"],
+    ["policy=slime", "policy.rollout_batch_size=2", "policy.update_weights_interval=2",
+     "policy.over_sampling_batch_size=2", "policy.sglang_server_concurrency=3"],
+    ["policy=slime", "policy.mode=train_async", "policy.rollout_batch_size=5"],
     ["policy=areal", "policy.dynamic_bs=true", "policy.should_accept_fn=nonzero_std",
      "policy.consumer_batch_size=4", "policy.max_head_offpolicyness=1"],
 ]
@@ -99,7 +104,7 @@ def test_an_exact_lowering_simulates_like_the_policy(case, sc):
 def test_the_test_covers_every_claimed_exact_kind():
     ctx = LoweringContext(group_size=4, instances=2)
     claimed = {c[0].split("=")[1] for c in CASES if load_config(overrides=c).policy.lower(ctx).fast_path_exact}
-    assert claimed >= {"sync", "bounded_async", "areal", "skyrl", "trl", "verl", "verl_v1", "openrlhf", "nemo_rl"}
+    assert claimed >= {"sync", "bounded_async", "areal", "skyrl", "trl", "verl", "verl_v1", "openrlhf", "nemo_rl", "roll", "slime"}
 
 
 def test_a_record_that_differs_from_the_policy_is_caught():
