@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import attrs
-
 import pytest
 from simhelpers import linear_costs, multi_turn_workload, random_workload
 
