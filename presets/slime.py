@@ -190,8 +190,10 @@ class SlimePolicy(Policy):
         # is taken (< (taken + 1) * T); running samples + n <= cap is running < cap // n groups.
         # Not in the record: chunks that over-sample, the surplus abort, filtered refills, the
         # partial carry-over, fully_async's requeue at each publication.
+        # The preset names its staleness bound as what closes admission (enforced by admission), so
+        # the record is exact only where the concurrency cap never binds (fewer than T groups run).
         exact = (self.mode != "fully_async" and not self.dynamic_sampling_filter_path and not self.partial_rollout
-                 and t % self.chunk == 0 and cap >= ctx.group_size)
+                 and t % self.chunk == 0 and cap // ctx.group_size >= t)
         per_version, per_batch = (float(t), 0.0) if self.mode == "sync" else (0.0, float(t))
         return attrs.evolve(
             super().lower(ctx),

@@ -33,7 +33,7 @@ PRESETS = [
      "policy.in_flight_weight_updates=true", "policy.recompute_kv_cache_after_weight_updates=true"],
     ["policy=roll"],
     ["policy=roll", "policy.rollout_batch_size=3", "policy.query_filter_type=std_filter", "policy.std_threshold=0"],
-    ["policy=slime", "policy.mode=train_async", "policy.rollout_batch_size=3", "policy.sglang_server_concurrency=6"],
+    ["policy=slime", "policy.mode=train_async", "policy.rollout_batch_size=3"],
 ]
 
 

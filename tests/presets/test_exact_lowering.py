@@ -54,7 +54,7 @@ MODES = [
     ["policy=roll", "policy.rollout_batch_size=4"],
     ["policy=roll", "policy.rollout_batch_size=3", "policy.query_filter_type=std_filter", "policy.std_threshold=0"],
     ["policy=slime", "policy.rollout_batch_size=2", "policy.update_weights_interval=2",
-     "policy.over_sampling_batch_size=2", "policy.sglang_server_concurrency=3"],
+     "policy.over_sampling_batch_size=2", "policy.sglang_server_concurrency=8"],
     ["policy=slime", "policy.mode=train_async", "policy.rollout_batch_size=5"],
     ["policy=areal", "policy.dynamic_bs=true", "policy.should_accept_fn=nonzero_std",
      "policy.consumer_batch_size=4", "policy.max_head_offpolicyness=1"],
