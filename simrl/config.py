@@ -601,6 +601,37 @@ def load_config(path: str | None = None, overrides: tuple[str, ...] | list[str] 
     return cfg
 
 
+class ConfigBase:
+    """A base configuration applied once: ``ConfigBase(path, base).load(more)`` gives what
+    ``load_config(path, [*base, *more])`` gives (the same steps on the same data: the default, the
+    file merged and checked, ``base`` then ``more`` applied, structured and checked), without
+    reading the file and applying ``base`` again for every point of a sweep. Raises `ConfigError`
+    where the file or ``base`` is invalid on its own (where ``load_config`` would raise for every
+    point). Each `load` starts from a fresh copy of the base data: configurations share nothing
+    mutable."""
+
+    def __init__(self, path: str | None = None, overrides: tuple[str, ...] | list[str] = ()):
+        data = default_data()
+        if path is not None:
+            user, lines = read_config_file(path)
+            try:
+                _merge(data, user, path="")
+                check_deployment(structure(data))
+            except ConfigError as exc:
+                raise ConfigError(_locate_in_file(path, lines, str(exc))) from None
+        for ov in overrides:
+            apply_override(data, ov)
+        self._data = data
+
+    def load(self, overrides: tuple[str, ...] | list[str] = ()) -> SimConfig:
+        data = _fresh(self._data)
+        for ov in overrides:
+            apply_override(data, ov)
+        cfg = structure(data)
+        check_deployment(cfg)
+        return cfg
+
+
 def _merge(base: dict, user: dict, path: str) -> None:
     for k, val in user.items():
         here = f"{path}.{k}" if path else str(k)

@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from simrl.config import ConfigError, load_config, unstructure
+from simrl.config import ConfigBase, ConfigError, converter, load_config, unstructure
 from simrl_explore.checks import LayoutCache, run_checks
 from simrl_explore.metrics import fast_metrics, report_metrics
 from simrl_explore.space import Point, Space
@@ -56,7 +56,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _workload_key(cfg) -> str:
-    return json.dumps([unstructure(cfg)["workload"], cfg.run.seed], sort_keys=True, default=str)
+    # converter.unstructure(cfg.workload) is unstructure(cfg)["workload"], without the rest
+    return json.dumps([converter.unstructure(cfg.workload), cfg.run.seed], sort_keys=True, default=str)
 
 
 def check_keys(space: Space) -> None:
@@ -89,6 +90,12 @@ def prepare(space: Space, points: list[Point]) -> tuple[list[Job], dict[str, Any
     cache = LayoutCache()
     workloads: dict[str, Any] = {}
     jobs = []
+    try:  # the base file and set parsed and applied once (load_config per point where it is invalid)
+        base = ConfigBase(space.base_config, list(space.base_set))
+        load = base.load
+    except ConfigError:
+        def load(more):
+            return load_config(space.base_config, [*space.base_set, *more])
     for pt in points:
         job = Job(pt)
         jobs.append(job)
@@ -96,8 +103,7 @@ def prepare(space: Space, points: list[Point]) -> tuple[list[Job], dict[str, Any
             job.row = {"status": "dropped", "reason": pt.dropped}
             continue
         try:
-            cfg = load_config(space.base_config, [*space.base_set, *pt.overrides, "run.telemetry=false",
-                                                  "run.plots=false"])
+            cfg = load([*pt.overrides, "run.telemetry=false", "run.plots=false"])
         except ConfigError as exc:
             job.row = {"status": "dropped", "reason": f"config: {_first_line(exc)}"}
             continue
@@ -114,18 +120,21 @@ def prepare(space: Space, points: list[Point]) -> tuple[list[Job], dict[str, Any
 
 
 def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, engine: str | None = None,
-          lowering: str = "grid"):
+          lowering: str = "auto"):
     """Split runnable jobs into fast-path items and oracle jobs (auto: by what the fast path takes).
 
     The workload is lowered once per workload (`lower_workload`, ~6 ms: it was most of a point's
-    lowering). ``lowering="grid"`` (default): the points sharing a workload, one cost object (layout
+    lowering). ``lowering="auto"`` (default) or ``"grid"``: the points sharing a workload, one cost object (layout
     and, with a surrogate, the same fitted coefficients) and the same swept keys are lowered
     together by `simrl_fast.grid.lower_grid` from the configurations `prepare` built (no
     configuration is parsed again): each distinct combination of the swept keys it does not write
     directly is lowered once, the direct ones (`grid.DIRECT`, e.g. max_num_seqs) are written into
     the stacked arrays. A group it refuses (e.g. one point over the KV capacity, a rejected
     feature) is lowered point by point, so every point's engine and fallback reason (the feature,
-    by name) are the same either way (tests/explore/test_sweep_lowering.py).
+    by name) are the same either way (tests/explore/test_sweep_lowering.py). ``"auto"`` lowers a
+    group by the grid only where that takes fewer `lower` calls than its points (a group of one
+    point, or one whose every point is a distinct combination, goes point by point: the grid's
+    fixed cost per call is ~4 ms).
     ``lowering="point"``: every point by `lower(..., wa=wa)` (~0.06 ms a point on this 2-core machine).
     """
     engine = engine or space.engine
@@ -168,8 +177,8 @@ def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, en
         w, wa = workloads[wkey], was[wkey]
         # a group of one point (e.g. cost coefficients swept per point) is lowered by `lower`: the same
         # rows, without the grid's fixed cost per call (~4 ms)
-        grid = lowering == "grid" and len(members) > 1
-        rows = _lower_group(space, w, costs, wa, [j for j, _ in members]) if grid else None
+        grid = lowering != "point" and len(members) > 1
+        rows = _lower_group(space, w, costs, wa, [j for j, _ in members], lowering == "grid") if grid else None
         for i, (job, _) in enumerate(members):
             if rows is not None:
                 lowered[job.point.index] = rows[i]
@@ -194,9 +203,10 @@ def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, en
     return fast, oracle
 
 
-def _lower_group(space: Space, workload, costs, wa, group: list[Job]) -> list | None:
-    """Params rows of ``group`` by one `lower_grid` call, or None where it refuses the group."""
-    from simrl_fast.grid import lower_grid, unstack
+def _lower_group(space: Space, workload, costs, wa, group: list[Job], always: bool = False) -> list | None:
+    """Params rows of ``group`` by one `lower_grid` call, or None where it refuses the group (or,
+    unless ``always``, where it would not lower fewer times than there are points)."""
+    from simrl_fast.grid import DIRECT, lower_grid, unstack
     from simrl_fast.lowering import FastPathUnsupported
 
     columns: dict[str, list[str]] = {}
@@ -204,10 +214,18 @@ def _lower_group(space: Space, workload, costs, wa, group: list[Job]) -> list | 
         for ov in job.point.overrides:
             k, _, v = ov.partition("=")
             columns.setdefault(k, []).append(v)
+    # lower_grid lowers once per distinct value of a direct key and once per distinct combination
+    # of the others: where that is not fewer than the points, point by point is the cheaper way
+    grouped = [columns[k] for k in columns if k not in DIRECT]
+    lowers = (sum(len(set(columns[k])) for k in columns if k in DIRECT)
+              + (len(set(zip(*grouped, strict=True))) if grouped else 1))
+    if lowers >= len(group) and not always:
+        return None
     try:
         _, params, _ = lower_grid(workload, costs, columns, base=[*space.base_set, "run.telemetry=false",
                                                                  "run.plots=false"],
-                                  config_path=space.base_config, wa=wa, configs=[j.cfg for j in group])
+                                  config_path=space.base_config, wa=wa, configs=[j.cfg for j in group],
+                                  with_static=False)
     except (FastPathUnsupported, ConfigError, ValueError):
         return None
     return unstack(params)

@@ -64,12 +64,13 @@ def _fmt(v) -> str:
 
 def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[str] = (),
                config_path: str | None = None, wa: WorkloadArrays | None = None,
-               configs: Sequence | None = None) -> tuple[Static, Params, WorkloadArrays]:
+               configs: Sequence | None = None, with_static: bool = True) -> tuple[Static | None, Params, WorkloadArrays]:
     """Lower M grid points sharing ``workload`` and ``costs``: (Static, Params stacked [M], WorkloadArrays).
 
     ``configs``: the M points' configurations where the caller has built them already (srl-sweep
     does, for its feasibility checks): a value or combination is then lowered from the first
-    point that has it, instead of loading ``base`` + the values again."""
+    point that has it, instead of loading ``base`` + the values again. ``with_static=False``: the
+    Static is not computed (None), for a caller that stacks several grids."""
     from simrl.config import load_config
 
     base = list(base)
@@ -134,7 +135,7 @@ def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[
             raise ValueError(f"lower_grid: {key} at point {m} is {x[m]!r}; expected a finite number >= 0")
         getattr(params, field)[...] = x
     _check_costs(params)
-    return static_for_stacked(params, wa), params, wa
+    return (static_for_stacked(params, wa) if with_static else None), params, wa
 
 
 def _check_costs(p: Params) -> None:

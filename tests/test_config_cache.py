@@ -62,3 +62,40 @@ def test_empty_file_is_the_default(tmp_path):
     path = tmp_path / "empty.yaml"
     path.write_text("")
     assert to_yaml(load_config(str(path))) == to_yaml(load_config())
+
+
+def test_config_base_loads_what_load_config_loads(tmp_path):
+    from simrl.config import ConfigBase
+
+    path = tmp_path / "c.yaml"
+    path.write_text("deployment:\n  rollout:\n    max_num_seqs: 128\n")
+    base = ["policy=bounded_async", "workload.knobs.tags=[a]", "deployment.rollout.instances=3"]
+    cb = ConfigBase(str(path), base)
+    for more in ([], ["policy.max_staleness=2", "deployment.rollout.instances=4"], ["policy=sync"],
+                 ["workload.knobs.tags=[b, c]"]):
+        assert to_yaml(cb.load(more)) == to_yaml(load_config(str(path), [*base, *more]))
+    a, b = cb.load(), cb.load()
+    a.workload.knobs["tags"].append("x")
+    assert b.workload.knobs["tags"] == ["a"] and cb.load().workload.knobs["tags"] == ["a"]
+    with pytest.raises(ConfigError) as got:
+        cb.load(["deployment.rollout.instances=0"])
+    with pytest.raises(ConfigError) as want:
+        load_config(str(path), [*base, "deployment.rollout.instances=0"])
+    assert str(got.value) == str(want.value)
+    with pytest.raises(ConfigError, match="expected an integer"):
+        ConfigBase(str(path), ["deployment.rollout.instances=x"]).load()
+
+
+def test_sweep_keys_equal_the_full_unstructure():
+    """srl-sweep's workload and layout keys unstructure only their sections: the same text."""
+    import json
+
+    from simrl_explore.checks import _layout_key
+    from simrl_explore.runner import _workload_key
+
+    cfg = load_config(overrides=OVERRIDES)
+    d = unstructure(cfg)
+    assert _workload_key(cfg) == json.dumps([d["workload"], cfg.run.seed], sort_keys=True, default=str)
+    parts = {"model": d["deployment"]["model"], "cost": d["cost"], "rollout": d["deployment"]["rollout"],
+             "training": d["deployment"]["training"]}
+    assert _layout_key(cfg, "rollout", "training") == json.dumps(parts, sort_keys=True, default=str)
