@@ -63,8 +63,14 @@ def _fmt(v) -> str:
 
 
 def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[str] = (),
-               config_path: str | None = None, wa: WorkloadArrays | None = None) -> tuple[Static, Params, WorkloadArrays]:
-    """Lower M grid points sharing ``workload`` and ``costs``: (Static, Params stacked [M], WorkloadArrays)."""
+               config_path: str | None = None, wa: WorkloadArrays | None = None,
+               configs: Sequence | None = None, with_static: bool = True) -> tuple[Static | None, Params, WorkloadArrays]:
+    """Lower M grid points sharing ``workload`` and ``costs``: (Static, Params stacked [M], WorkloadArrays).
+
+    ``configs``: the M points' configurations where the caller has built them already (srl-sweep
+    does, for its feasibility checks): a value or combination is then lowered from the first
+    point that has it, instead of loading ``base`` + the values again. ``with_static=False``: the
+    Static is not computed (None), for a caller that stacks several grids."""
     from simrl.config import load_config
 
     base = list(base)
@@ -75,9 +81,13 @@ def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[
         raise ValueError(f"lower_grid: columns of different lengths {sizes}")
     M = next(iter(sizes.values())) if sizes else 1
 
-    def lower_at(overrides: list[str], where: str) -> Params:
+    if configs is not None and len(configs) != M:
+        raise ValueError(f"lower_grid: {len(configs)} configurations for {M} grid points")
+
+    def lower_at(overrides: list[str], where: str, m: int) -> Params:
         try:
-            return lower(load_config(config_path, [*base, *overrides]), workload, costs, wa=wa)[1]
+            cfg = configs[m] if configs is not None else load_config(config_path, [*base, *overrides])
+            return lower(cfg, workload, costs, wa=wa)[1]
         except FastPathUnsupported as exc:
             raise FastPathUnsupported(f"grid {where}: {exc}") from None
 
@@ -86,10 +96,10 @@ def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[
     direct: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}
     for key in [k for k in cols if k in DIRECT]:
         field, read = DIRECT[key]
-        uniq, inv = np.unique(cols[key], return_inverse=True)
+        uniq, first, inv = np.unique(cols[key], return_index=True, return_inverse=True)
         vals = []
-        for u in uniq:
-            p = lower_at([f"{key}={_fmt(u)}"], f"{key}={_fmt(u)}")
+        for u, m in zip(uniq, first, strict=True):
+            p = lower_at([f"{key}={_fmt(u)}"], f"{key}={_fmt(u)}", int(m))
             vals.append(getattr(p, field))
         if all(_fmt(u) not in ("None", "null") and v == read(u) for u, v in zip(uniq, vals, strict=True)):
             direct[key] = (field, np.asarray(vals), inv)
@@ -99,13 +109,18 @@ def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[
     if grouped:
         keys = [tuple(_fmt(cols[k][m]) for k in grouped) for m in range(M)]
         combos: dict[tuple, int] = {}
-        inv = np.fromiter((combos.setdefault(t, len(combos)) for t in keys), np.int64, M)
+        firsts: list[int] = []
+        for m, t in enumerate(keys):
+            if t not in combos:
+                combos[t] = len(combos)
+                firsts.append(m)
+        inv = np.fromiter((combos[t] for t in keys), np.int64, M)
         rows = [lower_at([f"{k}={v}" for k, v in zip(grouped, t, strict=True)],
-                         " ".join(f"{k}={v}" for k, v in zip(grouped, t, strict=True)))
-                for t in combos]
+                         " ".join(f"{k}={v}" for k, v in zip(grouped, t, strict=True)), m)
+                for t, m in zip(combos, firsts, strict=True)]
     else:
         inv = np.zeros(M, np.int64)
-        rows = [lower_at([], "base")]
+        rows = [lower_at([], "base", 0)]
     table = Params(*(np.stack([np.asarray(getattr(r, f)) for r in rows]) for f in Params._fields))
     params = Params(*(np.ascontiguousarray(getattr(table, f)[inv]) for f in Params._fields))
 
@@ -120,7 +135,7 @@ def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[
             raise ValueError(f"lower_grid: {key} at point {m} is {x[m]!r}; expected a finite number >= 0")
         getattr(params, field)[...] = x
     _check_costs(params)
-    return static_for_stacked(params, wa), params, wa
+    return (static_for_stacked(params, wa) if with_static else None), params, wa
 
 
 def _check_costs(p: Params) -> None:
