@@ -10,7 +10,10 @@ the JAX engine's compile time, run time, ms per configuration, configs/s and the
 SimPy per configuration; the worst relative error against SimPy on a sample; and what the fast
 path does with a multi-turn scenario. The compile time is what this process paid: with the
 persistent compilation cache warm (on by default, `SIMRL_FAST_CACHE=0` turns it off) it is the
-time to load the compiled program.
+time to load the compiled program. `run_params` sorts the configurations by expected work before
+cutting them into batches (results in the given order) and splits each batch over all local
+devices; `benchmarks/sweep10k.yaml` is the same scenario as a 10,080-point `srl-sweep` space (the
+sweep's wall time: setup, compile, simulation and output, see docs/search.md).
 
     .venv/bin/python benchmarks/fast.py [--sizes 100,1000,10000] [--sample 6] [--chunk 1000]
 """

@@ -314,7 +314,8 @@ def evaluate(cards: list[dict], progress=None) -> dict:
             "calibration": "no constant fitted to any card; cost models at their defaults (GPU datasheet figures, analytical MFU 0.4, "
                            "comm efficiency 0.7, NCCL weight sync defaults); one weight-sync constant "
                            "(host_s_per_engine_param, per-tensor sync) set from verl's dense 7B sync time "
-                           "(0.12 s), which is not a card"}
+                           "(0.12 s), which is not a card; one eager-mode constant (eager_launch_s, vLLM "
+                           "enforce_eager only) from a published dense 7B eager-vs-graph measurement, not a card"}
 
 
 def render(result: dict) -> str:

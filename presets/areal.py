@@ -38,13 +38,13 @@ from attrs import validators as v
 
 from simrl.policy.base import GroupRecord, PipelineState, Verdict
 from simrl.policy.params import PolicyParams
-from simrl.policy.record import RecordPolicy
+from simrl.policy.record import RecordPolicy, RecordState
 from simrl.policy.registry import register
 from simrl.policy.rules import Enforcement, InflightRule, code
 
 
 @attrs.define
-class ArealState:
+class ArealState(RecordState):
     """Groups rejected since the last batch (dynamic_bs)."""
 
     rejected_since_batch: int = 0
@@ -84,7 +84,10 @@ class ArealPolicy(RecordPolicy):
             drop_zero_variance=int(self.should_accept_fn == "nonzero_std"),
             batch_min_groups=b,
             batch_max_groups=b,
-            fast_path_exact=int(not self.dynamic_bs),  # dynamic_bs batches are not in the record
+            # dynamic_bs: a batch may form with every buffered group once buffered + rejected
+            # since the last batch reach B (the record's batch_shrink_by_drops)
+            batch_shrink_by_drops=int(self.dynamic_bs),
+            fast_path_exact=1,
         )
 
     # -- dynamic_bs: a batch may form smaller by the number of groups rejected since the last --

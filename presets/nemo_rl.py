@@ -129,7 +129,10 @@ class NemoRLPolicy(Policy):
             admit_count_dispatched=1,
             batch_min_groups=b,
             batch_max_groups=b,
-            # exact only while nothing is dropped and batches are taken in target order, which the
-            # FIFO record cannot guarantee when a later target's groups finish first
-            fast_path_exact=0,
+            # Nothing is ever dropped (every group of target v is trained at version v, before
+            # v + 1 exists), so the k-th dispatched group has target k // B and the batch at
+            # version v is the B oldest live groups once all are buffered, in buffer order: the
+            # record's dispatch-window batch.
+            batch_order=1,
+            fast_path_exact=1,
         )

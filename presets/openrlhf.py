@@ -170,11 +170,20 @@ class OpenRLHFPolicy(Policy):
 
     def lower(self, ctx: LoweringContext) -> PolicyParams:
         base = super().lower(ctx)
+        b = self.rollout_batch_size
+        # With one semaphore token, one generation chunk per batch and no filter, batch k+1 is
+        # dispatched whole once batch k is dequeued: dispatched < (batches taken + 1) * B. With
+        # Q > 1 the next batch also waits for the previous one to be generated, an oversampled
+        # chunk leaves a surplus, and a dynamic filter's replacements follow the deficit: none of
+        # these is in the record.
+        exact = self.async_queue_size == 1 and self.chunk == b and not self.dynamic_filtering_enable
         return attrs.evolve(
             base,
-            drop_zero_variance=2 if self.dynamic_filtering_enable else 0,
-            batch_min_groups=self.rollout_batch_size,
-            batch_max_groups=self.rollout_batch_size,
-            admit_concurrency_groups=float(self.chunk),
-            fast_path_exact=0,  # the whole-batch semaphore has no field in the record
+            admit_budget_base_groups=float(b),
+            admit_budget_per_batch_groups=float(b),
+            admit_count_dispatched=1,
+            drop_zero_variance=1 if self.dynamic_filtering_enable else 0,
+            batch_min_groups=b,
+            batch_max_groups=b,
+            fast_path_exact=int(exact),
         )

@@ -200,12 +200,23 @@ class RollPolicy(Policy):
     def lower(self, ctx: LoweringContext) -> PolicyParams:
         b = self.rollout_batch_size
         first = math.ceil(b * self.async_generation_ratio) if self.async_generation_ratio > 0 else 0
+        # Synchronous ROLL (ratio 0, no additional prompts) is the sync shape: running + completed
+        # (= accepted + running) < (v + 1) * B, and the router is suspended from get_batch to the
+        # next step (not while training; the abort_resume pause holds dispatch while publishing); its
+        # batch is the B groups of the current step, all finished, in completion order. A std filter
+        # at threshold 0 drops exactly the zero-variance groups (groups of more than one sample).
+        # Not in the record: async ratios (oldest-step-first reading, per-step waits, GC of
+        # over-age work), additional prompts and their surplus abort, other filter thresholds.
+        zero_var = self.query_filter_type == "std_filter" and self.std_threshold == 0 and ctx.group_size > 1
+        exact = self.lag == 0 and not self.is_use_additional_prompts and (
+            self.query_filter_type == "no_filter" or zero_var)
         return attrs.evolve(
             super().lower(ctx),
             admit_budget_base_groups=float(first + b),
             admit_budget_per_version_groups=float(b),
+            admit_block_while_training=int(self.lag == 0),
             drop_zero_variance=int(self.query_filter_type == "std_filter" and self.std_threshold >= 0),
             batch_min_groups=b,
             batch_max_groups=b,
-            fast_path_exact=0,  # oldest-step-first reading and per-step waits are not FIFO
+            fast_path_exact=int(exact),
         )

@@ -182,10 +182,27 @@ class SlimePolicy(Policy):
         return st.buffer[: self.target]
 
     def lower(self, ctx: LoweringContext) -> PolicyParams:
+        t = self.target
+        cap = self.sglang_server_concurrency * ctx.instances  # samples generating at once
+        # Without a filter, over-sampling chunks that divide the target and no partial rollout,
+        # each rollout dispatches exactly the target and nothing is left to abort: sync opens
+        # rollout v at version v (accepted + running < (v + 1) * T), train_async once batch k - 1
+        # is taken (< (taken + 1) * T); running samples + n <= cap is running < cap // n groups.
+        # Not in the record: chunks that over-sample, the surplus abort, filtered refills, the
+        # partial carry-over, fully_async's requeue at each publication.
+        # The preset names its staleness bound as what closes admission (enforced by admission), so
+        # the record is exact only where the concurrency cap never binds (fewer than T groups run).
+        exact = (self.mode != "fully_async" and not self.dynamic_sampling_filter_path and not self.partial_rollout
+                 and t % self.chunk == 0 and cap // ctx.group_size >= t)
+        per_version, per_batch = (float(t), 0.0) if self.mode == "sync" else (0.0, float(t))
         return attrs.evolve(
             super().lower(ctx),
+            admit_concurrency_groups=float(max(1, cap // ctx.group_size)),
+            admit_budget_base_groups=float(t),
+            admit_budget_per_version_groups=per_version,
+            admit_budget_per_batch_groups=per_batch,
             drop_zero_variance=int(self.dynamic_sampling_filter_path is not None),
-            batch_min_groups=self.target,
-            batch_max_groups=self.target,
-            fast_path_exact=0,  # over-sampling chunks and the surplus abort are not in the record
+            batch_min_groups=t,
+            batch_max_groups=t,
+            fast_path_exact=int(exact),
         )

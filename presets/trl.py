@@ -166,7 +166,12 @@ class TRLPolicy(Policy):
                 fast_path_exact=int(k == 1),
             )
         cap = self.max_inflight_tasks if self.max_inflight_tasks >= 0 else self.max_staleness * self.samples_per_step
+        # in-flight samples + n <= max(cap, n): running < max(cap, n) // n; queued samples < queue_maxsize:
+        # buffered groups < ceil(queue_maxsize / n); a sample older than max_staleness versions by its
+        # dispatch stamp is dropped at completion and at each publication.
         return attrs.evolve(
-            base, admit_concurrency_groups=float(max(1, cap // n)), batch_min_groups=b, batch_max_groups=b,
-            fast_path_exact=0,  # the sample-count queue bound and dispatch-stamp age are not in the record
+            base, admit_concurrency_groups=float(max(1, cap // n)),
+            admit_buffer_cap_groups=float(math.ceil(self.queue_maxsize / n)),
+            max_dispatch_age=self.max_staleness, batch_min_groups=b, batch_max_groups=b,
+            fast_path_exact=1,
         )

@@ -132,17 +132,24 @@ class VerlPolicy(Policy):
     def lower(self, ctx: LoweringContext) -> PolicyParams:
         w = self.window_groups
         if self.mode == "one_step_off":
+            # dispatched < (batches taken + 1) * W: batch k+1 is generated once batch k is taken
             return attrs.evolve(
                 super().lower(ctx),
-                admit_budget_base_groups=float(w), admit_budget_per_version_groups=float(w),
-                admit_count_dispatched=1, batch_min_groups=w,
-                batch_max_groups=w, fast_path_exact=0,  # its budget follows batches taken, not versions
+                admit_budget_base_groups=float(w), admit_budget_per_batch_groups=float(w),
+                admit_count_dispatched=1, batch_min_groups=w, batch_max_groups=w, fast_path_exact=1,
             )
+        m = self.queue_size
+        # running < min(concurrent_samples_per_replica * servers, M); staleness_samples < M, the count
+        # of groups dispatched since the last publication plus those then active or queued; queue < M.
+        # The MessageQueue's drop-oldest at M is kept (running + queued never exceeds that count, so
+        # it cannot fire).
         return attrs.evolve(
             super().lower(ctx),
-            admit_concurrency_groups=float(self.queue_size),
-            buffer_capacity_groups=self.queue_size,
+            admit_concurrency_groups=float(min(self.concurrent_samples_per_replica * ctx.instances, m)),
+            admit_budget_base_groups=float(m), admit_count_dispatched=1, admit_count_since_publish=1,
+            admit_buffer_cap_groups=float(m),
+            buffer_capacity_groups=m,
             batch_min_groups=w,
             batch_max_groups=w,
-            fast_path_exact=0,  # the per-window sample budget reset is not in the record
+            fast_path_exact=1,
         )

@@ -125,13 +125,22 @@ class VerlV1Policy(Policy):
 
     def lower(self, ctx: LoweringContext) -> PolicyParams:
         b = self.train_batch_size
+        drop = self.max_off_policy_strategy == "drop"
+        # live = dispatched - dropped = accepted + running < (depth + v + 1) * B; an over-span group
+        # (version - dispatch_version + 1 > threshold) is dropped at completion and evicted from the
+        # buffer after each update (dispatch age > threshold - 1); the batch is the oldest-dispatched
+        # B buffered groups. Not in the record: sync mode's 2k refill credits for k DAPO evictions,
+        # and strategy wait's hold on sampling while a running group reaches the threshold.
+        exact = drop and not (self.trainer_mode == "sync" and self.filter_groups_metric)
         return attrs.evolve(
             super().lower(ctx),
             admit_budget_base_groups=float((self._depth() + 1) * b),
             admit_budget_per_version_groups=float(b),
-            admit_count_dispatched=1,
-            drop_zero_variance=2 if self.filter_groups_metric else 0,
+            admit_return_evicted=1,
+            drop_zero_variance=1 if self.filter_groups_metric else 0,  # evicted, refilled by a new prompt
+            max_dispatch_age=self.max_off_policy_threshold - 1 if drop else -1,
             batch_min_groups=b,
             batch_max_groups=b,
-            fast_path_exact=0,  # oldest-dispatch-first sampling and refill credits are not in the record
+            batch_order=2,
+            fast_path_exact=int(exact),
         )

@@ -11,6 +11,7 @@ in `simrl.policy.registry`, so presets in `presets/` extend the union without ed
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, NewType
 
@@ -446,14 +447,54 @@ def to_yaml(cfg: SimConfig) -> str:
     return yaml.safe_dump(unstructure(cfg), sort_keys=True, default_flow_style=False)
 
 
+# -- parse caches: a sweep loads thousands of configurations that repeat the same override values
+# and base file. Only the YAML parsing is cached (keyed by the exact text, so a hit is the same
+# parse), and every hit returns a fresh copy of the parsed containers: no two configurations share
+# a mutable dict or list. Errors are never cached (a bad value is re-parsed and raises each time).
+
+_CACHE_MAX = 65_536
+_PARSED_VALUES: dict[str, Any] = {}
+_PARSED_FILES: dict[str, tuple[dict, dict[str, int]]] = {}
+_DEFAULT_DATA: list[dict] = []
+
+
+def _fresh(value: Any) -> Any:
+    """A copy of parsed YAML data: new dicts and lists; scalars (immutable) are shared."""
+    if isinstance(value, dict):
+        return {k: _fresh(val) for k, val in value.items()}
+    if isinstance(value, list):
+        return [_fresh(val) for val in value]
+    if value is None or isinstance(value, str | int | float):  # bool is an int
+        return value
+    return copy.deepcopy(value)
+
+
+def _remember(cache: dict, key, value) -> None:
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+
+
+def clear_parse_caches() -> None:
+    """Forget the cached parses of override values, configuration files and the default data."""
+    _PARSED_VALUES.clear()
+    _PARSED_FILES.clear()
+    _DEFAULT_DATA.clear()
+
+
 def _parse_value(key: str, text: str) -> Any:
     """An override's value, read as one YAML scalar or flow collection (``4``, ``true``, ``[1, 2]``)."""
+    hit = _PARSED_VALUES.get(text, _PARSED_VALUES)
+    if hit is not _PARSED_VALUES:
+        return _fresh(hit)
     try:
-        return load_yaml_text(text) if text.strip() else text
+        value = load_yaml_text(text) if text.strip() else text
     except YamlInputError as exc:
         if text.lstrip()[:1] in "[{" or text.strip().startswith(("'", '"')):
             raise ConfigError(f"override {key}={text}: {exc.message}; quote the whole value for a string") from None
-        return text
+        value = text
+    _remember(_PARSED_VALUES, text, value)
+    return _fresh(value)
 
 
 KNOB_SECTIONS = ("knobs", "rollout_knobs", "training_knobs", "weight_sync_knobs", "colocated_knobs")
@@ -497,7 +538,10 @@ def check_deployment(cfg: SimConfig) -> None:
 
 
 def default_data() -> dict:
-    return unstructure(SimConfig())
+    """The embedded default configuration as plain data (a fresh copy on every call)."""
+    if not _DEFAULT_DATA:
+        _DEFAULT_DATA.append(unstructure(SimConfig()))
+    return _fresh(_DEFAULT_DATA[0])
 
 
 def read_config_file(path: str) -> tuple[dict, dict[str, int]]:
@@ -505,16 +549,21 @@ def read_config_file(path: str) -> tuple[dict, dict[str, int]]:
     and the line of every key (for messages)."""
     try:
         text = read_utf8(path)
+        hit = _PARSED_FILES.get(text)  # keyed by the file's text: a changed file is parsed again
+        if hit is not None:
+            return _fresh(hit[0]), dict(hit[1])
         user = load_yaml_text(text)
     except YamlInputError as exc:
         where = f"{path}:{exc.line}" if exc.line else str(path)
         raise ConfigError(f"{where}: {exc.message}") from None
     if user is None:
-        return {}
+        return {}, {}
     if not isinstance(user, dict):
         raise ConfigError(f"{path}: expected a mapping of sections (deployment, workload, policy, router, cost, "
                           f"run) at the top level, got {type(user).__name__}")
-    return user, yaml_key_lines(text)
+    lines = yaml_key_lines(text)
+    _remember(_PARSED_FILES, text, (user, lines))
+    return _fresh(user), dict(lines)
 
 
 def _locate_in_file(path: str, lines: dict[str, int], message: str) -> str:
@@ -550,6 +599,37 @@ def load_config(path: str | None = None, overrides: tuple[str, ...] | list[str] 
     cfg = structure(data)
     check_deployment(cfg)
     return cfg
+
+
+class ConfigBase:
+    """A base configuration applied once: ``ConfigBase(path, base).load(more)`` gives what
+    ``load_config(path, [*base, *more])`` gives (the same steps on the same data: the default, the
+    file merged and checked, ``base`` then ``more`` applied, structured and checked), without
+    reading the file and applying ``base`` again for every point of a sweep. Raises `ConfigError`
+    where the file or ``base`` is invalid on its own (where ``load_config`` would raise for every
+    point). Each `load` starts from a fresh copy of the base data: configurations share nothing
+    mutable."""
+
+    def __init__(self, path: str | None = None, overrides: tuple[str, ...] | list[str] = ()):
+        data = default_data()
+        if path is not None:
+            user, lines = read_config_file(path)
+            try:
+                _merge(data, user, path="")
+                check_deployment(structure(data))
+            except ConfigError as exc:
+                raise ConfigError(_locate_in_file(path, lines, str(exc))) from None
+        for ov in overrides:
+            apply_override(data, ov)
+        self._data = data
+
+    def load(self, overrides: tuple[str, ...] | list[str] = ()) -> SimConfig:
+        data = _fresh(self._data)
+        for ov in overrides:
+            apply_override(data, ov)
+        cfg = structure(data)
+        check_deployment(cfg)
+        return cfg
 
 
 def _merge(base: dict, user: dict, path: str) -> None:

@@ -25,17 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from simrl.config import SimConfig, unstructure
+from simrl.config import SimConfig, converter
 from simrl.cost.base import CostModelError
 
 GiB = 1024**3
 
 
 def _layout_key(cfg: SimConfig, *sections: str) -> str:
-    d = unstructure(cfg)
-    parts = {"model": d["deployment"]["model"], "cost": d["cost"]}
+    dep = cfg.deployment  # (the sections unstructured alone: what unstructure(cfg) holds for them)
+    parts = {"model": dep.model, "cost": converter.unstructure(cfg.cost)}
     for s in sections:
-        parts[s] = d["deployment"][s]
+        parts[s] = converter.unstructure(getattr(dep, s))
     return json.dumps(parts, sort_keys=True, default=str)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from simrl.config import ConfigError, load_config, unstructure
+from simrl.config import ConfigBase, ConfigError, converter, load_config, unstructure
 from simrl_explore.checks import LayoutCache, run_checks
 from simrl_explore.metrics import fast_metrics, report_metrics
 from simrl_explore.space import Point, Space
@@ -56,7 +56,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _workload_key(cfg) -> str:
-    return json.dumps([unstructure(cfg)["workload"], cfg.run.seed], sort_keys=True, default=str)
+    # converter.unstructure(cfg.workload) is unstructure(cfg)["workload"], without the rest
+    return json.dumps([converter.unstructure(cfg.workload), cfg.run.seed], sort_keys=True, default=str)
 
 
 def check_keys(space: Space) -> None:
@@ -89,6 +90,12 @@ def prepare(space: Space, points: list[Point]) -> tuple[list[Job], dict[str, Any
     cache = LayoutCache()
     workloads: dict[str, Any] = {}
     jobs = []
+    try:  # the base file and set parsed and applied once (load_config per point where it is invalid)
+        base = ConfigBase(space.base_config, list(space.base_set))
+        load = base.load
+    except ConfigError:
+        def load(more):
+            return load_config(space.base_config, [*space.base_set, *more])
     for pt in points:
         job = Job(pt)
         jobs.append(job)
@@ -96,8 +103,7 @@ def prepare(space: Space, points: list[Point]) -> tuple[list[Job], dict[str, Any
             job.row = {"status": "dropped", "reason": pt.dropped}
             continue
         try:
-            cfg = load_config(space.base_config, [*space.base_set, *pt.overrides, "run.telemetry=false",
-                                                  "run.plots=false"])
+            cfg = load([*pt.overrides, "run.telemetry=false", "run.plots=false"])
         except ConfigError as exc:
             job.row = {"status": "dropped", "reason": f"config: {_first_line(exc)}"}
             continue
@@ -114,21 +120,22 @@ def prepare(space: Space, points: list[Point]) -> tuple[list[Job], dict[str, Any
 
 
 def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, engine: str | None = None,
-          lowering: str = "point"):
+          lowering: str = "auto"):
     """Split runnable jobs into fast-path items and oracle jobs (auto: by what the fast path takes).
 
     The workload is lowered once per workload (`lower_workload`, ~6 ms: it was most of a point's
-    lowering), then ``lowering="point"`` (default) lowers each point from the configuration
-    `prepare` already built (`lower(..., wa=wa)`, ~0.06 ms a point on this 2-core machine).
-    ``lowering="grid"``: the points sharing a workload, one cost object (layout and, with a
-    surrogate, the same fitted coefficients) and the same swept keys are lowered together by
-    `simrl_fast.grid.lower_grid`; a group it refuses (e.g. one point over the KV capacity) is
-    lowered point by point, so every point's engine and fallback reason are the same either way
-    (tests/explore/test_sweep_lowering.py). It is not the default because it pays only where it saves
-    configuration loads, and here `prepare` has loaded every point already (the feasibility checks
-    need each point's configuration): `lower_grid` reloads the base once per distinct combination
-    of the keys it does not write directly (~2.4 ms each), which on examples/sweep/gpu32.yaml is
-    nearly every point (measured: 1.6 s vs 1.0 s for the first 300 points).
+    lowering). ``lowering="auto"`` (default) or ``"grid"``: the points sharing a workload, one cost object (layout
+    and, with a surrogate, the same fitted coefficients) and the same swept keys are lowered
+    together by `simrl_fast.grid.lower_grid` from the configurations `prepare` built (no
+    configuration is parsed again): each distinct combination of the swept keys it does not write
+    directly is lowered once, the direct ones (`grid.DIRECT`, e.g. max_num_seqs) are written into
+    the stacked arrays. A group it refuses (e.g. one point over the KV capacity, a rejected
+    feature) is lowered point by point, so every point's engine and fallback reason (the feature,
+    by name) are the same either way (tests/explore/test_sweep_lowering.py). ``"auto"`` lowers a
+    group by the grid only where that takes fewer `lower` calls than its points (a group of one
+    point, or one whose every point is a distinct combination, goes point by point: the grid's
+    fixed cost per call is ~4 ms).
+    ``lowering="point"``: every point by `lower(..., wa=wa)` (~0.06 ms a point on this 2-core machine).
     """
     engine = engine or space.engine
     fast: dict[str, list[tuple[Job, Any, Any]]] = {}
@@ -168,7 +175,10 @@ def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, en
 
     for (wkey, *_), (costs, members) in groups.items():
         w, wa = workloads[wkey], was[wkey]
-        rows = _lower_group(space, w, costs, wa, [j for j, _ in members]) if lowering == "grid" else None
+        # a group of one point (e.g. cost coefficients swept per point) is lowered by `lower`: the same
+        # rows, without the grid's fixed cost per call (~4 ms)
+        grid = lowering != "point" and len(members) > 1
+        rows = _lower_group(space, w, costs, wa, [j for j, _ in members], lowering == "grid") if grid else None
         for i, (job, _) in enumerate(members):
             if rows is not None:
                 lowered[job.point.index] = rows[i]
@@ -193,9 +203,10 @@ def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, en
     return fast, oracle
 
 
-def _lower_group(space: Space, workload, costs, wa, group: list[Job]) -> list | None:
-    """Params rows of ``group`` by one `lower_grid` call, or None where it refuses the group."""
-    from simrl_fast.grid import lower_grid, unstack
+def _lower_group(space: Space, workload, costs, wa, group: list[Job], always: bool = False) -> list | None:
+    """Params rows of ``group`` by one `lower_grid` call, or None where it refuses the group (or,
+    unless ``always``, where it would not lower fewer times than there are points)."""
+    from simrl_fast.grid import DIRECT, lower_grid, unstack
     from simrl_fast.lowering import FastPathUnsupported
 
     columns: dict[str, list[str]] = {}
@@ -203,10 +214,18 @@ def _lower_group(space: Space, workload, costs, wa, group: list[Job]) -> list | 
         for ov in job.point.overrides:
             k, _, v = ov.partition("=")
             columns.setdefault(k, []).append(v)
+    # lower_grid lowers once per distinct value of a direct key and once per distinct combination
+    # of the others: where that is not fewer than the points, point by point is the cheaper way
+    grouped = [columns[k] for k in columns if k not in DIRECT]
+    lowers = (sum(len(set(columns[k])) for k in columns if k in DIRECT)
+              + (len(set(zip(*grouped, strict=True))) if grouped else 1))
+    if lowers >= len(group) and not always:
+        return None
     try:
         _, params, _ = lower_grid(workload, costs, columns, base=[*space.base_set, "run.telemetry=false",
                                                                  "run.plots=false"],
-                                  config_path=space.base_config, wa=wa)
+                                  config_path=space.base_config, wa=wa, configs=[j.cfg for j in group],
+                                  with_static=False)
     except (FastPathUnsupported, ConfigError, ValueError):
         return None
     return unstack(params)
@@ -263,54 +282,57 @@ class OraclePool:
 # -- the fast path -----------------------------------------------------------------------------------
 
 def _fast_batch(static, params, wa) -> Any:
-    from simrl_fast.engine import run
-    from simrl_fast.lowering import stack_params, static_for
+    """One batch on a Ray worker (grown on overflow, with the engine's progress guard)."""
+    from simrl_fast.engine import run_params
 
-    res = run(static, stack_params(params), wa)
-    while res.overflow.any():  # more groups dispatched than the slots held: grow and re-run
-        static = static_for(params, wa, max_groups=2 * static.max_groups)
-        res = run(static, stack_params(params), wa)
-    return res
+    return run_params(params, wa, static=static, sort=False)
 
 
 def run_fast(items: list[tuple[Job, Any, Any]], chunk: int, ray_address: str | None,
              tick: Callable[[int], None]) -> None:
-    """Run fast-path items sharing one workload; fill each job's row."""
-    from simrl_fast.lowering import static_for
+    """Run fast-path items sharing one workload; fill each job's row.
+
+    In this process: `simrl_fast.engine.run_params` (points sorted by expected work, ``ceil(n /
+    chunk)`` batches of equal size with one Static, so one compile; each batch split over all
+    local devices). With ``ray_address``: the same batches, in the same order, one Ray task each."""
+    from simrl_fast.engine import batch_size, run_params, work_order
+    from simrl_fast.lowering import stack_params, static_for
 
     params = [p for _, p, _ in items]
     wa = items[0][2]
+    if not ray_address:
+        res = run_params(params, wa, chunk=chunk, on_chunk=tick)
+        _fill(items, res)
+        return
     static = static_for(params, wa)
-    # ceil(n / chunk) batches of equal size (the last one padded by at most one fewer than the
-    # number of batches): one batch size, one compile, and no batch of mostly padding (1,008
-    # points at --chunk 1000 run as 2 x 504, not 1,000 + 8 padded to 1,000)
-    n_chunks = -(-len(items) // chunk)
-    size = -(-len(items) // n_chunks)
+    order = work_order(stack_params(params), int(wa.prompt.shape[1]))
+    items = [items[i] for i in order]
+    size = batch_size(len(items), chunk)
     chunks = [items[i:i + size] for i in range(0, len(items), size)]
 
     def padded(c):  # pad the last chunk: one batch size, one compile
         ps = [p for _, p, _ in c]
         return ps + [ps[-1]] * (size - len(ps))
 
-    if ray_address:
-        try:
-            import ray
-        except ImportError:
-            raise SweepError("--ray needs the ray package (pip install 'simrl[ray]'); it is not installed") from None
-        ray.init(address=ray_address, ignore_reinit_error=True)
-        task = ray.remote(_fast_batch)
-        futures = [task.remote(static, padded(c), wa) for c in chunks]
-        results = ((c, ray.get(f)) for c, f in zip(chunks, futures, strict=True))
-    else:
-        results = ((c, _fast_batch(static, padded(c), wa)) for c in chunks)
-    for c, res in results:
-        for m, (job, _, _) in enumerate(c):
-            job.row.update(fast_metrics(res, m, job.gpus))
-            job.row.setdefault("status", "ok" if job.row["complete"] else "failed")
-            if not job.row["complete"]:
-                job.row["reason"] = "fast: stuck (a batch can never form)" if bool(res.stuck[m]) else "fast: incomplete"
-            job.row["engine"] = "fast"
+    try:
+        import ray
+    except ImportError:
+        raise SweepError("--ray needs the ray package (pip install 'simrl[ray]'); it is not installed") from None
+    ray.init(address=ray_address, ignore_reinit_error=True)
+    task = ray.remote(_fast_batch)
+    futures = [task.remote(static, padded(c), wa) for c in chunks]
+    for c, f in zip(chunks, futures, strict=True):
+        _fill(c, ray.get(f))
         tick(len(c))
+
+
+def _fill(items: list[tuple[Job, Any, Any]], res) -> None:
+    for m, (job, _, _) in enumerate(items):
+        job.row.update(fast_metrics(res, m, job.gpus))
+        job.row.setdefault("status", "ok" if job.row["complete"] else "failed")
+        if not job.row["complete"]:
+            job.row["reason"] = "fast: stuck (a batch can never form)" if bool(res.stuck[m]) else "fast: incomplete"
+        job.row["engine"] = "fast"
 
 
 class CompileClock:

@@ -87,15 +87,23 @@ class SweepResult:
 
 
 def pareto_mask(values: np.ndarray) -> np.ndarray:
-    """Non-dominated rows of ``values`` (all objectives to minimise)."""
+    """Non-dominated rows of ``values`` (all objectives to minimise; equal rows do not dominate).
+
+    Rows in lexicographic order: whatever dominates a row sorts before it, and whatever dominates
+    a dominated row dominates the row too, so each row is compared with the front found so far
+    (O(n x front) instead of O(n^2))."""
+    values = np.asarray(values, dtype=np.float64)
     n = len(values)
-    keep = np.ones(n, dtype=bool)
-    for i in range(n):
-        if not keep[i]:
-            continue
-        dominated = np.all(values <= values[i], axis=1) & np.any(values < values[i], axis=1)
-        if dominated.any():
-            keep[i] = False
+    keep = np.zeros(n, dtype=bool)
+    if n == 0:
+        return keep
+    order = np.lexsort(values.T[::-1])
+    front = np.empty((0, values.shape[1]))
+    for i in order:
+        v = values[i]
+        if not np.any(np.all(front <= v, axis=1) & np.any(front < v, axis=1)):
+            keep[i] = True
+            front = np.vstack([front, v])
     return keep
 
 

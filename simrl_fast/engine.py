@@ -5,8 +5,16 @@
 configuration (rejecting unsupported ones), groups them into one Static, runs them, and
 retries with more group slots if a run dispatched more groups than the Static held -- but
 only while the retry makes progress (`FastPathNoProgress` otherwise: a configuration whose
-every group is dropped can never finish). The step compiles once per (Static, M): a sweep's
-last, shorter chunk is padded to the chunk size. `TRACE_COUNT` counts traces for the tests.
+every group is dropped can never finish). `TRACE_COUNT` counts traces for the tests.
+
+The sweep driver (`run_params`): configurations are sorted by expected work (`expected_work`:
+the calls a run is expected to dispatch) and cut into ``ceil(M / chunk)`` batches of equal size,
+so a batch holds configurations of similar length and stops early (the host stops a batch after
+the first scan chunk in which no configuration is live); results are scattered back into the
+original order. Every batch runs with one Static and one batch size (the last batch padded with
+copies of a configuration whose rows are dropped): one compile per sweep. A batch is split over
+all local devices (`jax.local_devices()`, ``shard_map`` over the configuration axis; one device:
+no sharding), so the same code uses every GPU of a host; results do not depend on the split.
 
 The persistent compilation cache is on by default (`cache_dir()`: ``$SIMRL_FAST_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/simrl/jax`` or ``~/.cache/simrl/jax``; ``SIMRL_FAST_CACHE=0`` turns it off).
@@ -87,19 +95,65 @@ def _run_chunk(static: Static, st: SimState, params: Params, w, per_config_workl
     return st, out, live
 
 
-def run(static: Static, params_batch: Params, workload, per_config_workload: bool = False) -> FastResults:
+def device_count() -> int:
+    """Devices a batch is split over: every local device (``SIMRL_FAST_DEVICES=N`` takes the first N)."""
+    n = len(jax.local_devices())
+    want = os.environ.get("SIMRL_FAST_DEVICES", "").strip()
+    if want:
+        if not want.isdigit() or int(want) < 1:
+            raise ValueError(f"SIMRL_FAST_DEVICES={want!r}: expected a whole number >= 1")
+        n = min(n, int(want))
+    return n
+
+
+@functools.cache
+def _sharded(static: Static, per_config_workload: bool, ndev: int):
+    """(jitted chunk over ``ndev`` devices, sharding of the configuration axis, replicated sharding).
+
+    ``shard_map``: each device runs the vmapped scan chunk on its own configurations (no
+    communication; configurations never interact), and reports whether any of them is live."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.asarray(jax.local_devices()[:ndev]), ("configs",))
+    spec = P("configs")
+
+    def body(st, params, w):
+        TRACE_COUNT["run"] += 1
+        one = functools.partial(_chunk_one, static=static)
+        st, out = jax.vmap(one, in_axes=(0, 0, 0 if per_config_workload else None))(st, params, w)
+        live = jnp.any((st.trainer.phase != T_DONE) & ~st.stuck & ~st.overflow)
+        return st, out, live[None]
+
+    fn = jax.shard_map(body, mesh=mesh, in_specs=(spec, spec, spec if per_config_workload else P()),
+                       out_specs=(spec, spec, spec))
+    return jax.jit(fn, donate_argnums=(0,)), NamedSharding(mesh, spec), NamedSharding(mesh, P())
+
+
+def _take(tree, idx: np.ndarray):
+    """Rows ``idx`` of every array of a NamedTuple of arrays (numpy)."""
+    return type(tree)(*(np.asarray(x)[idx] for x in tree))
+
+
+def run(static: Static, params_batch: Params, workload, per_config_workload: bool = False,
+        devices: int | None = None) -> FastResults:
     """Run a stacked batch of configurations (leading axis M).
 
     ``workload`` is one `WorkloadArrays` shared by all, or (``per_config_workload``) stacked
     along the same leading axis, every workload with the same (groups, group size). The host
     runs scan chunks until no configuration is live (done, deadlocked or overflowed) or
     ``static.max_chunks`` have run; the per-call and per-group results are assembled from the
-    steps' outputs.
+    steps' outputs. ``devices``: how many local devices to split the batch over (default
+    `device_count()`); with more than one, M is padded to a multiple of it (the padding rows
+    are copies of the first configuration, dropped from the results).
     """
     check_static(static, params_batch)
+    m = int(np.asarray(params_batch.steps).shape[0])
+    ndev = min(devices or device_count(), m)
+    if ndev > 1:
+        return _run_sharded(static, params_batch, workload, per_config_workload, m, ndev)
     params = jax.tree_util.tree_map(jnp.asarray, params_batch)
     w = jax.tree_util.tree_map(jnp.asarray, workload)
-    m = int(np.asarray(params_batch.steps).shape[0])
     st = _init_batch(static, m)
     outs = []
     for _ in range(static.max_chunks):
@@ -107,9 +161,51 @@ def run(static: Static, params_batch: Params, workload, per_config_workload: boo
         outs.append(out)
         if not bool(live):
             break
+    return _finish(static, st, outs, params_batch.steps)
+
+
+def _run_sharded(static: Static, params_batch: Params, workload, per: bool, m: int, ndev: int) -> FastResults:
+    fn, shard, repl = _sharded(static, per, ndev)
+    pad = -m % ndev
+    idx = np.concatenate([np.arange(m), np.zeros(pad, np.int64)])
+    params = jax.device_put(_take(params_batch, idx) if pad else params_batch, shard)
+    w = jax.device_put(_take(workload, idx) if per and pad else workload, shard if per else repl)
+    st = jax.device_put(_init_batch(static, m + pad), shard)
+    outs = []
+    for _ in range(static.max_chunks):
+        st, out, live = fn(st, params, w)
+        outs.append(out)
+        if not np.any(np.asarray(live)):
+            break
+    res = _finish(static, st, outs, np.asarray(params_batch.steps)[idx])
+    return FastResults(*(x[:m] for x in res)) if pad else res
+
+
+def _finish(static: Static, st, outs, steps) -> FastResults:
     st, outs = jax.device_get((st, outs))
     ys = StepOut(*(np.concatenate([getattr(o, f) for o in outs], axis=1) for f in StepOut._fields))
-    return FastResults.from_state(st, np.asarray(params_batch.steps), static, _assemble(ys, static))
+    return FastResults.from_state(st, np.asarray(steps), static, _assemble(ys, static))
+
+
+def expected_work(params: Params, group_size: int) -> np.ndarray:
+    """[M] calls each configuration is expected to dispatch: `lowering.group_bound` x group size.
+
+    The scan steps a configuration takes grow with the calls it handles (on the benchmarks/fast.py
+    grid the correlation of this estimate with the steps taken is 0.90); it only decides which
+    configurations share a batch, never a result."""
+    steps = np.asarray(params.steps, np.float64)
+    batch = np.asarray(params.batch, np.float64)
+    with np.errstate(invalid="ignore"):
+        budget = (np.asarray(params.budget_base, np.float64)
+                  + np.asarray(params.budget_per_version, np.float64) * np.maximum(steps - 1, 0))
+    unbounded = ~np.isfinite(budget)
+    budget = np.where(unbounded, np.asarray(params.conc, np.float64) + 2 * steps * batch, budget)
+    return (np.ceil(budget) + batch) * group_size
+
+
+def work_order(params: Params, group_size: int) -> np.ndarray:
+    """Configuration indices by expected work (then instances and slots; ties keep their order)."""
+    return np.lexsort((np.asarray(params.max_seqs), np.asarray(params.n_inst), expected_work(params, group_size)))
 
 
 def _assemble(ys: StepOut, static: Static) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -141,25 +237,49 @@ def simulate_batch(configs, workload, costs, chunk: int | None = None) -> FastRe
 
 
 def run_params(params: list[Params] | Params, wa, chunk: int | None = None, max_groups: int | None = None,
-               static: Static | None = None, on_chunk=None) -> FastResults:
-    """Run lowered configurations in chunks of ``chunk``; grow the group slots on overflow.
+               static: Static | None = None, on_chunk=None, sort: bool = True,
+               devices: int | None = None) -> FastResults:
+    """Run lowered configurations in batches of at most ``chunk``; grow the group slots on overflow.
 
     ``params``: a list of per-configuration Params, or Params stacked along a leading axis
     (`simrl_fast.grid.lower_grid`).
 
     ``wa`` is one `WorkloadArrays` for all, or a list with one per configuration (same shapes).
-    Every chunk runs with one Static and one batch size (the last chunk is padded with copies of
-    its first configuration, whose rows are dropped), so a sweep compiles once. When a run
-    dispatches more groups than the Static holds it is re-run with twice the group slots, as long
-    as the overflowing configurations made progress (more training steps or trained groups than
-    with half the slots); otherwise `FastPathNoProgress` names them and what they did.
+    ``sort``: run the configurations in order of `expected_work` (results come back in the given
+    order either way, identical). The configurations run as ``ceil(M / chunk)`` batches of equal
+    size, every batch with one Static and one batch size (the last batch is padded with copies of
+    its first configuration, whose rows are dropped), so a sweep compiles once; each batch is split
+    over ``devices`` local devices (default: all, `device_count()`). When a run dispatches more
+    groups than the Static holds it is re-run with twice the group slots, as long as the
+    overflowing configurations made progress (more training steps or trained groups than with half
+    the slots); otherwise `FastPathNoProgress` names them and what they did.
     ``static``: the shapes to use (e.g. one Static for every chunk of a sharded sweep; it must hold
-    every configuration); ``on_chunk(k)`` is called after each chunk with its real size.
+    every configuration); ``on_chunk(k)`` is called after each batch with its real size.
     """
-    from simrl_fast.grid import static_for_stacked
 
     per = isinstance(wa, list)
     w0 = wa[0] if per else wa
+    total = _count(params)
+    order = None
+    if sort and total > 1:
+        stacked = params if isinstance(params, Params) else stack_params(params)
+        order = work_order(stacked, int(w0.prompt.shape[1]))
+        if np.array_equal(order, np.arange(total)):
+            order = None
+        else:
+            params = _take(stacked, order) if isinstance(params, Params) else [params[i] for i in order]
+            wa = [wa[i] for i in order] if per else wa
+    res = _run_growing(params, wa, per, w0, chunk, max_groups, static, on_chunk, devices, order)
+    if order is None:
+        return res
+    inv = np.empty_like(order)
+    inv[order] = np.arange(total)
+    return _take(res, inv)
+
+
+def _run_growing(params, wa, per: bool, w0, chunk, max_groups, static, on_chunk, devices, order) -> FastResults:
+    from simrl_fast.grid import static_for_stacked
+
     if isinstance(params, Params):
         static = static or static_for_stacked(params, w0, max_groups)
     else:
@@ -167,7 +287,7 @@ def run_params(params: list[Params] | Params, wa, chunk: int | None = None, max_
     first_bound = static.max_groups
     prev = None
     while True:
-        res = _run_chunks(params, wa, per, static, chunk or _count(params), on_chunk)
+        res = _run_chunks(params, wa, per, static, chunk or _count(params), on_chunk, devices)
         if not res.overflow.any():
             return res
         over = np.nonzero(res.overflow)[0]
@@ -180,7 +300,8 @@ def run_params(params: list[Params] | Params, wa, chunk: int | None = None, max_
             m = int(stalled[0]) if stalled else int(over[0])
             steps, accepted = prog[m]
             raise FastPathNoProgress(
-                f"configuration {m} of the batch makes no progress: it dispatched {int(res.groups_dispatched[m])} "
+                f"configuration {int(order[m]) if order is not None else m} of the batch makes no progress: it "
+                f"dispatched {int(res.groups_dispatched[m])} "
                 f"groups but finished only {steps} of {int(res.steps[m])} training steps (groups accepted: {accepted}); "
                 f"doubling the group slots to {static.max_groups} accepted no further group, so every further group "
                 "is dropped (zero reward variance with drop_zero_variance=1, or staleness drops) and the run can "
@@ -209,9 +330,18 @@ def _rows(params, lo: int, hi: int, pad: int) -> Params:
     return stack_params(batch + [batch[0]] * pad)
 
 
-def _run_chunks(params, wa, per: bool, static: Static, chunk: int, on_chunk) -> FastResults:
+def batch_size(total: int, chunk: int, ndev: int = 1) -> int:
+    """The size of each of the ``ceil(total / chunk)`` equal batches, a multiple of ``ndev``: 1,008
+    configurations at ``chunk=1000`` run as 2 x 504, not 1,000 + 8 padded to 1,000."""
+    n_batches = -(-total // max(1, min(chunk, total)))
+    size = -(-total // n_batches)
+    return -(-size // ndev) * ndev
+
+
+def _run_chunks(params, wa, per: bool, static: Static, chunk: int, on_chunk, devices: int | None = None) -> FastResults:
     total = _count(params)
-    chunk = min(chunk, total)
+    ndev = min(devices or device_count(), total)
+    chunk = batch_size(total, chunk, ndev)
     parts = []
     for lo in range(0, total, chunk):
         real = min(chunk, total - lo)
@@ -223,7 +353,7 @@ def _run_chunks(params, wa, per: bool, static: Static, chunk: int, on_chunk) -> 
             w = WorkloadArrays(*(np.stack([getattr(x, f) for x in ws]) for f in WorkloadArrays._fields))
         else:
             w = wa
-        res = run(static, batch, w, per_config_workload=per)
+        res = run(static, batch, w, per_config_workload=per, devices=ndev)
         parts.append(FastResults(*(getattr(res, f)[:real] for f in FastResults._fields)) if pad else res)
         if on_chunk:
             on_chunk(real)

@@ -63,8 +63,14 @@ def _fmt(v) -> str:
 
 
 def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[str] = (),
-               config_path: str | None = None, wa: WorkloadArrays | None = None) -> tuple[Static, Params, WorkloadArrays]:
-    """Lower M grid points sharing ``workload`` and ``costs``: (Static, Params stacked [M], WorkloadArrays)."""
+               config_path: str | None = None, wa: WorkloadArrays | None = None,
+               configs: Sequence | None = None, with_static: bool = True) -> tuple[Static | None, Params, WorkloadArrays]:
+    """Lower M grid points sharing ``workload`` and ``costs``: (Static, Params stacked [M], WorkloadArrays).
+
+    ``configs``: the M points' configurations where the caller has built them already (srl-sweep
+    does, for its feasibility checks): a value or combination is then lowered from the first
+    point that has it, instead of loading ``base`` + the values again. ``with_static=False``: the
+    Static is not computed (None), for a caller that stacks several grids."""
     from simrl.config import load_config
 
     base = list(base)
@@ -75,9 +81,13 @@ def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[
         raise ValueError(f"lower_grid: columns of different lengths {sizes}")
     M = next(iter(sizes.values())) if sizes else 1
 
-    def lower_at(overrides: list[str], where: str) -> Params:
+    if configs is not None and len(configs) != M:
+        raise ValueError(f"lower_grid: {len(configs)} configurations for {M} grid points")
+
+    def lower_at(overrides: list[str], where: str, m: int) -> Params:
         try:
-            return lower(load_config(config_path, [*base, *overrides]), workload, costs, wa=wa)[1]
+            cfg = configs[m] if configs is not None else load_config(config_path, [*base, *overrides])
+            return lower(cfg, workload, costs, wa=wa)[1]
         except FastPathUnsupported as exc:
             raise FastPathUnsupported(f"grid {where}: {exc}") from None
 
@@ -86,10 +96,10 @@ def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[
     direct: dict[str, tuple[str, np.ndarray, np.ndarray]] = {}
     for key in [k for k in cols if k in DIRECT]:
         field, read = DIRECT[key]
-        uniq, inv = np.unique(cols[key], return_inverse=True)
+        uniq, first, inv = np.unique(cols[key], return_index=True, return_inverse=True)
         vals = []
-        for u in uniq:
-            p = lower_at([f"{key}={_fmt(u)}"], f"{key}={_fmt(u)}")
+        for u, m in zip(uniq, first, strict=True):
+            p = lower_at([f"{key}={_fmt(u)}"], f"{key}={_fmt(u)}", int(m))
             vals.append(getattr(p, field))
         if all(_fmt(u) not in ("None", "null") and v == read(u) for u, v in zip(uniq, vals, strict=True)):
             direct[key] = (field, np.asarray(vals), inv)
@@ -99,13 +109,18 @@ def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[
     if grouped:
         keys = [tuple(_fmt(cols[k][m]) for k in grouped) for m in range(M)]
         combos: dict[tuple, int] = {}
-        inv = np.fromiter((combos.setdefault(t, len(combos)) for t in keys), np.int64, M)
+        firsts: list[int] = []
+        for m, t in enumerate(keys):
+            if t not in combos:
+                combos[t] = len(combos)
+                firsts.append(m)
+        inv = np.fromiter((combos[t] for t in keys), np.int64, M)
         rows = [lower_at([f"{k}={v}" for k, v in zip(grouped, t, strict=True)],
-                         " ".join(f"{k}={v}" for k, v in zip(grouped, t, strict=True)))
-                for t in combos]
+                         " ".join(f"{k}={v}" for k, v in zip(grouped, t, strict=True)), m)
+                for t, m in zip(combos, firsts, strict=True)]
     else:
         inv = np.zeros(M, np.int64)
-        rows = [lower_at([], "base")]
+        rows = [lower_at([], "base", 0)]
     table = Params(*(np.stack([np.asarray(getattr(r, f)) for r in rows]) for f in Params._fields))
     params = Params(*(np.ascontiguousarray(getattr(table, f)[inv]) for f in Params._fields))
 
@@ -125,7 +140,7 @@ def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[
             raise ValueError(f"lower_grid: {key} at point {m} is {x[m]!r}; expected a finite number >= 0")
         getattr(params, field)[...] = x
     _check_costs(params)
-    return static_for_stacked(params, wa), params, wa
+    return (static_for_stacked(params, wa) if with_static else None), params, wa
 
 
 def _check_costs(p: Params) -> None:
@@ -151,13 +166,16 @@ def _static_vectorised(params: Params, wa: WorkloadArrays, max_groups: int | Non
     if max_groups:
         return static_for([one], wa, max_groups)
 
-    # group_bound depends on (steps, batch, budget_base, budget_per_version, conc): one call per distinct row
+    # group_bound depends on (steps, batch, budget_base, budget_per_version, conc, budget_per_batch,
+    # count_since_pub): one call per distinct row
     key = np.stack([params.steps.astype(np.float64), params.batch.astype(np.float64), params.budget_base,
-                    params.budget_per_version, params.conc], axis=1)
+                    params.budget_per_version, params.conc, params.budget_per_batch,
+                    params.count_since_pub.astype(np.float64)], axis=1)
     uniq = np.unique(key, axis=0)
     mg = max(group_bound(Params(*(np.asarray(0)  # only the fields group_bound reads matter
                                   for _ in Params._fields))._replace(
-        steps=np.int32(u[0]), batch=np.int32(u[1]), budget_base=u[2], budget_per_version=u[3], conc=u[4]))
+        steps=np.int32(u[0]), batch=np.int32(u[1]), budget_base=u[2], budget_per_version=u[3], conc=u[4],
+        budget_per_batch=u[5], count_since_pub=np.int32(u[6])))
         for u in uniq)
     return static_for([one], wa, mg)
 

@@ -38,6 +38,7 @@ from simrl_fast.state import (
     slot_row,
     tie,
 )
+from simrl_fast.trainer import window_buffered
 
 
 def call_lengths(w, r, n, G):
@@ -192,12 +193,16 @@ def instance_action(st, p, w, static, on, i, new_now):
     stale = st.version - minv_f
     drop = ((p.drop_stale == 1) & (stale > p.stale_bound)) | ((p.drop_zero_var == 1) & w.zero_var[g_f % G])
     acc = complete & ~drop
+    # batch_order 1: buffer positions are laid out by dispatch window (window k at k*batch ..), in
+    # acceptance order within it, so the trainer's FIFO pop takes step k's window in buffer order
+    win = (g_f // p.batch) * p.batch
+    slot = jnp.where(p.batch_window == 1, win + window_buffered(Gs.status, win, p, static), st.buf_tail)
     g_h = jnp.where(on & adm_v, jnp.maximum(heads[:A], 0) // n, Gm)
     groups = Gs._replace(
         done=Gs.done.at[tie(jnp.where(fin_on, g_f, Gm), Gm, done_f)].add(1, mode="drop"),
         status=Gs.status.at[jnp.where(complete, g_f, Gm)].set(jnp.where(drop, G_DROPPED, G_BUFFERED), mode="drop"),
         minv=Gs.minv.at[tie(g_h, Gm, minv_f)].min(st.version, mode="drop"),
-        buf=Gs.buf.at[jnp.where(acc, st.buf_tail, Gm)].set(g_f, mode="drop"),
+        buf=Gs.buf.at[jnp.where(acc, slot, Gm)].set(g_f, mode="drop"),
     )
     ack = on & do_pause
     acks = tr.acks - ack

@@ -36,18 +36,23 @@ FEATURES = {
     "cost.rollout": "a model with a linear form a + b*batch + c*kv + p*prefill (linear_coefficients(): "
                     "cost.rollout=linear, psrl artifacts) fitted for the run's model, GPU, tp and pp; or the "
                     "roofline (given or fitted knobs) built for the run's model, GPU and tp/pp/dp/ep, for a dense "
-                    "model without sliding-window layers",
+                    "model without sliding-window layers, without enforce_eager",
     "cost.training": "a model with step time a + per_token*tokens and no memory model (constant, fixed, "
                      "fitted fixed / linear artifacts); or cost.training=analytical (knobs) built for the run's "
-                     "model and deployment.training layout, whose memory fits the largest possible batch",
+                     "model and deployment.training layout, whose memory fits the largest possible batch "
+                     "(ZeRO-3 collectives per micro-batch and HSDP included; dp_balance=batch only with one DP "
+                     "rank or no mini-batches)",
     "cost.strict": "false when a rollout or training model has a fitted validity domain (queries are not checked)",
     "cost.weight_sync": "any model; publish_time(instances) is taken once and must be > 0",
     "policy": "any policy whose lower() is fast_path_exact=1 within these PolicyParams values",
     "policy.inflight_rule": "continue, keep_pause, abort_resume, abort_restart, drain (global sync)",
-    "policy.staleness_enforcement": "none, counted, admission, drop_at_completion",
+    "policy.staleness_enforcement": "any (the engine acts on drop_at_completion; the others are the record's own rules)",
     "policy.drop_zero_variance": "0 or 1 (no retry)",
-    "policy.buffer_capacity_groups": "-1 (unbounded)",
-    "policy.batch": "batch_min_groups == batch_max_groups",
+    "policy.buffer_capacity_groups": "-1 (unbounded), or a capacity admission keeps from overflowing",
+    "policy.batch": "batch_min_groups == batch_max_groups; batch_order 0 (FIFO), or 1 (dispatch window) when "
+                    "no group can be dropped; no batch_shrink_by_drops",
+    "policy.admission": "any admit_* field except admit_return_evicted",
+    "policy.max_dispatch_age": "-1 (none)",
     "run.time_horizon_s": "inf",
     "workload.knobs.length_growth_per_step / length_drift_knots": "unset (no length drift)",
     "deployment.training.reward_s_per_trajectory": "0",
@@ -61,8 +66,9 @@ RULE_CONTINUE, RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART, RULE_DRAI
                       InflightRule.ABORT_RESTART, InflightRule.DRAIN)
 )
 _KERNEL_RULES = (RULE_CONTINUE, RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART, RULE_DRAIN)
-_KERNEL_ENFORCEMENTS = tuple(code(e) for e in (Enforcement.NONE, Enforcement.COUNTED, Enforcement.ADMISSION,
-                                               Enforcement.DROP_AT_COMPLETION))
+# The engine acts only on drop_at_completion (and evict_stale_on_publish); consumption and policy
+# enforcements are the policy's own rules, which an exact record carries in its other fields.
+_KERNEL_ENFORCEMENTS = tuple(code(e) for e in Enforcement)
 ROUTERS = {"least_requests": 0, "round_robin": 1}
 
 
@@ -131,6 +137,11 @@ class Params(NamedTuple):
     evict_stale: np.ndarray  # int32: 1 = evict buffered groups staler than the bound at publication
     drop_zero_var: np.ndarray  # int32: 1 = drop groups whose rewards are all equal
     batch: np.ndarray  # int32: groups per training batch
+    # record extensions (simrl.policy.params)
+    budget_per_batch: np.ndarray  # float64: admit_budget_per_batch_groups
+    count_since_pub: np.ndarray  # int32: admit_count_since_publish
+    buf_cap: np.ndarray  # float64: admit_buffer_cap_groups (inf: none)
+    batch_window: np.ndarray  # int32: 1 = batch_order 1 (dispatch window), 0 = FIFO
 
 
 class WorkloadArrays(NamedTuple):
@@ -188,10 +199,21 @@ def lower_policy(policy, ctx: LoweringContext) -> PolicyParams:
         _reject(f"policy.staleness_enforcement={inv.get(pp.staleness_enforcement, pp.staleness_enforcement)}", name)
     if pp.drop_zero_variance not in (0, 1):
         _reject("re-dispatch of zero-variance groups (drop_zero_variance=2)", name)
-    if pp.buffer_capacity_groups != -1:
-        _reject("a bounded buffer (buffer_capacity_groups)", name)
+    if pp.buffer_capacity_groups != -1 and not _overflow_unreachable(pp):
+        _reject("a bounded buffer (buffer_capacity_groups) that admission does not keep from overflowing", name)
     if pp.batch_min_groups != pp.batch_max_groups:
         _reject("variable batch sizes (batch_min_groups != batch_max_groups)", name)
+    if pp.batch_shrink_by_drops:
+        _reject("batches shrunk by drops (batch_shrink_by_drops=1)", name)
+    if pp.batch_order == 2:
+        _reject("oldest-dispatch-first batches (batch_order=2)", name)
+    if pp.batch_order == 1 and _can_drop(pp):
+        # without drops batch k is exactly the groups dispatched k-th (k*B .. k*B+B-1)
+        _reject("dispatch-window batches (batch_order=1) with a rule that drops groups", name)
+    if pp.max_dispatch_age >= 0:
+        _reject("drops by dispatch age (max_dispatch_age)", name)
+    if pp.admit_return_evicted:
+        _reject("admission slots returned by evicted groups (admit_return_evicted=1)", name)
     if math.isinf(pp.admit_concurrency_groups) and math.isinf(pp.admit_budget_base_groups):
         _reject("unbounded admission (no concurrency cap and no budget)", name)
     if pp.admit_block_while_training and not (
@@ -203,6 +225,21 @@ def lower_policy(policy, ctx: LoweringContext) -> PolicyParams:
     if pp.evict_stale_on_publish and pp.staleness_bound < 0:
         _reject("eviction at publication without a staleness bound", name)
     return pp
+
+
+def _can_drop(pp: PolicyParams) -> bool:
+    """Whether the record may drop a finished or buffered group."""
+    return bool(pp.drop_zero_variance or pp.evict_stale_on_publish or pp.buffer_capacity_groups != -1
+                or pp.max_dispatch_age >= 0
+                or (pp.staleness_enforcement == code(Enforcement.DROP_AT_COMPLETION) and pp.staleness_bound >= 0))
+
+
+def _overflow_unreachable(pp: PolicyParams) -> bool:
+    """The buffer can never exceed ``buffer_capacity_groups``: admission counts every dispatched group
+    (since the last publication, starting from those then running or buffered) against a constant
+    budget no larger than the capacity, and running + buffered never exceeds that count."""
+    return bool(pp.admit_count_dispatched and not pp.admit_budget_per_version_groups
+                and not pp.admit_budget_per_batch_groups and pp.admit_budget_base_groups <= pp.buffer_capacity_groups)
 
 
 def check_supported(cfg, workload, costs) -> None:
@@ -294,6 +331,10 @@ def _roofline_lowered(cfg, ro: RooflineRollout) -> RolloutLowered:
         _reject("a roofline rollout of an MoE model",
                 f"{ro.model.name}: the experts-touched term (1 - k/E)^tokens uses pow, whose last bit differs "
                 "between XLA and libm")
+    if ro.enforce_eager:
+        _reject("a roofline rollout with enforce_eager=true",
+                "a stage lasts max(GPU time, host launch time): the iteration time is flat, then grows with "
+                "the KV, so the boundaries have no single quadratic closed form between events")
     if cfg.cost.strict:
         _reject("cost.strict=true with the roofline's validity domain", "queries are not checked against it")
     return RolloutLowered(1, _ZERO_FORM, np.asarray(q, dtype=np.float64))
@@ -353,6 +394,10 @@ def _analytical_lowered(cfg, t: AnalyticalTraining) -> TrainingLowered:
                     f"{key}={getattr(t, key)}", name)
     if t._offloads():
         _reject("an analytical training model with trainer offload", name)
+    if t.dp_balance == "batch" and t.dp > 1 and (t.mini_batch_samples or 0) > 0:
+        _reject("cost.training_knobs.dp_balance=batch with several DP ranks and mini-batches",
+                "each optimizer step waits for the busiest rank of a partition of the sample lengths "
+                "(AnalyticalTraining.dp_imbalance_flops), which the scan does not compute")
     if cfg.cost.strict:
         _reject("cost.strict=true with the analytical training validity domain", "queries are not checked against it")
     return TrainingLowered(1, 0.0, 0.0, np.asarray(F.analytical_params(t), dtype=np.float64))
@@ -432,6 +477,9 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         drop_stale=np.int32(pp.staleness_enforcement == code(Enforcement.DROP_AT_COMPLETION) and stale_bound >= 0),
         evict_stale=np.int32(pp.evict_stale_on_publish), drop_zero_var=np.int32(pp.drop_zero_variance),
         batch=np.int32(pp.batch_min_groups),
+        budget_per_batch=np.float64(pp.admit_budget_per_batch_groups),
+        count_since_pub=np.int32(pp.admit_count_since_publish), buf_cap=np.float64(pp.admit_buffer_cap_groups),
+        batch_window=np.int32(pp.batch_order == 1),
     )
     static = static_for([params], wa)
     return static, params, wa
@@ -440,7 +488,10 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
 def group_bound(p: Params) -> int:
     """Groups one run is expected to dispatch (dropped groups beyond it are detected as overflow)."""
     steps, batch = int(p.steps), int(p.batch)
-    budget = float(p.budget_base) + float(p.budget_per_version) * max(steps - 1, 0)
+    budget = (float(p.budget_base) + float(p.budget_per_version) * max(steps - 1, 0)
+              + float(p.budget_per_batch) * steps)
+    if int(p.count_since_pub):  # the count restarts at each of the run's publications
+        budget *= steps + 1
     if math.isinf(budget):
         budget = float(p.conc) + 2 * steps * batch
     return int(math.ceil(budget)) + batch

@@ -139,6 +139,8 @@ class SimState(NamedTuple):
     overflow: jnp.ndarray  # bool: more groups than Static.max_groups were needed
     stuck: jnp.ndarray  # bool: nothing left to do before the last step (SimPy: diagnosis)
     actions: jnp.ndarray  # int32: non-idle steps taken
+    # -- record extensions (simrl.policy.params; RecordState) --
+    count_off: jnp.ndarray  # int32: running + buffered - dispatched at the last publication (admit_count_since_publish)
 
 
 def admit_max(static) -> int:
@@ -178,6 +180,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         training=jnp.array(False), accepted=i32(0), n_running=i32(0), dispatched=i32(0), routed=i32(0),
         rr_next=i32(0), dispatch_paused=jnp.array(False), cur=i32(-1), buf_head=i32(0), buf_tail=i32(0),
         buf_live=i32(0), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
+        count_off=i32(0),
     )
 
 

@@ -31,7 +31,7 @@ from simrl_fast.state import (
     empty_out,
     tie,
 )
-from simrl_fast.trainer import mark_evicted, timer_action, trainer_react
+from simrl_fast.trainer import batch_ready, mark_evicted, timer_action, trainer_react
 
 A_NONE, A_INST, A_TIMER, A_REACT, A_DISPATCH, A_ROUTE = 0, 1, 2, 3, 4, 5
 
@@ -50,12 +50,19 @@ def _lexmin(t, prev, start, seq):
 
 
 def can_dispatch(st, p):
-    """GroupBook.dispatcher's loop condition: the admission rule of PolicyParams (simrl.policy.record.admits)."""
-    count = jnp.where(p.count_dispatched == 1, st.dispatched, st.accepted + st.n_running)
-    budget = p.budget_base + p.budget_per_version * st.version.astype(jnp.float64)
+    """GroupBook.dispatcher's loop condition: the admission rule of PolicyParams (simrl.policy.record.admits).
+
+    Batches taken (``admit_budget_per_batch_groups``) = steps published + the one being trained or
+    published; a batch being formed is finished before anything else acts (`select`)."""
+    since = jnp.where(p.count_since_pub == 1, st.count_off, 0)
+    count = jnp.where(p.count_dispatched == 1, st.dispatched + since, st.accepted + st.n_running)
+    tr = st.trainer
+    taken = tr.step + ((tr.phase != T_WAIT) & (tr.phase != T_DONE)).astype(tr.step.dtype)
+    f = lambda v: v.astype(jnp.float64)  # noqa: E731
+    budget = p.budget_base + p.budget_per_version * f(st.version) + p.budget_per_batch * f(taken)
     return (
-        ~st.dispatch_paused & (st.n_running.astype(jnp.float64) < p.conc) & (count.astype(jnp.float64) < budget)
-        & ~((p.block_training == 1) & st.training) & (st.trainer.phase != T_DONE) & ~st.overflow
+        ~st.dispatch_paused & (f(st.n_running) < p.conc) & (f(count) < budget) & (f(st.buf_live) < p.buf_cap)
+        & ~((p.block_training == 1) & st.training) & (tr.phase != T_DONE) & ~st.overflow
     )
 
 
@@ -72,7 +79,7 @@ def select(st, p, static):
     seq_all = jnp.concatenate([ins.ev_seq, tr.timer_seq[None]])
     bidx, bt = _lexmin(t_all, prev_all, start_all, seq_all)
     gidx, gt = _lexmin(jnp.where(active & (ins.phase == START), ins.ev_t, jnp.inf), ins.ev_prev, ins.ev_prev, ins.ev_seq)
-    forming = (tr.phase == T_WAIT) & ((tr.taken > 0) | (st.buf_live >= p.batch))
+    forming = (tr.phase == T_WAIT) & ((tr.taken > 0) | batch_ready(st, p, static))
     react = forming | ((tr.phase == T_DRAIN) & (st.n_running == 0))
     disp = can_dispatch(st, p)
     route = st.routed < st.dispatched * static.group_size

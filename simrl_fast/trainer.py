@@ -5,11 +5,13 @@ in-flight rule: schedule the publication, request a pause at every instance's ne
 or stop dispatch and drain) or the end of a publication (version + 1, resume paused
 instances, evict stale buffered groups, open the next step). `trainer_react` is what the
 trainer does when woken in the same instant: start the drained publication once no group is
-in flight, and take the first ``batch`` buffered groups (FIFO) as the next training batch.
+in flight, and take the first ``batch`` buffered groups (FIFO, or the step's dispatch window laid
+out in the buffer by `instance.buffer_slot`) as the next training batch.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from simrl_fast.closed_form import event_of, first_after
@@ -56,6 +58,23 @@ def mark_evicted(st, p, pub):
     G = st.groups
     return st._replace(groups=G._replace(status=jnp.where(evicted(G.status, G.minv, p, st.version, pub), G_EVICTED,
                                                           G.status)))
+
+
+def window_buffered(status, start, p, static):
+    """Buffered groups among gids ``start .. start + batch - 1`` (a dispatch window, batch_order 1)."""
+    B = static.max_batch
+    seg = jax.lax.dynamic_slice(status, (jnp.clip(start, 0, static.max_groups - B),), (B,))
+    shift = start - jnp.clip(start, 0, static.max_groups - B)  # > 0 only for a window past the last slots
+    k = jnp.arange(B)
+    return jnp.sum(((seg == G_BUFFERED) & (k >= shift) & (k < shift + p.batch)).astype(jnp.int32))
+
+
+def batch_ready(st, p, static):
+    """A batch can be taken: ``batch`` groups buffered (FIFO), or every group of the step's dispatch
+    window (gids step*batch .. step*batch + batch - 1) buffered (batch_order 1)."""
+    fifo = st.buf_live >= p.batch
+    window = window_buffered(st.groups.status, st.trainer.step * p.batch, p, static) == p.batch
+    return jnp.where(p.batch_window == 1, window, fifo)
 
 
 def timer_action(st, p, static, on):
@@ -113,6 +132,8 @@ def timer_action(st, p, static, on):
         dispatch_paused=jnp.where(te & (p.rule == RULE_DRAIN), True, jnp.where(pub, False, st.dispatch_paused)),
         seq=seq0 + jnp.sum(resume.astype(jnp.int32)),
         buf_live=st.buf_live - n_evict,  # their status is set by `mark_evicted` at the end of the step
+        # the count of admit_count_since_publish restarts from the groups running or buffered now
+        count_off=jnp.where(pub, st.n_running + st.buf_live - n_evict - st.dispatched, st.count_off),
     )
 
 
@@ -127,7 +148,7 @@ def trainer_react(st, p, w, static, on, pub):
     tr, G, log = st.trainer, st.groups, st.log
     now, step = st.now, tr.step
     drain_go = on & (tr.phase == T_DRAIN) & (st.n_running == 0)
-    forming = on & (tr.phase == T_WAIT) & ((tr.taken > 0) | (st.buf_live >= p.batch))
+    forming = on & (tr.phase == T_WAIT) & ((tr.taken > 0) | batch_ready(st, p, static))
     Gm, ng = static.max_groups, static.groups
     gid = G.buf[jnp.minimum(st.buf_head, Gm - 1)]
     g0 = jnp.maximum(gid, 0)

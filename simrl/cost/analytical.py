@@ -16,14 +16,24 @@
   and the attention output per layer and pass; HSDP (``fsdp_shard_size``, ZeRO-3 only): states
   sharded inside groups of that size, shard gradients all-reduced across the replicas;
 - TP traffic (sequence parallel: two all-gathers + two reduce-scatters of the activations per layer
-  and pass), EP all-to-alls, CP ring attention (each rank passes its K/V chunk ``cp - 1`` times per
+  and pass), EP all-to-alls (dispatch and combine of k copies of each token per MoE layer and pass,
+  (ep-1)/ep of them off the GPU; each TP rank sends its sequence-parallel 1/tp of the tokens, expert
+  TP 1), CP ring attention (each rank passes its K/V chunk ``cp - 1`` times per
   layer and pass; backward sends K/V and their gradients) and PP sends, over NVLink (or the NIC once
   a group leaves the node);
 - gradient sync over the DP x CP group (NVLink inside a node; across nodes NCCL's rings use every
   NIC the group has in a node, `GPUSpec.collective_bytes_per_s`): all-reduce (ZeRO 0), reduce-scatter + parameter all-gather
-  (ZeRO 1/2), or parameter all-gathers in forward and backward + reduce-scatter (ZeRO 3), of the
-  trainable parameters (LoRA: the adapters only; ZeRO 3 still gathers the frozen base);
-  ``comm_overlap`` of it hides behind backward;
+  (ZeRO 1/2) once per optimizer step, or under ZeRO 3 (FSDP2) a parameter all-gather in the
+  forward and another in the backward of every micro-batch (the recompute reuses the backward's)
+  and a gradient reduce-scatter in every backward (verl accumulates micro-batches without
+  ``no_sync``), and one gather per micro-batch of each forward-only pass; of the trainable
+  parameters (LoRA: the adapters only; ZeRO 3 still gathers the frozen base); ``comm_overlap`` of
+  it hides behind backward;
+- DP barrier: every optimizer step ends in a collective all DP ranks join, so it lasts as long as
+  its busiest rank; with ``dp_balance="batch"`` (verl's ``trainer.balance_batch``: the step's batch
+  balanced once over the ranks, each rank then taking its share in mini-batch slices) the update
+  passes cost the sum over optimizer steps of the busiest rank's FLOPs (`dp_imbalance_flops`);
+  ``"minibatch"`` (default) spreads every optimizer step evenly;
 - optimizer: Adam streams ~30 bytes per trainable parameter of the local shard through HBM;
 - optimizer steps per batch: RL trainers split the batch into mini-batches and make one
   gradient sync and one Adam step per mini-batch (verl ``actor.ppo_mini_batch_size`` x
@@ -53,6 +63,7 @@ working set) + fp32/bf16 logits + a fixed runtime reserve.
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import attrs
@@ -98,6 +109,9 @@ class AnalyticalTraining:
     max_tokens_per_gpu: int | None = attrs.field(default=None, validator=v.optional(_pos_int))  # dynamic bsz
     mini_batch_samples: int | None = attrs.field(default=None, validator=v.optional(_pos_int))  # per optimizer step
     ppo_epochs: int = attrs.field(default=1, validator=_pos_int)  # verl actor.ppo_epochs
+    # How DP ranks get their samples: "minibatch" (each optimizer step's samples spread evenly),
+    # "batch" (verl trainer.balance_batch: the whole step balanced once, then mini-batch slices).
+    dp_balance: str = attrs.field(default="minibatch", validator=v.in_(("minibatch", "batch")))
     comm_efficiency: float = attrs.field(default=0.7, validator=_eff)
     comm_overlap: float = attrs.field(default=0.0, validator=v.and_(v.ge(0.0), v.le(1.0)))
     optimizer_bandwidth_efficiency: float = attrs.field(default=0.7, validator=_eff)
@@ -237,7 +251,12 @@ class AnalyticalTraining:
         self.domain.check("seq_len", max(seq_lens))
         q = self.array_params()
         fwd = [F.analytical_fwd_flops(F.PY, q, s) for s in seq_lens]
-        vals = F.analytical_phase_values(F.PY, q, len(seq_lens), sum(seq_lens), sum(fwd), max(fwd))
+        # dp_balance="batch": the update passes wait for the busiest rank of each optimizer step
+        # (`dp_imbalance_flops`, a partition of the sample lengths computed here; 0 otherwise)
+        mini = self.optimizer_steps(len(seq_lens)) // self.ppo_epochs
+        imb = (self.dp_imbalance_flops(seq_lens, mini)
+               if self.dp_balance == "batch" and mini > 1 and self.dp > 1 else 0.0)
+        vals = F.analytical_phase_values(F.PY, q, len(seq_lens), sum(seq_lens), sum(fwd), max(fwd), imb)
         out.update(zip(F.ANALYTICAL_PHASES, vals, strict=True))
         # Trainer offload: the copies run once around the step's phases; Megatron's CPU optimizer
         # steps once per optimizer step, like the GPU Adam it replaces (for its fraction).
@@ -306,6 +325,40 @@ class AnalyticalTraining:
         fwd = [F.analytical_fwd_flops(F.PY, self.array_params(), s) for s in seq_lens]  # causal: mean context s/2
         return max(sum(fwd) / self.dp, max(fwd))
 
+    def dp_imbalance_flops(self, seq_lens: list[int], mini_batches: int) -> float:
+        """Forward FLOPs the ``mini_batches`` optimizer steps of one epoch wait for, summed: per
+        step, the largest of the DP ranks' FLOPs (``dp_balance="batch"``, verl's
+        ``trainer.balance_batch``). The batch is balanced once for the whole step: split into
+        ``gpus`` equal-count partitions of near-equal tokens (greedy, longest first, to the
+        partition with the fewest tokens that has room, ties to the lower index; verl uses
+        Karmarkar-Karp, ``get_seqlen_balanced_partitions(..., equal_size=True)``, which leaves the
+        sums as even), each partition's samples in batch order, DP rank ``r`` taking the
+        ``gpus / dp`` consecutive partitions from ``r * gpus / dp``; each rank then walks its share
+        in mini-batch slices of ``ceil(share / mini_batches)`` samples (``DataProto.split``), so
+        one slice of a rank can hold several long samples while another rank's holds none.
+        Checked against volcengine/verl@b25bb7d4 ``verl/trainer/ppo/ray_trainer.py``
+        (``_balance_batch``), ``verl/utils/seqlen_balancing.py``, ``verl/workers/actor/dp_actor.py``
+        (``update_policy``: ``data.split(ppo_mini_batch_size)``)."""
+        q = self.array_params()
+        fwd = [F.analytical_fwd_flops(F.PY, q, s) for s in seq_lens]  # causal: mean context s/2
+        n, dp = len(fwd), self.dp
+        parts_n = self.gpus if n % self.gpus == 0 else dp
+        cap = math.ceil(n / parts_n)
+        heap = [(0, i) for i in range(parts_n)]
+        parts: list[list[int]] = [[] for _ in range(parts_n)]
+        for idx in sorted(range(n), key=lambda i: (-seq_lens[i], i)):
+            load, p = heapq.heappop(heap)
+            parts[p].append(idx)
+            if len(parts[p]) < cap:
+                heapq.heappush(heap, (load + seq_lens[idx], p))
+        per_rank = parts_n // dp
+        ranks = [[i for p in parts[r * per_rank:(r + 1) * per_rank] for i in sorted(p)] for r in range(dp)]
+        size = math.ceil(max(len(r) for r in ranks) / mini_batches)
+        total = 0.0
+        for j in range(mini_batches):
+            total += max(sum(fwd[i] for i in r[j * size:(j + 1) * size]) for r in ranks)
+        return total
+
     def _flops_per_s(self) -> float:
         return self.tp * self.pp * self.cp * self.ulysses_sp * self.gpu.bf16_flops_per_s * self.mfu
 
@@ -338,7 +391,42 @@ class AnalyticalTraining:
         return F.analytical_activation_comm_time(F.PY, self.array_params(), tokens_per_rank, passes)
 
     def grad_sync_time(self) -> float:
-        """Seconds of the DP x CP gradient/parameter collectives for one step (not overlapped)."""
+        """Seconds of the DP x CP gradient/parameter collectives of one optimizer step made of one
+        micro-batch (not overlapped): the gradient reduction, plus under ZeRO-3 the parameter
+        all-gathers of its forward and its backward (`param_gather_time`)."""
+        gathers = 2 * self.param_gather_time() if self.zero_stage == 3 else 0.0
+        return self.grad_reduce_time() + gathers
+
+    def _dp_collective_s(self, inner_bytes: float, outer_bytes: float = 0.0) -> float:
+        """Seconds of a ring collective moving ``inner_bytes`` per GPU inside the ZeRO shard group
+        (all of DP x CP under full sharding) and ``outer_bytes`` across HSDP replicas. The DP x CP
+        group: ranks tp apart (Megatron order tp, cp, dp, pp), NCCL rings over every NIC its
+        members have in a node; HSDP replicas are shard-size x tp apart."""
+        n, eff = self._shard_group, self.comm_efficiency
+        s = self.fsdp_shard_size or n
+        t = inner_bytes / (self.gpu.collective_bytes_per_s(s, stride=self.tp) * eff) if s > 1 else 0.0
+        r = n // s
+        if r > 1 and outer_bytes:
+            t += outer_bytes / (self.gpu.collective_bytes_per_s(r, stride=self.tp * s) * eff)
+        return t
+
+    def param_gather_time(self) -> float:
+        """ZeRO-3 (FSDP): seconds of one all-gather of every parameter, frozen ones included,
+        inside the shard group, ``(s - 1) / s`` of the BF16 weights per GPU; 0 below ZeRO-3. FSDP2
+        (``fully_shard``, ``reshard_after_forward=True``, verl's default) gathers once per forward
+        of each micro-batch and once more in its backward; activation recompute inside that
+        backward reuses the backward's gather (torch ``FSDPState._pre_forward`` returns early in
+        ``PRE_BACKWARD``; checked against pytorch/pytorch@1fd469d0
+        ``torch/distributed/fsdp/_fully_shard/_fsdp_state.py``)."""
+        s = self._zero_group
+        if self.zero_stage != 3 or s <= 1:
+            return 0.0
+        return self._dp_collective_s((s - 1) / s * self.params_per_gpu() * self.param_dtype_bytes)
+
+    def grad_reduce_time(self) -> float:
+        """Seconds of one gradient reduction over DP x CP: all-reduce (ZeRO 0), reduce-scatter +
+        parameter all-gather (ZeRO 1/2), reduce-scatter inside the shard group (ZeRO 3; HSDP then
+        all-reduces the shard's gradients across the replicas)."""
         n = self._shard_group
         if n <= 1:
             return 0.0
@@ -346,26 +434,12 @@ class AnalyticalTraining:
         params = self.trainable_params_per_gpu() * self.param_dtype_bytes
         frac = (n - 1) / n
         if self.zero_stage == 0:
-            volume = 2 * frac * grads
-        elif self.zero_stage in (1, 2):
-            volume = frac * (grads + params)
-        else:  # ZeRO-3 gathers every parameter, frozen ones included, in forward and backward
-            gathered = self.params_per_gpu() * self.param_dtype_bytes
-            gathers = 2 + int(self.activation_checkpointing)
-            volume = frac * (grads + gathers * gathered)
-        # The DP x CP group: ranks tp apart (Megatron order tp, cp, dp, pp), NCCL rings over every
-        # NIC its members have in a node.
-        eff = self.comm_efficiency
-        if self.fsdp_shard_size is None or self.fsdp_shard_size == n:
-            return volume / (self.gpu.collective_bytes_per_s(n, stride=self.tp) * eff)
-        # HSDP: gathers and reduce-scatter inside a shard group, then the shards' gradients are
-        # all-reduced across the replicas (ranks shard-size apart).
-        s = self.fsdp_shard_size
-        inner = volume * ((s - 1) / s) / frac if s > 1 else 0.0
+            return self._dp_collective_s(2 * frac * grads)
+        if self.zero_stage in (1, 2):
+            return self._dp_collective_s(frac * (grads + params))
+        s = self._zero_group
         r = n // s
-        outer = 2 * (r - 1) / r * grads / s
-        return (inner / (self.gpu.collective_bytes_per_s(s, stride=self.tp) * eff)
-                + outer / (self.gpu.collective_bytes_per_s(r, stride=self.tp * s) * eff))
+        return self._dp_collective_s((s - 1) / s * grads, 2 * (r - 1) / r * grads / s)
 
     def optimizer_time(self) -> float:
         shard = self.trainable_params_per_gpu() / (self._zero_group if self.zero_stage >= 1 else 1)

@@ -102,6 +102,8 @@ class RooflineParams(NamedTuple):
     bw_tp: float  # link(tp) * comm_efficiency
     bw_ep: float  # link(ep) * comm_efficiency
     bw_pp: float  # link(tp*pp) * comm_efficiency
+    eager: float  # enforce_eager: a stage lasts at least the host's kernel launches
+    eager_host: float  # eager_host_time(layers / pp): host seconds to launch one stage (0 with CUDA graphs)
 
 
 def roofline_params(r) -> RooflineParams:
@@ -136,6 +138,7 @@ def roofline_params(r) -> RooflineParams:
         ep_a2a=float(ep > 1 and r.dp > 1), lat=float(r.allreduce_latency_s),
         bw_tp=r.gpu.link_bytes_per_s(r.tp) * ce, bw_ep=r.gpu.link_bytes_per_s(ep) * ce,
         bw_pp=r.gpu.link_bytes_per_s(r.tp * r.pp) * ce,
+        eager=float(r.enforce_eager), eager_host=float(r.eager_host_time(m.layers / r.pp)),
     )
 
 
@@ -253,6 +256,8 @@ def roofline_iteration_time(xp, q, batch_size, kv_tokens, prefill_tokens):
     pf = prefill_tokens / q.dp
     n_micro = _micro(xp, q, b)
     stage = roofline_stage_time(xp, q, b / n_micro, kv / n_micro, pf / n_micro)
+    if _maybe(xp, q.eager > 0):  # the GPU waits for the host's kernel launches
+        stage = xp.where(q.eager > 0, xp.maximum(stage, q.eager_host), stage)
     t = q.pp * stage + q.overhead_s + q.overhead_per_seq_s * xp.ceil(b)
     idle = xp.logical_and(batch_size <= 0, prefill_tokens <= 0)
     return xp.where(idle, 0.0, t)
@@ -314,7 +319,9 @@ class AnalyticalParams(NamedTuple):
     critic: float
     # per-optimizer-step constants (from the model's own methods)
     overlap: float  # comm_overlap
-    grad_sync_s: float
+    zero3: float  # zero_stage == 3 (FSDP): collectives per micro-batch
+    grad_sync_s: float  # grad_sync_time(): one micro-batch's reduction (+ its two ZeRO-3 gathers)
+    gather_s: float  # param_gather_time(): one ZeRO-3 parameter all-gather (0 below ZeRO-3)
     optimizer_s: float
     overhead_s: float
 
@@ -339,7 +346,8 @@ def analytical_params(t) -> AnalyticalParams:
         vpp=float(t.virtual_pipeline_stages), mini_batch_samples=float(t.mini_batch_samples or 0),
         ppo_epochs=float(t.ppo_epochs), update_passes=float(t._update_passes()),
         old_lp=float(t.recompute_old_logprob), ref=float(t.reference_model), lp_fwd=float(t.logprob_forwards),
-        critic=float(t.critic), overlap=float(t.comm_overlap), grad_sync_s=float(t.grad_sync_time()),
+        critic=float(t.critic), overlap=float(t.comm_overlap), zero3=float(t.zero_stage == 3),
+        grad_sync_s=float(t.grad_sync_time()), gather_s=float(t.param_gather_time()),
         optimizer_s=float(t.optimizer_time()), overhead_s=float(t.overhead_s),
     )
 
@@ -356,7 +364,9 @@ def analytical_activation_comm_time(xp, q, tokens_per_rank, passes):
     # TP: 2 all-gathers + 2 reduce-scatters per layer and pass ~ 2 all-reduces
     t = xp.where(q.tp > 1, t + passes * 2 * (q.layers / q.pp) * 2 * (q.tp - 1) / q.tp * act / q.bw_tp_coll, t)
     moe_layers = q.n_moe / q.pp
-    t = xp.where(q.ep > 1, t + passes * 2 * moe_layers * (q.ep - 1) / q.ep * act * q.k / q.bw_ep, t)
+    # EP dispatch + combine of k copies per token; with sequence parallelism (Megatron requires it
+    # with TP for MoE) and expert TP 1, each TP rank sends its 1/tp of the tokens
+    t = xp.where(q.ep > 1, t + passes * 2 * moe_layers * (q.ep - 1) / q.ep * act / q.tp * q.k / q.bw_ep, t)
     t = xp.where(q.pp > 1, t + passes * (q.pp - 1) * act / q.bw_pp, t)
     # Ring attention: per layer and forward pass, cp - 1 hops of this rank's K/V chunk.
     kv = tokens_per_rank / q.cp * q.n_full / q.pp * q.kv_el
@@ -395,30 +405,46 @@ ANALYTICAL_PHASES = ("old_log_prob", "ref_forward", "log_prob_forwards", "critic
                      "pipeline_bubble", "grad_sync", "optimizer", "overhead")
 
 
-def analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max):
+def analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max, imb_flops=0.0):
     """Seconds of each of `ANALYTICAL_PHASES` for a batch of ``samples`` sequences of ``tokens`` in
-    all, whose forward FLOPs (`analytical_fwd_flops`) sum to ``fwd_sum`` with largest ``fwd_max``."""
+    all, whose forward FLOPs (`analytical_fwd_flops`) sum to ``fwd_sum`` with largest ``fwd_max``.
+    ``imb_flops``: under ``dp_balance="batch"`` with several mini-batches and DP ranks, the FLOPs the
+    optimizer steps of one epoch wait for (`AnalyticalTraining.dp_imbalance_flops`, a partition of
+    the sample lengths the host computes); an update pass then lasts ``max(unit, imb_flops /
+    flops_per_s)``. 0 otherwise (every optimizer step spread evenly)."""
     unit = xp.maximum(fwd_sum / q.dp, fwd_max) / q.flops_per_s
     comm = analytical_activation_comm_time(xp, q, tokens / q.dp, 1)
     steps = analytical_optimizer_steps(xp, q, samples)
+    # ZeRO-3 (FSDP2) gathers the parameters in every micro-batch's forward and backward and
+    # reduce-scatters its gradients in every backward (verl accumulates without no_sync); each
+    # forward-only pass gathers once per micro-batch. Other stages reduce once per optimizer step.
+    overlap = 1 - q.overlap
+    micro = analytical_micro_batches(xp, q, samples, tokens)
+    upd_micro = steps * xp.maximum(1, xp.ceil(micro / (steps // q.ppo_epochs)))
+    zero3 = q.zero3 > 0
+    sync = xp.where(zero3, overlap * upd_micro * q.grad_sync_s, steps * overlap * q.grad_sync_s)
+    fwd_gather = xp.where(zero3, overlap * micro * q.gather_s, 0.0)
     n_fwd = q.old_lp + q.ref + q.lp_fwd
+    fwd_pass = unit + comm + fwd_gather
     b1 = analytical_bubble(xp, q, samples, tokens)
     bubble = n_fwd * unit * (b1 - 1.0)
     upd = q.ppo_epochs * q.update_passes
     update_stretch = analytical_bubble(xp, q, samples, tokens, steps // q.ppo_epochs) - 1.0
-    actor = upd * (unit + comm)
-    bubble = bubble + upd * unit * update_stretch
-    sync = steps * (1 - q.overlap) * q.grad_sync_s
+    # each optimizer step ends in a collective every DP rank joins: an update pass waits for its
+    # busiest rank
+    upd_unit = xp.maximum(unit, imb_flops / q.flops_per_s)
+    actor = upd * (upd_unit + comm)
+    bubble = bubble + upd * upd_unit * update_stretch
     adam = steps * q.optimizer_s
-    critic = xp.where(q.critic > 0, (1 + upd) * (unit + comm) + sync + adam, 0.0)
-    bubble = xp.where(q.critic > 0, bubble + (unit * (b1 - 1.0) + upd * unit * update_stretch), bubble)
-    return (q.old_lp * (unit + comm), q.ref * (unit + comm), q.lp_fwd * (unit + comm), critic, actor, bubble,
+    critic = xp.where(q.critic > 0, fwd_pass + upd * (upd_unit + comm) + sync + adam, 0.0)
+    bubble = xp.where(q.critic > 0, bubble + (unit * (b1 - 1.0) + upd * upd_unit * update_stretch), bubble)
+    return (q.old_lp * fwd_pass, q.ref * fwd_pass, q.lp_fwd * fwd_pass, critic, actor, bubble,
             sync, adam, q.overhead_s)
 
 
-def analytical_step_time(xp, q, samples, tokens, fwd_sum, fwd_max):
+def analytical_step_time(xp, q, samples, tokens, fwd_sum, fwd_max, imb_flops=0.0):
     """Sum of `analytical_phase_values`, in their order (what `AnalyticalTraining.step_time` sums)."""
     total = 0.0
-    for v in analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max):
+    for v in analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max, imb_flops):
         total = total + v
     return total

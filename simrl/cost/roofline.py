@@ -26,6 +26,23 @@ to ``pp`` micro-batches (vLLM's virtual engines): an iteration costs ``pp`` stag
 micro-batch. DP ranks inside an instance split the batch evenly. A fixed CPU/launch overhead
 (scheduling, sampling, detokenization) is added per iteration, plus a small per-sequence term.
 
+Eager mode (``enforce_eager``: vLLM's ``--enforce-eager``, verl ``rollout.enforce_eager``, NeMo-RL
+``vllm_cfg.enforce_eager``): without CUDA graphs the engine's host thread launches every kernel of
+the forward pass one by one through PyTorch and vLLM's Python modules, and the GPU cannot run ahead
+of it, so a pipeline stage takes ``max(GPU time, host launch time)``. The host time is
+``layers x kernels per layer x eager_launch_s``; kernels per layer are counted from the
+architecture as vLLM launches them: input norm, QKV projection, rotary, KV-cache write, attention,
+output projection (+ q/k norms where the model has them), two TP all-reduces when ``tp > 1``, the
+post-attention norm, then either a dense MLP (gate/up projection, activation, down projection) or a
+fused MoE block (router GEMM, top-k softmax, ``moe_align_block_size``, the two grouped expert GEMMs,
+activation and the top-k sum; + a shared expert's 3) (vllm-project/vllm@000d1458
+``model_executor/layers/fused_moe/fused_moe.py`` ``fused_experts_impl``). ``eager_launch_s`` =
+70 us is derived from one published eager-vs-graph measurement that is not a card
+(vllm-project/vllm-omni issue 7960, Qwen2.5-Omni-7B on A800: thinker, a Qwen2.5-7B decoder of 28
+layers, 22-23 ms per token eager vs 13 ms with graphs; talker, 24 layers, 19-20 ms vs 5.4-6 ms):
+eager per-token time less the engine's per-iteration overhead (3 ms), over 28 x 10 (resp. 24 x 10)
+launches, is 70 (resp. 69) us per launch. CUDA graphs (the default) make the launch time ~0.
+
 Defaults describe vLLM V1 with CUDA graphs on H100 (calibrated against the Vidur H100 operator
 measurements shipped in simrl/cost/data/vidur, see tests/cost/test_roofline.py):
 
@@ -87,6 +104,8 @@ class RooflineRollout:
     # FP8 block-scaled grouped expert GEMMs at decode shapes reach ~0.61 of HBM bandwidth (DeepGEMM's
     # published H800 table, masked layout, 256 tokens per expert: 2047-2064 GB/s of 3.35 TB/s)
     fp8_moe_bandwidth_efficiency: float = attrs.field(default=0.61, validator=_eff)
+    enforce_eager: bool = False  # vLLM --enforce-eager: no CUDA graphs, kernels launched from the host
+    eager_launch_s: float = attrs.field(default=70e-6, validator=_nonneg)  # host seconds per kernel launch, eager
     strict: bool = False
     domain: ValidityDomain = attrs.field(init=False)
     weight_bytes_per_gpu: float = attrs.field(init=False)
@@ -208,6 +227,27 @@ class RooflineRollout:
 
     def _roof(self, flops: float, bytes_: float) -> float:
         return F.roofline_roof(F.PY, self.array_params(), flops, bytes_)
+
+    def eager_kernels_per_layer(self, moe: bool) -> int:
+        """Kernels vLLM launches for one decoder layer in eager mode (module doc)."""
+        m = self.model
+        attn = 6 + (2 if m.qk_norm else 0)  # norm, qkv, rotary, cache write, attention, o_proj (+ q/k norms)
+        comm = 2 if self.tp > 1 else 0  # all-reduce after attention and after the MLP
+        if moe:
+            mlp = 7 + (3 if m.shared_experts else 0)  # router, top-k, align, w13, act, w2, sum (+ shared MLP)
+        else:
+            mlp = 3  # gate/up, activation, down
+        return attn + comm + 1 + mlp  # + the post-attention norm
+
+    def eager_host_time(self, layers: float) -> float:
+        """Host seconds to launch ``layers`` layers' kernels in eager mode (0 with CUDA graphs)."""
+        if not self.enforce_eager:
+            return 0.0
+        m = self.model
+        moe_share = m.n_moe_layers / m.layers if m.is_moe else 0.0
+        per_layer = (moe_share * self.eager_kernels_per_layer(True)
+                     + (1 - moe_share) * self.eager_kernels_per_layer(False))
+        return layers * per_layer * self.eager_launch_s
 
     def _experts_touched(self, tokens: float) -> float:
         """Expected distinct experts a layer's ``tokens`` select (uniform top-k routing):

@@ -23,7 +23,7 @@ waiting in the buffer (per oldest token version), and being trained.
 from __future__ import annotations
 
 from simrl.policy.base import PipelineState, Policy
-from simrl.policy.rules import Enforcement
+from simrl.policy.rules import Enforcement, code
 
 #: the limits a step can be bound by, in tie-break order
 LIMITS = ("rollout", "training", "weight_sync", "staleness_bound", "concurrency_cap")
@@ -33,15 +33,19 @@ WAIT_PARTS = ("rollout", "staleness_bound", "concurrency_cap")
 def closed_by(policy: Policy, st: PipelineState) -> str:
     """Why admission is closed now: ``staleness_bound`` or ``concurrency_cap``.
 
-    A `RecordPolicy` says it through its record (the version budget vs the in-flight cap); any
+    A `RecordPolicy` says it through its record (the in-flight cap or the output-queue cap, vs
+    the budget, which is a staleness bound where the record declares a bound); any
     other policy is read through its declared `Staleness`: an admission-enforced bound is the
     staleness bound, anything else the concurrency cap.
     """
     params = getattr(policy, "params", None)
     if params is not None and hasattr(params, "admit_concurrency_groups"):
-        if st.n_running >= params.admit_concurrency_groups:
+        if st.n_running >= params.admit_concurrency_groups or len(st.buffer) >= params.admit_buffer_cap_groups:
             return "concurrency_cap"
-        return "staleness_bound"
+        # the budget closed it: a staleness bound where the record declares one that the policy does
+        # not keep by its own filter at consumption
+        own = params.staleness_enforcement in (code(Enforcement.DROP_AT_CONSUMPTION), code(Enforcement.POLICY))
+        return "staleness_bound" if params.staleness_bound >= 0 and not own else "concurrency_cap"
     spec = policy.staleness_spec
     if spec.bound is not None and spec.enforcement is Enforcement.ADMISSION:
         return "staleness_bound"

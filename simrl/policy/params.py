@@ -7,8 +7,16 @@ superset admission rule, the in-flight rule, filtering and batch formation:
 admission (a group may start when all hold):
     running < ``admit_concurrency_groups``
     and ``count`` < ``admit_budget_base_groups`` + ``admit_budget_per_version_groups`` * version
+                    + ``admit_budget_per_batch_groups`` * batches taken by the trainer so far
     where ``count`` = accepted + running (``admit_count_dispatched`` = 0) or every group
-    dispatched so far (= 1); and, if ``admit_block_while_training`` = 1, not while training.
+    dispatched so far (= 1); with ``admit_return_evicted`` = 1 (and ``admit_count_dispatched`` = 0)
+    a group dropped from the buffer returns its slot too, so ``count`` = dispatched - dropped
+    (verl V1's live groups); with ``admit_count_since_publish`` = 1 (and ``admit_count_dispatched``
+    = 1) the count restarts at each publication from the groups then running or buffered (after
+    that publication's evictions), so it is the groups dispatched since plus those (verl
+    fully_async's ``staleness_samples``); and buffered groups < ``admit_buffer_cap_groups`` (a
+    bounded output queue: verl's MessageQueue, TRL's ``queue_maxsize``); and, if
+    ``admit_block_while_training`` = 1, not while training.
 
 in flight: ``inflight_rule`` (`code` of an `InflightRule`), ``sync_per_instance`` (0/1),
 ``clear_cache_on_sync`` (0/1), ``colocated`` (0/1).
@@ -18,9 +26,22 @@ filtering: ``staleness_bound`` (-1: none), ``staleness_enforcement`` (`code` of 
 its admission slot), ``evict_stale_on_publish`` (1: after each publication, buffered groups
 staler than the bound are dropped; they keep counting as accepted),
 ``drop_zero_variance`` (0 keep, 1 drop, 2 drop and re-dispatch the prompt), ``max_retries``,
-``buffer_capacity_groups`` (-1: unbounded; overflow evicts the oldest).
+``buffer_capacity_groups`` (-1: unbounded; overflow evicts the oldest),
+``max_dispatch_age`` (-1: none; a group with version - dispatch version above it is dropped
+when it finishes and evicted from the buffer at each publication: the age is counted from the
+dispatch stamp, not from the oldest token as ``staleness_bound`` is; verl V1's span check, TRL
+async's sample age). The record's filter checks zero variance first, then the dispatch age.
 
-batch: ``batch_min_groups`` <= groups taken <= ``batch_max_groups``; FIFO over the buffer.
+batch: ``batch_min_groups`` <= groups taken <= ``batch_max_groups``, by ``batch_order``:
+    0 FIFO: the first ``batch_max_groups`` buffered groups, once ``batch_min_groups`` are buffered;
+    1 dispatch window: the ``batch_max_groups`` oldest-dispatched groups not yet trained or
+      dropped, once every one of them is buffered, listed in buffer order (batch k is exactly
+      the groups addressed to step k: NeMo-RL's target steps);
+    2 oldest dispatch first: the ``batch_max_groups`` buffered groups of lowest dispatch serial,
+      once ``batch_min_groups`` are buffered (verl V1's ``sorted(..., key=gid)``).
+``batch_shrink_by_drops`` = 1: a FIFO batch may also form with every buffered group (at least
+one) when buffered + groups the record's filter dropped since the last batch reach
+``batch_min_groups`` (AReaL ``dynamic_bs``).
 
 ``fast_path_exact`` is 1 when these numbers reproduce the policy's SimPy behaviour exactly,
 0 when the policy has logic the record cannot express (the fast path must then reject it,
@@ -64,6 +85,26 @@ class PolicyParams:
     batch_max_groups: int = 1
     fast_path_exact: int = 0
     evict_stale_on_publish: int = 0
+    admit_budget_per_batch_groups: float = 0.0
+    admit_count_since_publish: int = 0
+    admit_return_evicted: int = 0
+    admit_buffer_cap_groups: float = math.inf
+    max_dispatch_age: int = -1
+    batch_order: int = 0
+    batch_shrink_by_drops: int = 0
+
+    def __attrs_post_init__(self):
+        if self.admit_count_since_publish and not self.admit_count_dispatched:
+            raise ValueError("admit_count_since_publish=1 needs admit_count_dispatched=1")
+        if self.admit_return_evicted and self.admit_count_dispatched:
+            raise ValueError("admit_return_evicted=1 needs admit_count_dispatched=0")
+        if self.batch_order not in (0, 1, 2):
+            raise ValueError(f"batch_order={self.batch_order}: expected 0 (FIFO), 1 (dispatch window) "
+                             "or 2 (oldest dispatch first)")
+        if self.batch_order == 1 and self.batch_min_groups != self.batch_max_groups:
+            raise ValueError("batch_order=1 (dispatch window) needs batch_min_groups == batch_max_groups")
+        if self.batch_shrink_by_drops and self.batch_order != 0:
+            raise ValueError("batch_shrink_by_drops=1 needs batch_order=0 (FIFO)")
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in attrs.asdict(self).items()}

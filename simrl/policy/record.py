@@ -1,9 +1,11 @@
 """Policies whose every rule is a `PolicyParams` record, executed here for the SimPy engine.
 
 The fast path runs the same record in JAX (`simrl_fast`). A `RecordPolicy` therefore has one
-encoding: its `record()`; admission, the declared `Sync` and `Staleness`, zero-variance
-filtering, the bounded buffer and FIFO batches of ``batch_min_groups..batch_max_groups`` all
-follow from it, and `lower()` returns it unchanged. `ParamsPolicy` wraps a bare record, which is
+encoding: its `record()`; admission, the declared `Sync` and `Staleness`, zero-variance and
+dispatch-age filtering, the bounded buffer and batches of ``batch_min_groups..batch_max_groups``
+in the record's ``batch_order`` all follow from it, and `lower()` returns it unchanged. What
+the record's rules must remember during a run (batches taken, the count restarted at a
+publication, drops since the last batch) lives in `RecordState`. `ParamsPolicy` wraps a bare record, which is
 how the registry-wide exactness test replays any preset's lowering in SimPy.
 """
 
@@ -27,18 +29,44 @@ def _record(policy: RecordPolicy) -> PolicyParams:
     return policy.record()
 
 
-def admits(p: PolicyParams, st: PipelineState) -> bool:
-    """The superset admission rule of `simrl.policy.params`."""
+@attrs.define
+class RecordState:
+    """What a record's rules remember during a run (a subclass's `State` must extend it)."""
+
+    batches_taken: int = 0  # batches the trainer has taken (admit_budget_per_batch_groups)
+    count_offset: int = 0  # running + buffered - dispatched at the last publication (admit_count_since_publish)
+    dropped_since_batch: int = 0  # groups the record's filter dropped since the last batch (batch_shrink_by_drops)
+
+
+_NO_STATE = RecordState()
+
+
+def admits(p: PolicyParams, st: PipelineState, rs: RecordState | None = None) -> bool:
+    """The superset admission rule of `simrl.policy.params` (``rs``: the run's `RecordState`)."""
+    rs = _NO_STATE if rs is None else rs
     if p.admit_block_while_training and st.training:
         return False
-    count = st.groups_dispatched if p.admit_count_dispatched else st.groups_accepted + st.n_running
-    return st.n_running < p.admit_concurrency_groups and count < (
-        p.admit_budget_base_groups + p.admit_budget_per_version_groups * st.version)
+    if p.admit_count_dispatched:
+        count = st.groups_dispatched + (rs.count_offset if p.admit_count_since_publish else 0)
+    elif p.admit_return_evicted:
+        count = st.groups_dispatched - st.groups_dropped
+    else:
+        count = st.groups_accepted + st.n_running
+    budget = (p.admit_budget_base_groups + p.admit_budget_per_version_groups * st.version
+              + p.admit_budget_per_batch_groups * rs.batches_taken)
+    return st.n_running < p.admit_concurrency_groups and count < budget and len(st.buffer) < p.admit_buffer_cap_groups
+
+
+def dispatch_aged(p: PolicyParams, g: GroupRecord, version: int) -> bool:
+    """Past the record's ``max_dispatch_age`` (counted from the dispatch stamp)."""
+    return p.max_dispatch_age >= 0 and version - g.dispatch_version > p.max_dispatch_age
 
 
 @attrs.frozen
 class RecordPolicy(Policy):
     """Base of a policy defined by one `PolicyParams` record (subclasses implement `record`)."""
+
+    State = RecordState
 
     def record(self) -> PolicyParams:
         raise NotImplementedError(f"{type(self).__name__} must implement record()")
@@ -61,15 +89,38 @@ class RecordPolicy(Policy):
         return Staleness(None if p.staleness_bound < 0 else p.staleness_bound,
                          _ENFORCEMENTS[p.staleness_enforcement], bool(p.evict_stale_on_publish))
 
+    @property
+    def streams(self) -> bool:
+        """Whether the streaming trainer may take the batch in pieces: not when admission counts
+        batches taken or the batch is not the FIFO head (only `form_batch` knows them)."""
+        p = self.params
+        return not p.admit_budget_per_batch_groups and p.batch_order == 0 and not p.batch_shrink_by_drops
+
     def admit(self, st: PipelineState) -> bool:
-        return admits(self.params, st)
+        return admits(self.params, st, st.policy_state)
 
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
         p = self.params
+        verdict = Verdict.ACCEPT
         if p.drop_zero_variance and group.reward_std() == 0.0:
             retry = p.drop_zero_variance == 2 and (p.max_retries <= 0 or group.retries < p.max_retries)
-            return Verdict.RETRY if retry else Verdict.DROP
-        return Verdict.ACCEPT
+            verdict = Verdict.RETRY if retry else Verdict.DROP
+        elif dispatch_aged(p, group, st.version):
+            verdict = Verdict.DROP
+        if verdict is not Verdict.ACCEPT:
+            st.policy_state.dropped_since_batch += 1
+        return verdict
+
+    def on_publish(self, st: PipelineState) -> PublishActions:
+        p = self.params
+        aged = tuple(g.gid for g in st.buffer if dispatch_aged(p, g, st.version))
+        if p.admit_count_since_publish:
+            # the engine's staleness evictions of this publication are applied after this hook
+            evict = p.evict_stale_on_publish and p.staleness_bound >= 0
+            kept = sum(1 for g in st.buffer if g.gid not in aged
+                       and not (evict and g.staleness(st.version) > p.staleness_bound))
+            st.policy_state.count_offset = st.n_running + kept - st.groups_dispatched
+        return PublishActions(drop_buffered=aged)
 
     def after_group_done(self, st: PipelineState) -> PublishActions:
         cap = self.params.buffer_capacity_groups
@@ -78,10 +129,24 @@ class RecordPolicy(Policy):
         return PublishActions()
 
     def form_batch(self, st: PipelineState) -> list[GroupRecord] | None:
-        p = self.params
-        if len(st.buffer) < p.batch_min_groups:
+        p, rs = self.params, st.policy_state
+        buf = st.buffer
+        if p.batch_order == 1:
+            oldest = sorted([*st.running, *(g.gid for g in buf)])[: p.batch_max_groups]
+            window = set(oldest)
+            batch = [g for g in buf if g.gid in window]
+            if len(oldest) < p.batch_max_groups or len(batch) < len(oldest):
+                return None
+        elif len(buf) >= p.batch_min_groups:
+            batch = sorted(buf, key=lambda g: g.gid) if p.batch_order == 2 else buf
+            batch = batch[: p.batch_max_groups]
+        elif p.batch_shrink_by_drops and buf and len(buf) + rs.dropped_since_batch >= p.batch_min_groups:
+            batch = list(buf)
+        else:
             return None
-        return st.buffer[: p.batch_max_groups]
+        rs.batches_taken += 1
+        rs.dropped_since_batch = 0
+        return batch
 
     def lower(self, ctx: LoweringContext) -> PolicyParams:
         return self.params

@@ -169,7 +169,48 @@ def test_verl_scaling_card_truncates_a_few_responses_at_the_cap():
     assert int(completion.max()) == 28672
     at_cap = float((completion >= 28672).mean())
     assert 0.0003 < at_cap < 0.0012, at_cap  # 0.0007 +- sampling noise over 65,536 responses
-    # The card's overrides carry verl's rollout defaults and the launch script's actor_offload=False.
+    # The card's overrides carry verl's rollout defaults and the colocated runs' own launch script
+    # (offload=True, fsdp_size=2), and verl's whole-batch balance (trainer.balance_batch).
     ovr = fid.run_overrides(card, "sync64")
     assert "deployment.rollout.max_num_seqs=1024" in ovr
-    assert "cost.colocated_knobs.optimizer_offload=false" in ovr
+    assert "cost.colocated_knobs.optimizer_offload=true" in ovr
+    assert "cost.training_knobs.fsdp_shard_size=2" in ovr
+    assert "cost.training_knobs.dp_balance=batch" in ovr
+
+
+def test_areal_cards_mean_response_is_the_published_throughput_times_step_time():
+    # AReaL v0.2 publishes, for the same runs, hours per N steps (README table) and end-to-end
+    # throughput (README figure thpt_comparison.png). Tokens per sequence = throughput x step time /
+    # (512 x 16), by hand:
+    #   7B:   26,000 x 2268 / 8192 = 7,198.2;  95,000 x 810 / 8192 = 9,393.3;  mean 8,295.8
+    #   1.5B: 20,000 x 3456 / 8192 = 8,437.5;  68,000 x 993.6 / 8192 = 8,247.7;
+    #         173,000 x 388.8 / 8192 = 8,210.6;  mean 8,298.6
+    # Both round to the 8,300 the cards set (one value per card: the workload does not depend on
+    # the GPU count).
+    from simrl.engine.sim import load_workload
+
+    thpt = {"areal_v02_7b_scaling.yaml": {"gpus32": 26e3, "gpus128": 95e3},
+            "areal_v02_1p5b_scaling.yaml": {"gpus8": 20e3, "gpus32": 68e3, "gpus128": 173e3}}
+    for name, by_run in thpt.items():
+        card = _card(name)
+        card["_file"] = name
+        steps = card["published"]["step_time_s"]
+        per_seq = [by_run[r] * steps[r] / 8192 for r in by_run]
+        assert round(sum(per_seq) / len(per_seq), -2) == card["mapping"]["lengths"]["mean_response_tokens"] == 8300
+        run = next(iter(by_run))
+        ovr = fid.run_overrides(card, run)
+        # AReaL v0.2's dataflow and weight path (ppo_math_exp.py, cli_args.py, model_worker.py @v0.2.0)
+        assert "cost.training_knobs.reference_model=true" in ovr
+        assert not any(o.startswith("cost.training_knobs.recompute_old_logprob=true") for o in ovr)
+        assert "cost.weight_sync=filesystem" in ovr
+    # The scaled workload (a smaller copy of the 7B card's, 256 prompts x 16) has the published mean
+    # and, with rl_math's shape, truncates under the blog's 5 % at the 27,648 cap.
+    card = _card("areal_v02_7b_scaling.yaml")
+    card["_file"] = "areal_v02_7b_scaling.yaml"
+    card["mapping"]["base"] = [o for o in card["mapping"]["base"] if not o.startswith("workload.groups")]
+    card["mapping"]["base"].append("workload.groups=256")
+    w = load_workload(fid.build_config(card, "gpus32"))
+    completion = w.call_completion_tokens[w.traj_call_start[1:] - 1]
+    assert abs(float(completion.mean()) - 8300) / 8300 < 0.01
+    assert int(completion.max()) == 27648
+    assert 0.02 < float((completion >= 27648).mean()) < 0.05

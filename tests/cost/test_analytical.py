@@ -212,14 +212,16 @@ def test_hsdp_shards_inside_a_group_and_all_reduces_across_by_hand():
     p = 8_190_735_360
     hsdp = AnalyticalTraining("qwen3-8b", "H100", gpus=16, zero_stage=3, fsdp_shard_size=8)
     full = AnalyticalTraining("qwen3-8b", "H100", gpus=16, zero_stage=3)
-    # Inside the 8-GPU shard group (NVLink x 0.7): reduce-scatter fp32 grads + 3 bf16 gathers
-    # (forward, backward, recompute): 7/8 x 10 B x P / 315e9 = 0.227521 s. Across the 2 replicas,
-    # ranks 8 apart (one NIC, 50 GB/s x 0.7): all-reduce of the 1/8 gradient shard, 2 x 1/2 x 4P/8.
-    inner = 7 / 8 * 10 * p / 315e9
+    # Inside the 8-GPU shard group (NVLink x 0.7): reduce-scatter fp32 grads + 2 bf16 gathers
+    # (forward, backward; the recompute reuses the backward's): 7/8 x 8 B x P / 315e9 = 0.182017 s.
+    # Across the 2 replicas, ranks 8 apart (one NIC, 50 GB/s x 0.7): all-reduce of the 1/8
+    # gradient shard, 2 x 1/2 x 4P/8 / 35e9 = 0.117010 s.
+    inner = 7 / 8 * 8 * p / 315e9
     outer = 4 * p / 8 / 35e9
     assert hsdp.grad_sync_time() == pytest.approx(inner + outer)
-    # Full sharding over 16 GPUs uses 8 NICs per node: 15/16 x 10 P / (400e9 x 0.7).
-    assert full.grad_sync_time() == pytest.approx(15 / 16 * 10 * p / 280e9)
+    assert hsdp.grad_sync_time() == pytest.approx(0.182017 + 0.117010, abs=1e-5)
+    # Full sharding over 16 GPUs uses 8 NICs per node: 15/16 x 8 P / (400e9 x 0.7).
+    assert full.grad_sync_time() == pytest.approx(15 / 16 * 8 * p / 280e9)
     # HSDP holds twice the sharded state of full sharding over 16.
     assert hsdp.state_bytes_per_gpu() == pytest.approx(2 * full.state_bytes_per_gpu())
     with pytest.raises(CostModelError, match="zero_stage=3"):
@@ -273,3 +275,64 @@ def test_each_mini_batch_is_its_own_pipeline_schedule_by_hand():
     assert whole.phases(seqs)["pipeline_bubble"] == pytest.approx(5 * unit * 0.25)
     with pytest.raises(ValueError):
         AnalyticalTraining("qwen3-8b", "H100", gpus=8, mini_batch_samples=0)
+
+
+def test_ep_all_to_all_sends_each_tp_ranks_sequence_shard_by_hand():
+    kw = dict(gpus=16, tp=2, activation_checkpointing=False, zero_stage=3)  # ZeRO-3: the no-EP layout fits
+    moe = AnalyticalTraining("qwen3-30b-a3b", "H100", ep=8, **kw)
+    no_ep = AnalyticalTraining("qwen3-30b-a3b", "H100", **kw)
+    # 65,536 tokens on a DP rank; sequence parallel leaves 32,768 on each TP rank: 32,768 x 2048 x 2 B
+    # = 134,217,728 B, k = 8 copies, 7/8 of them off the GPU, dispatch + combine, 48 MoE layers, over
+    # NVLink (EP 8 in one node: 450 GB/s x 0.7): 2 x 48 x 7/8 x 134,217,728 x 8 / 315e9 = 0.2863313 s.
+    ep_s = moe._activation_comm_time(65_536, 1) - no_ep._activation_comm_time(65_536, 1)
+    assert ep_s == pytest.approx(2 * 48 * 7 / 8 * 134_217_728 * 8 / 315e9, rel=1e-9)
+    assert ep_s == pytest.approx(0.2863313, rel=1e-6)
+
+
+def test_fsdp_collectives_run_per_micro_batch_by_hand():
+    # ZeRO-3 on 8 H100 (dp 8, NVLink x 0.7 = 315e9); 16 samples of 2048 tokens, mini-batches of 8
+    # (2 optimizer steps) and a 1024-token budget: 16 x 2048 / 8 = 4096 tokens per rank = 4
+    # micro-batches, 2 per mini-batch. FSDP2 gathers the BF16 weights in each micro-batch's forward
+    # and backward (7/8 x 2 B x P / 315e9 = 0.0455041 s each, P = 8,190,735,360) and
+    # reduce-scatters its fp32 gradients (7/8 x 4 B x P / 315e9 = 0.0910082 s):
+    # 4 x (2 x 0.0455041 + 0.0910082) = 0.728066 s. The old-log-prob forward gathers once per
+    # micro-batch: 4 x 0.0455041 = 0.182016 s on top of its compute.
+    seqs = [2048] * 16
+    t = AnalyticalTraining("qwen3-8b", "H100", gpus=8, zero_stage=3, max_tokens_per_gpu=1024,
+                           mini_batch_samples=8, recompute_old_logprob=True)
+    p = 8_190_735_360
+    gather, reduce = 7 / 8 * 2 * p / 315e9, 7 / 8 * 4 * p / 315e9
+    assert t.param_gather_time() == pytest.approx(gather) and t.grad_reduce_time() == pytest.approx(reduce)
+    ph = t.phases(seqs)
+    assert ph["grad_sync"] == pytest.approx(4 * (2 * gather + reduce))
+    assert ph["grad_sync"] == pytest.approx(0.728066, abs=1e-5)
+    assert ph["old_log_prob"] - t._pass_compute(seqs) == pytest.approx(0.182016, abs=1e-5)
+    # ZeRO-1 reduces once per optimizer step whatever the micro-batches: 2 x 7/8 x 6 B x P / 315e9.
+    z1 = AnalyticalTraining("qwen3-8b", "H100", gpus=8, max_tokens_per_gpu=1024, mini_batch_samples=8,
+                            recompute_old_logprob=True)
+    assert z1.phases(seqs)["grad_sync"] == pytest.approx(2 * 7 / 8 * 6 * p / 315e9)
+    assert z1.phases(seqs)["old_log_prob"] == pytest.approx(z1._pass_compute(seqs))
+
+
+def test_dp_barrier_with_verl_batch_balance_by_hand():
+    # 2 H100 (dp 2), 8 samples, mini-batches of 4 (2 optimizer steps). verl balances the whole
+    # batch once: 2 partitions of 4, longest first to the lighter one (ties to partition 0):
+    # 4000 -> p0, 3000 -> p1, then the 1000s: p1 (4000), p0 (5000), p1 (5000), p0 (6000), p1 (full),
+    # p0. p0 = samples 0, 2, 5, 7 = [4000, 1000, 1000, 1000]; p1 = 1, 3, 4, 6 = [1000, 1000, 3000,
+    # 1000]. Each rank walks its share in slices of 2: step 1 waits for rank 0 (4000 + 1000), step
+    # 2 for rank 1 (3000 + 1000). With F(s) = s x (15,136,212,992 + 294,912 s) FLOPs (qwen3-8b
+    # forward, causal): F(1000) = 1.5431e13, F(3000) = 4.8063e13, F(4000) = 6.5263e13;
+    # barrier = F4000 + F3000 + 2 F1000 = 1.44189e14 against the even split
+    # (F4000 + F3000 + 6 F1000) / 2 = 1.02957e14: the update passes take 1.40048x as long.
+    seqs = [4000, 1000, 1000, 1000, 3000, 1000, 1000, 1000]
+    batch = AnalyticalTraining("qwen3-8b", "H100", gpus=2, zero_stage=3, mini_batch_samples=4, dp_balance="batch")
+    even = AnalyticalTraining("qwen3-8b", "H100", gpus=2, zero_stage=3, mini_batch_samples=4)
+    assert batch.dp_imbalance_flops(seqs, 2) == pytest.approx(1.44188540928e14)
+    assert batch.phases(seqs)["actor_update"] / even.phases(seqs)["actor_update"] == pytest.approx(1.400480, abs=1e-5)
+    # Forward-only passes and everything else are unchanged; one mini-batch is balanced as a whole.
+    assert batch.phases(seqs)["grad_sync"] == pytest.approx(even.phases(seqs)["grad_sync"])
+    one = AnalyticalTraining("qwen3-8b", "H100", gpus=2, zero_stage=3, dp_balance="batch")
+    whole = AnalyticalTraining("qwen3-8b", "H100", gpus=2, zero_stage=3)
+    assert one.phases(seqs)["actor_update"] == pytest.approx(whole.phases(seqs)["actor_update"])
+    with pytest.raises(ValueError):
+        AnalyticalTraining("qwen3-8b", "H100", gpus=2, zero_stage=3, dp_balance="greedy")

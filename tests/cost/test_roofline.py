@@ -296,3 +296,23 @@ def test_large_batch_decode_against_ml_energy(model, gpu, layout, points, bounds
     for batch, ms in points:
         q = r.iteration_time(batch, batch * 1200, 0) * 1e3 / ms
         assert bounds[0] < q < bounds[1], (batch, q)
+
+
+def test_enforce_eager_is_bound_by_host_launches_by_hand():
+    graphs = RooflineRollout("qwen3-30b-a3b", "H100", tp=4, max_num_batched_tokens=32768)
+    eager = RooflineRollout("qwen3-30b-a3b", "H100", tp=4, max_num_batched_tokens=32768, enforce_eager=True)
+    # Qwen3-30B-A3B (q/k norms, all 48 layers MoE) at TP 4, kernels per layer: attention block 6 + 2
+    # q/k norms, 2 TP all-reduces, post-attention norm 1, fused MoE 7 = 18; x 48 layers x 70 us
+    # = 60.48 ms of host launches per iteration.
+    assert eager.eager_kernels_per_layer(True) == 18
+    assert eager.eager_host_time(48) == pytest.approx(48 * 18 * 70e-6)
+    # A dense Qwen2-style layer on one GPU launches 10 (the count the 70 us was derived with).
+    assert RooflineRollout("qwen2.5-7b", "H100").eager_kernels_per_layer(False) == 10
+    # Batch 1 decode: the GPU needs ~4 ms, so the host binds: 60.48 ms + the 3 ms overhead + 10 us.
+    assert graphs.iteration_time(1, 1024, 0) < 10e-3
+    assert eager.iteration_time(1, 1024, 0) == pytest.approx(48 * 18 * 70e-6 + 0.003 + 1e-5)
+    # A 32K-token prefill chunk keeps the GPU busier than the host: eager changes nothing.
+    assert graphs.iteration_time(0, 0, 32768) > 0.07
+    assert eager.iteration_time(0, 0, 32768) == pytest.approx(graphs.iteration_time(0, 0, 32768))
+    # CUDA graphs: no host launch term.
+    assert graphs.eager_host_time(48) == 0.0

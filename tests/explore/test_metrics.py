@@ -74,3 +74,13 @@ def test_checks_name_the_reason():
     kv = load_config(None, ["deployment.rollout.kv_capacity_tokens=100"])
     assert run_checks(kv, w, ("kv",), cache).startswith("kv: capacity 100 tokens per instance < the longest call")
     assert run_checks(load_config(), w, ("heads", "memory", "kv"), cache) is None
+
+
+def test_pareto_mask_equals_the_pairwise_definition():
+    """Against the O(n^2) definition on random rows with many ties and duplicates."""
+    rng = np.random.default_rng(1)
+    for d in (1, 2, 3):
+        v = rng.integers(0, 6, size=(300, d)).astype(float)
+        want = [not any(np.all(v[j] <= v[i]) and np.any(v[j] < v[i]) for j in range(len(v))) for i in range(len(v))]
+        assert pareto_mask(v).tolist() == want
+    assert pareto_mask(np.empty((0, 2))).tolist() == []

@@ -48,7 +48,7 @@ def _check_against_reference(space, points):
     jobs, workloads, cache = prepare(space, points)
     ref = _reference(space, jobs, workloads, cache)
     assert ref, "no runnable point: the comparison would be empty"
-    for lowering in ("point", "grid"):
+    for lowering in ("point", "grid", "auto"):
         for j in jobs:
             j.row.pop("fallback", None)
             for k in [k for k in j.row if k.startswith("surrogate_")]:
@@ -94,6 +94,6 @@ def test_a_group_the_grid_refuses_falls_back_point_by_point(tmp_path):
     assert engines == ["fast"] * 4 + ["simpy"] * 4
     assert all("KV capacity" in v for e, v, _ in ref.values() if e == "simpy")
     jobs, workloads, cache = prepare(space, space.points())
-    for lowering in ("point", "grid"):
+    for lowering in ("point", "grid", "auto"):
         with pytest.raises(SweepError, match="point 0 .*KV capacity"):
             route(space, jobs, workloads, cache, engine="fast", lowering=lowering)

@@ -28,7 +28,7 @@ def tiny_roofline(**kw) -> F.RooflineParams:
                 qk_vd=64.0, hd_vd=64.0, kv_bytes=1024.0, v_heads=0.0, lin_state=0.0, state_bytes=0.0, hidden=64.0,
                 width=256.0, dense_base=1e6, is_moe=0.0, n_moe=0.0, k=0.0, expert_params=0.0, experts=0.0, miss=1.0,
                 shards=1.0, ep=1.0, ep_mult=1.0, imb_given=0.0, imb_c=0.0, fp8_fac=1.0, ep_a2a=0.0, lat=1e-5,
-                bw_tp=1e11, bw_ep=1e11, bw_pp=1e11)
+                bw_tp=1e11, bw_ep=1e11, bw_pp=1e11, eager=0.0, eager_host=0.0)
     base.update(kw)
     return F.RooflineParams(**base)
 
@@ -55,6 +55,13 @@ def test_roofline_formula_by_hand():
     #   = 4 * (2.56e-9 + 1e-5) = 4.001024e-5 on top of the stage (the record's other numbers unchanged)
     tp2 = tiny_roofline(tp=2.0)
     assert F.roofline_comm_time(F.PY, tp2, 2, 2.0) == pytest.approx(4.001024e-5, rel=1e-12)
+    # enforce_eager with 2.2e-5 s of host launches per stage: the decode stage above (2.24064e-5)
+    # outruns the host, unchanged; the 10-token prefill stage (2.18944e-5) waits for it:
+    # 2.2e-5 + 0.003 = 0.003022
+    eager = tiny_roofline(eager=1.0, eager_host=2.2e-5)
+    assert F.roofline_iteration_time(F.PY, eager, 2, 100, 0) == pytest.approx(0.0030424064, rel=1e-12)
+    assert F.roofline_iteration_time(F.PY, eager, 0, 0, 10) == pytest.approx(0.003022, rel=1e-12)
+    assert F.roofline_iteration_time(F.PY, eager, 0, 0, 0) == 0.0
 
 
 def test_analytical_formula_by_hand():
@@ -63,7 +70,8 @@ def test_analytical_formula_by_hand():
         hidden=64.0, pdt=2.0, bw_tp_coll=1e11, ep=1.0, n_moe=0.0, k=0.0, bw_ep=1e11, bw_pp=1e11, n_full=2.0,
         kv_el=128.0, kv_div=1.0, bw_cp=1e11, sp_width=512.0, bw_sp=1e11, micro_batch_size=1.0,
         max_tokens_per_gpu=0.0, seq_split=1.0, vpp=1.0, mini_batch_samples=0.0, ppo_epochs=1.0, update_passes=4.0,
-        old_lp=0.0, ref=0.0, lp_fwd=0.0, critic=0.0, overlap=0.0, grad_sync_s=0.5, optimizer_s=0.1, overhead_s=0.2)
+        old_lp=0.0, ref=0.0, lp_fwd=0.0, critic=0.0, overlap=0.0, zero3=0.0, grad_sync_s=0.5, gather_s=0.0,
+        optimizer_s=0.1, overhead_s=0.2)
     # forward FLOPs of a sample: s * (2e9 + 1e5 * s/2): 1000 -> 2.05e12, 3000 -> 6.45e12
     fwd = [F.analytical_fwd_flops(F.PY, q, s) for s in (1000, 3000)]
     assert fwd == [pytest.approx(2.05e12, rel=1e-12), pytest.approx(6.45e12, rel=1e-12)]
@@ -75,6 +83,23 @@ def test_analytical_formula_by_hand():
     # each of the 4 passes sends the rank's 2000 tokens' activations once: 2000 * 64 * 2 B / 1e11 = 2.56e-6
     assert F.analytical_step_time(F.PY, q._replace(pp=2.0), 2, 4000, sum(fwd), max(fwd)) == pytest.approx(
         0.8258 + 0.0258 + 4 * 2.56e-6, rel=1e-12)
+    # dp_balance=batch: the update passes wait for 8e12 FLOPs (> 6.45e12) -> 8e-3 s each:
+    # 0.8258 - 4 * 6.45e-3 + 4 * 8e-3 = 0.832
+    assert F.analytical_step_time(F.PY, q, 2, 4000, sum(fwd), max(fwd), 8e12) == pytest.approx(0.832, rel=1e-12)
+    # ZeRO-3 (grad_sync_s 0.5 per micro-batch with its gathers, 0.1 per gather), one old-log-prob pass,
+    # 500 tokens per GPU: 4000 / 2 / 500 = 4 micro-batches per rank, one optimizer step:
+    #   sync = 4 * 0.5 = 2.0; the forward-only pass gathers 4 * 0.1 = 0.4: 6.45e-3 + 0.4
+    #   0.0258 + 0.40645 + 2.0 + 0.1 + 0.2 = 2.73225; comm_overlap 0.5 halves sync and gathers: 1.53225
+    z3 = q._replace(zero3=1.0, gather_s=0.1, old_lp=1.0, max_tokens_per_gpu=500.0)
+    assert F.analytical_step_time(F.PY, z3, 2, 4000, sum(fwd), max(fwd)) == pytest.approx(2.73225, rel=1e-12)
+    assert F.analytical_step_time(F.PY, z3._replace(overlap=0.5), 2, 4000, sum(fwd), max(fwd)) == pytest.approx(
+        1.53225, rel=1e-12)
+    # EP all-to-alls send each TP rank's 1/tp of the tokens (tp = ep = 2, 2 MoE layers, k = 2), one pass over
+    # 2000 tokens: act = 2000 * 64 * 2 B = 256000 B
+    #   TP: 2 * 2 layers * 2 * (1/2) * 256000 / 1e11 = 1.024e-5
+    #   EP: 2 * 2 MoE layers * (1/2) * 256000 / 2 * 2 / 1e11 = 5.12e-6; sum 1.536e-5
+    ep = q._replace(tp=2.0, ep=2.0, n_moe=2.0, k=2.0)
+    assert F.analytical_activation_comm_time(F.PY, ep, 2000, 1) == pytest.approx(1.536e-5, rel=1e-12)
 
 
 def _grid():
@@ -115,7 +140,9 @@ def test_analytical_jax_and_python_give_identical_floats():
         return F.analytical_step_time(jnp, qj, jnp.float64(len(lens)), jnp.sum(s), total, jnp.max(fwd))
 
     for kw in (dict(), dict(tp=2, pp=2, micro_batch_size=2), dict(gpus=16, tp=2, cp=2, zero_stage=3),
-               dict(pp=2, max_tokens_per_gpu=8192, critic=True, reference_model=True)):
+               dict(pp=2, max_tokens_per_gpu=8192, critic=True, reference_model=True),
+               dict(gpus=8, zero_stage=3, fsdp_shard_size=4, max_tokens_per_gpu=2048, mini_batch_samples=2,
+                    comm_overlap=0.25, recompute_old_logprob=True)):
         t = AnalyticalTraining("qwen2.5-7b", "H100", **kw)
         qj = F.AnalyticalParams(*(jnp.float64(x) for x in t.array_params()))
         assert float(step(qj, jnp.asarray(lens, dtype=jnp.float64))) == t.step_time(lens), kw
@@ -137,7 +164,11 @@ def test_roofline_and_analytical_runs_equal_in_both_engines():
     wl = random_workload(groups=10, n=4, seed=5, prompt=(50, 300), completion=(5, 200))
     cases = [roofline_case(wl, "deployment.rollout.tp=1"), roofline_case(wl, "deployment.rollout.tp=2"),
              roofline_case(wl, "deployment.rollout.tp=2", "deployment.training.tp=2", "policy.inflight_rule=continue"),
-             roofline_case(wl, f"cost.rollout={files('simrl.cost') / 'data' / 'rollout-roofline-h100.json'}")]
+             roofline_case(wl, f"cost.rollout={files('simrl.cost') / 'data' / 'rollout-roofline-h100.json'}"),
+             # FSDP2 collectives per micro-batch under HSDP (2 replicas of 2-GPU shard groups)
+             roofline_case(wl, "deployment.training.gpus=4", "deployment.training.zero_stage=3",
+                           "cost.training_knobs.fsdp_shard_size=2", "cost.training_knobs.max_tokens_per_gpu=256",
+                           "cost.training_knobs.recompute_old_logprob=true")]
     for c in cases:
         c.run_simpy()
     res = run_fast(cases)
@@ -162,6 +193,9 @@ def test_first_principles_models_outside_the_closed_form_are_rejected_by_name():
         (["deployment.model=qwen3-30b-a3b", "deployment.rollout.tp=2", "deployment.training.zero_stage=3"],
          "a roofline rollout of an MoE model"),
         (["cost.strict=true"], "cost.strict=true with the roofline's validity domain"),
+        (["cost.rollout_knobs.enforce_eager=true"], "a roofline rollout with enforce_eager=true"),
+        (["deployment.training.gpus=2", "deployment.training.zero_stage=3", "cost.training_knobs.mini_batch_samples=2",
+          "cost.training_knobs.dp_balance=batch"], "cost.training_knobs.dp_balance=batch with several DP ranks"),
     ]:
         c = load_config(overrides=[*FIRST_PRINCIPLES, *extra])
         with pytest.raises(FastPathUnsupported, match=needle):

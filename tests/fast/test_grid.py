@@ -54,3 +54,18 @@ def test_grid_rejects_by_name():
         lower_grid(wl, linear_costs(b=0.0), {"cost.rollout.a": [0.1, 0.0]}, base=BASE)
     with pytest.raises(ValueError, match="expected a finite number"):
         lower_grid(wl, linear_costs(), {"cost.rollout.c": [0.1, -1.0]}, base=BASE)
+
+
+def test_grid_from_built_configurations_equals_loading_them():
+    """``configs=`` (srl-sweep passes the configurations it built): no reload, the same rows."""
+    wl = random_workload(groups=6, n=2, seed=3, completion=(5, 60))
+    costs = linear_costs(kv_tokens=50_000)
+    cols = {"deployment.rollout.max_num_seqs": [4, 64, 4, 8], "policy.max_staleness": [0, 1, 1, 0],
+            "deployment.rollout.instances": [1, 2, 2, 1]}
+    cfgs = [load_config(overrides=[*BASE, *(f"{k}={v[m]}" for k, v in cols.items())]) for m in range(4)]
+    _, want, _ = lower_grid(wl, costs, cols, base=BASE)
+    _, got, _ = lower_grid(wl, costs, cols, base=["policy=sync"], configs=cfgs)  # base unused with configs
+    for f in Params._fields:
+        assert np.asarray(getattr(got, f)).tobytes() == np.asarray(getattr(want, f)).tobytes(), f
+    with pytest.raises(ValueError, match="3 configurations for 4 grid points"):
+        lower_grid(wl, costs, cols, configs=cfgs[:3])

@@ -3,16 +3,19 @@
 Needs no jax: the lowering is numpy-only, so a core install can still check configurations.
 """
 
+import re
 import subprocess
 import sys
 
+import attrs
 import pytest
 from simhelpers import linear_costs, multi_turn_workload, random_workload
 
 from simrl.config import load_config
 from simrl.cost.linear import LinearRollout
 from simrl.policy.params import LoweringContext
-from simrl_fast.lowering import FastPathUnsupported, lower
+from simrl.policy.record import ParamsPolicy
+from simrl_fast.lowering import FastPathUnsupported, lower, lower_policy
 
 OK = ["deployment.rollout.max_num_batched_tokens=0", "deployment.rollout.prefix_caching=false",
       "deployment.rollout.kv_policy=reserve", "policy=bounded_async", "policy.batch_groups=4",
@@ -41,7 +44,7 @@ def test_supported_configuration_lowers_to_numbers():
     ("router.active_cap=4", "router.active_cap=4"),
     ("run.time_horizon_s=100", "time_horizon_s"),
     ("policy=psrl", "policy 'psrl'"),
-    ("policy=roll", "policy 'roll'"),
+    ("policy=art", "policy 'art'"),
     ("cost.training_knobs.optimizer_cpu_offload=true", "optimizer_cpu_offload=true (trainer offload"),
 ])
 def test_unsupported_features_are_rejected_by_name(override, feature):
@@ -93,3 +96,56 @@ def test_every_group_dropped_is_diagnosed_at_lowering():
     with pytest.raises(FastPathNoProgress, match="zero variance.*dispatch groups forever"):
         lower(load_config(overrides=ov), random_workload(groups=8, n=4, zero_variance=1.0), linear_costs())
     lower(load_config(overrides=ov), random_workload(groups=8, n=4, zero_variance=0.5), linear_costs())
+
+
+#: every preset at its defaults: accepted by the policy check, or the feature it is rejected for
+DEFAULTS = {
+    "sync": None, "bounded_async": None, "areal": None, "skyrl": None, "verl": None, "openrlhf": None,
+    "nemo_rl": None, "roll": None,
+    "trl": "colocated placement", "slime": "colocated placement", "verl_v1": "colocated placement",
+    "art": "fast_path_exact=0", "dressage": "fast_path_exact=0", "prime_rl": "fast_path_exact=0",
+    "psrl": "fast_path_exact=0",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DEFAULTS))
+def test_each_preset_at_its_defaults_passes_the_policy_check_or_is_rejected_by_name(kind):
+    from simrl.policy.registry import policy_kinds
+
+    assert set(DEFAULTS) == {k for k in policy_kinds() if not k.startswith("_")}
+    policy = load_config(overrides=[f"policy={kind}"]).policy
+    ctx = LoweringContext(group_size=4, instances=2)
+    if DEFAULTS[kind] is None:
+        assert lower_policy(policy, ctx).fast_path_exact == 1
+    else:
+        with pytest.raises(FastPathUnsupported, match=DEFAULTS[kind]):
+            lower_policy(policy, ctx)
+
+
+def _verl_record():
+    return load_config(overrides=["policy=verl"]).policy.lower(LoweringContext(group_size=4, instances=2))
+
+
+def test_a_bounded_queue_is_accepted_only_where_admission_keeps_it_from_overflowing():
+    ctx = LoweringContext(group_size=4, instances=2)
+    rec = _verl_record()  # staleness_samples < M = int(8 * 1.1 * 4) = 35, MessageQueue of 35
+    assert (rec.admit_budget_base_groups, rec.buffer_capacity_groups, rec.admit_count_since_publish) == (35, 35, 1)
+    lower_policy(ParamsPolicy(rec), ctx)
+    with pytest.raises(FastPathUnsupported, match="bounded buffer"):  # a budget past the capacity
+        lower_policy(ParamsPolicy(attrs.evolve(rec, admit_budget_base_groups=36.0)), ctx)
+    with pytest.raises(FastPathUnsupported, match="bounded buffer"):  # a count that does not see every group
+        lower_policy(ParamsPolicy(attrs.evolve(rec, admit_count_dispatched=0, admit_count_since_publish=0)), ctx)
+
+
+@pytest.mark.parametrize("change, feature", [
+    ({"batch_order": 2}, "oldest-dispatch-first batches"),
+    ({"batch_shrink_by_drops": 1, "batch_min_groups": 4, "batch_max_groups": 4}, "batches shrunk by drops"),
+    ({"max_dispatch_age": 1}, "drops by dispatch age"),
+    ({"admit_return_evicted": 1, "admit_count_dispatched": 0, "admit_count_since_publish": 0,
+      "buffer_capacity_groups": -1}, "returned by evicted groups"),
+    ({"batch_order": 1, "drop_zero_variance": 1}, "dispatch-window batches (batch_order=1) with a rule that drops"),
+])
+def test_record_extensions_the_kernel_lacks_are_rejected_by_name(change, feature):
+    rec = attrs.evolve(_verl_record(), **change)
+    with pytest.raises(FastPathUnsupported, match=re.escape(feature)):
+        lower_policy(ParamsPolicy(rec), LoweringContext(group_size=4, instances=2))

@@ -35,6 +35,29 @@ MODES = [
     ["policy=sync", "policy.batch_groups=4"],
     ["policy=bounded_async", "policy.batch_groups=4", "policy.max_staleness=1",
      "policy.inflight_rule=abort_restart"],
+    # record extensions: a count restarted at each publication and an output-queue cap (verl
+    # fully_async), a budget per batch taken (verl one_step_off, openrlhf), dispatch-window and
+    # oldest-dispatch-first batches (nemo_rl, verl_v1), dispatch-age drops (verl_v1, trl async),
+    # a buffer cap in samples (trl async), batches shrunk by drops (areal dynamic_bs)
+    ["policy=verl", "policy.ppo_mini_batch_size=2", "policy.trigger_parameter_sync_step=2",
+     "policy.staleness_threshold=0.5", "policy.concurrent_samples_per_replica=2"],
+    ["policy=verl", "policy.ppo_mini_batch_size=3", "policy.partial_rollout=false"],
+    ["policy=verl", "policy.mode=one_step_off", "policy.train_batch_size=5"],
+    ["policy=openrlhf", "policy.rollout_batch_size=5", "policy.partial_rollout_enable=true"],
+    ["policy=nemo_rl", "policy.num_prompts_per_step=4", "policy.max_trajectory_age_steps=2",
+     "policy.in_flight_weight_updates=true"],
+    ["policy=verl_v1", "policy.trainer_mode=separate_async", "policy.ppo_mini_batch_size=2",
+     "policy.parameter_sync_step=2", "policy.max_off_policy_threshold=1", "policy.filter_groups_metric=acc"],
+    ["policy=verl_v1", "policy.ppo_mini_batch_size=1", "policy.parameter_sync_step=4"],
+    ["policy=trl", "policy.mode=async", "policy.per_device_train_batch_size=4", "policy.num_processes=2",
+     "policy.max_staleness=1", "policy.queue_maxsize=6"],
+    ["policy=roll", "policy.rollout_batch_size=4"],
+    ["policy=roll", "policy.rollout_batch_size=3", "policy.query_filter_type=std_filter", "policy.std_threshold=0"],
+    ["policy=slime", "policy.rollout_batch_size=2", "policy.update_weights_interval=2",
+     "policy.over_sampling_batch_size=2", "policy.sglang_server_concurrency=8"],
+    ["policy=slime", "policy.mode=train_async", "policy.rollout_batch_size=5"],
+    ["policy=areal", "policy.dynamic_bs=true", "policy.should_accept_fn=nonzero_std",
+     "policy.consumer_batch_size=4", "policy.max_head_offpolicyness=1"],
 ]
 CASES = [[f"policy={k}"] for k in policy_kinds() if not k.startswith("_")] + MODES
 
@@ -81,7 +104,7 @@ def test_an_exact_lowering_simulates_like_the_policy(case, sc):
 def test_the_test_covers_every_claimed_exact_kind():
     ctx = LoweringContext(group_size=4, instances=2)
     claimed = {c[0].split("=")[1] for c in CASES if load_config(overrides=c).policy.lower(ctx).fast_path_exact}
-    assert claimed >= {"sync", "bounded_async", "areal", "skyrl", "trl"}
+    assert claimed >= {"sync", "bounded_async", "areal", "skyrl", "trl", "verl", "verl_v1", "openrlhf", "nemo_rl", "roll", "slime"}
 
 
 def test_a_record_that_differs_from_the_policy_is_caught():
