@@ -18,11 +18,14 @@ host and stored in the record).
   `roofline_gemm_time`, `roofline_comm_time`, `roofline_expert_load_imbalance`): the arithmetic of
   `simrl.cost.roofline.RooflineRollout`; `roofline_kv_slope` is d(iteration time)/d(KV tokens) at a
   fixed batch, for the fast path's closed form (exact for dense models without sliding-window layers,
-  whose KV enters only through the decode-attention roofline, proportional to it).
+  whose KV enters only through the decode-attention roofline, proportional to it, and without
+  ``enforce_eager``, whose ``max(stage, host launch time)`` is flat until the GPU outruns the host).
 - `AnalyticalParams` / `analytical_params` / `analytical_fwd_flops` / `analytical_phase_values` /
   `analytical_activation_comm_time`: the sequence-length-dependent arithmetic of
-  `simrl.cost.analytical.AnalyticalTraining` (the per-step constants -- gradient sync, optimizer,
-  overhead -- are taken from its methods when the record is built).
+  `simrl.cost.analytical.AnalyticalTraining` (the per-step constants -- one micro-batch's gradient
+  sync, one ZeRO-3 parameter gather, optimizer, overhead -- are taken from its methods when the record
+  is built; ``dp_balance="batch"``'s busiest-rank FLOPs come from a partition of the sample lengths
+  the caller computes and passes as ``imb_flops``, 0 on the fast path, which rejects it where it binds).
 """
 
 from __future__ import annotations
