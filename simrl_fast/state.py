@@ -16,6 +16,21 @@ from typing import NamedTuple
 import jax.numpy as jnp
 
 BIG = 2**30  # "never" for int32 iteration counts and sequence numbers
+KEY_EMPTY = (BIG << 32) | (2**32 - 1)  # a free slot's key: after every real key, finish iteration BIG
+
+
+def pack(fin, rid):
+    """A running request's slot key: its finish iteration in the high 32 bits, its rid in the low
+    ones, so the smallest key is the next finish in heap order (finish iteration, then rid)."""
+    return (jnp.asarray(fin).astype(jnp.int64) << 32) | jnp.asarray(rid).astype(jnp.int64)
+
+
+def unpack_fin(key):
+    return (key >> 32).astype(jnp.int32)
+
+
+def unpack_rid(key):
+    return (key & (2**32 - 1)).astype(jnp.int32)
 
 # instance phases (Instance.run's position in its loop)
 IDLE, BUSY, PAUSED, START, RESUME = 0, 1, 2, 3, 4
@@ -53,10 +68,10 @@ class InstState(NamedTuple):
     wq_head: jnp.ndarray  # [K] int32: call at the head of Instance.waiting
     wq_tail: jnp.ndarray  # [K] int32: call at its tail
     wq_len: jnp.ndarray  # [K] int32: len(Instance.waiting)
-    slot_rid: jnp.ndarray  # [K, S + A] int32: call in each running slot (-1: free); Instance.running. The
-    #                        occupied slots are always 0..running-1 (a finish moves the last one into its slot)
-    slot_fin: jnp.ndarray  # [K, S] int32: Instance.it at which it finishes (finish_heap key + 1)
-    slot_len: jnp.ndarray  # [K, S] int32: Request.completion_tokens (for abort_restart)
+    slot_key: jnp.ndarray  # [K, S] int64: Instance.running as finish_heap keys: `pack`(Instance.it at which
+    #                        the request finishes (heap key + 1), rid); KEY_EMPTY: free. The occupied slots
+    #                        are always 0..running-1 (a finish moves the last one into its slot)
+    slot_len: jnp.ndarray  # [K, S] int32: Request.completion_tokens (for abort_restart; stale when free)
     psum: jnp.ndarray  # [K] int64: prompt tokens of the running requests (re-prefilled by abort_restart)
 
 
@@ -144,14 +159,8 @@ def admit_max(static) -> int:
     return max(1, min(static.slots, 16))
 
 
-def slot_row(static) -> int:
-    """Length of an instance's slot row: S slots plus ``admit_max`` never occupied, so a step's
-    admissions are written as one contiguous slice at ``running`` (running <= max_num_seqs <= S)."""
-    return static.slots + admit_max(static)
-
-
 def init_state(static, dtype_t=jnp.float64) -> SimState:
-    K, S, Gm, P, B = static.instances, slot_row(static), static.max_groups, static.steps, static.max_batch
+    K, S, Gm, P, B = static.instances, static.slots, static.max_groups, static.steps, static.max_batch
     R = static.max_calls
     i32 = lambda v, shape=(): jnp.full(shape, v, jnp.int32)  # noqa: E731
     f64 = lambda v, shape=(): jnp.full(shape, v, dtype_t)  # noqa: E731
@@ -162,7 +171,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         fin_min=i32(BIG, K), adm_it=i32(BIG, K), pause_it=i32(BIG, K), ev_it=i32(BIG, K), ev_t=f64(jnp.inf, K),
         ev_prev=f64(jnp.inf, K), ev_seq=i32(BIG, K), running=i32(0, K), kv_used=i64(0, K),
         wq_head=i32(-1, K), wq_tail=i32(-1, K), wq_len=i32(0, K),
-        slot_rid=i32(-1, (K, S)), slot_fin=i32(BIG, (K, S)), slot_len=i32(0, (K, S)), psum=i64(0, K),
+        slot_key=i64(KEY_EMPTY, (K, S)), slot_len=i32(0, (K, S)), psum=i64(0, K),
     )
     calls = CallState(nxt=i32(-1, R))
     groups = GroupState(status=i32(G_FREE, Gm), done=i32(0, Gm), minv=i32(BIG, Gm), buf=i32(-1, Gm))
