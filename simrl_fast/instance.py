@@ -62,7 +62,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     clock, it, nd, kd, na, pa = ins.clock[i], ins.it[i], ins.nd[i], ins.kd[i], ins.na[i], ins.pa[i]
     key = ins.slot_key[i]  # [S] int64: (finish iteration, rid) packed; KEY_EMPTY: free
     running, kv_used, pause_it = ins.running[i], ins.kv_used[i], ins.pause_it[i]
-    wq_head, wq_len = ins.wq_head[i], ins.wq_len[i]
+    wq_pos, wq_len = ins.wq_pos[i], ins.wq_len[i]
 
     # -- 1. entry --------------------------------------------------------------------------
     busy_entry = ~cont & (ph == BUSY)
@@ -107,10 +107,8 @@ def instance_action(st, p, w, static, on, i, new_now):
     run_f = running - has_fin
     kv_f = kv_used - jnp.where(has_fin, tok_f, 0)
     A = admit_max(static)
-    heads = [wq_head]
-    for _ in range(A):
-        heads.append(C.nxt[jnp.maximum(heads[-1], 0)])  # the router's write into nxt is tied to wq_head
-    heads = jnp.stack(heads)
+    # the waiting queue's first A + 1 calls: one contiguous window of this instance's queue row
+    heads = C.queue[i, jnp.minimum(wq_pos + jnp.arange(A + 1), C.queue.shape[-1] - 1)]
     hp_v, hl_v = call_lengths(w, heads[:A], n, G)
     tok_v = hp_v + hl_v
     kk = jnp.arange(A)
@@ -169,8 +167,7 @@ def instance_action(st, p, w, static, on, i, new_now):
         ev_prev=put(ins.ev_prev, jnp.where(start, ev_prev, jnp.inf)), ev_seq=put(ins.ev_seq, st_seq),
         running=put(ins.running, running), kv_used=put(ins.kv_used, kv_used),
         psum=put(ins.psum, ins.psum[i] - jnp.where(has_fin, pr_f, 0) + adm_p),
-        wq_head=put(ins.wq_head, jnp.where(len2 > 0, head2, -1)), wq_len=put(ins.wq_len, len2),
-        wq_tail=put(ins.wq_tail, jnp.where(len2 > 0, ins.wq_tail[i], -1)),
+        wq_pos=put(ins.wq_pos, wq_pos + n_adm), wq_len=put(ins.wq_len, len2),
     )
     # The [K, S] slot arrays: the finished slot takes the last occupied one (which is freed unless
     # an admission refills it) and the admitted calls fill slots run_f.., as element scatters into

@@ -65,9 +65,8 @@ class InstState(NamedTuple):
     ev_seq: jnp.ndarray  # [K] int32: st_seq (BUSY) or the wake's insertion order (START, RESUME)
     running: jnp.ndarray  # [K] int32: len(Instance.running)
     kv_used: jnp.ndarray  # [K] int64: Instance.kv_used (reserved prompt + completion)
-    wq_head: jnp.ndarray  # [K] int32: call at the head of Instance.waiting
-    wq_tail: jnp.ndarray  # [K] int32: call at its tail
-    wq_len: jnp.ndarray  # [K] int32: len(Instance.waiting)
+    wq_pos: jnp.ndarray  # [K] int32: position in CallState.queue of the head of Instance.waiting
+    wq_len: jnp.ndarray  # [K] int32: len(Instance.waiting) (the tail is at wq_pos + wq_len - 1)
     slot_key: jnp.ndarray  # [K, S] int64: Instance.running as finish_heap keys: `pack`(Instance.it at which
     #                        the request finishes (heap key + 1), rid); KEY_EMPTY: free. The occupied slots
     #                        are always 0..running-1 (a finish moves the last one into its slot)
@@ -78,7 +77,8 @@ class InstState(NamedTuple):
 class CallState(NamedTuple):
     """Per dispatched call (`Request`), indexed by dispatch serial (rid)."""
 
-    nxt: jnp.ndarray  # [R] int32: next call routed to the same instance (Instance.waiting order)
+    queue: jnp.ndarray  # [K, R] int32: the calls routed to each instance, in routing order (Instance.waiting
+    #                     is entries wq_pos .. wq_pos + wq_len - 1; admission reads a contiguous window)
 
 
 class StepOut(NamedTuple):
@@ -170,10 +170,10 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         pa=i64(0, K), t1=f64(jnp.inf, K), alpha=f64(0.0, K), beta=f64(0.0, K), st_t=f64(0.0, K), st_seq=i32(0, K),
         fin_min=i32(BIG, K), adm_it=i32(BIG, K), pause_it=i32(BIG, K), ev_it=i32(BIG, K), ev_t=f64(jnp.inf, K),
         ev_prev=f64(jnp.inf, K), ev_seq=i32(BIG, K), running=i32(0, K), kv_used=i64(0, K),
-        wq_head=i32(-1, K), wq_tail=i32(-1, K), wq_len=i32(0, K),
+        wq_pos=i32(0, K), wq_len=i32(0, K),
         slot_key=i64(KEY_EMPTY, (K, S)), slot_len=i32(0, (K, S)), psum=i64(0, K),
     )
-    calls = CallState(nxt=i32(-1, R))
+    calls = CallState(queue=i32(-1, (K, R)))
     groups = GroupState(status=i32(G_FREE, Gm), done=i32(0, Gm), minv=i32(BIG, Gm), buf=i32(-1, Gm))
     trainer = TrainerState(phase=i32(T_WAIT), step=i32(0), timer_t=f64(jnp.inf), timer_prev=f64(jnp.inf),
                            timer_seq=i32(BIG), acks=i32(0), taken=i32(0))
