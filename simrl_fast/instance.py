@@ -17,6 +17,7 @@ at it (nothing else runs in between, as in SimPy where the whole turn is synchro
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from simrl_fast.closed_form import event_of
@@ -108,7 +109,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     kv_f = kv_used - jnp.where(has_fin, tok_f, 0)
     A = admit_max(static)
     # the waiting queue's first A + 1 calls: one contiguous window of this instance's queue row
-    heads = C.queue[i, jnp.minimum(wq_pos + jnp.arange(A + 1), C.queue.shape[-1] - 1)]
+    heads = jax.lax.dynamic_slice(C.queue, (i, wq_pos), (1, A + 1))[0]
     hp_v, hl_v = call_lengths(w, heads[:A], n, G)
     tok_v = hp_v + hl_v
     kk = jnp.arange(A)
@@ -215,5 +216,6 @@ def instance_action(st, p, w, static, on, i, new_now):
         out=st.out._replace(fin_rid=jnp.where(fin_on, r_f, st.out.fin_rid), fin_group=st.out.fin_group | complete,
                             fin_t=jnp.where(fin_on, new_now, st.out.fin_t)), seq=seq + publish,
         accepted=st.accepted + acc, n_running=st.n_running - complete, buf_tail=st.buf_tail + acc,
-        buf_live=st.buf_live + acc, cur=jnp.where(on, jnp.where(more, i, -1), st.cur),
+        buf_live=st.buf_live + acc,
+        buf_minv=st.buf_minv.at[jnp.where(acc, minv_f, st.buf_minv.shape[0])].add(1, mode="drop"), cur=jnp.where(on, jnp.where(more, i, -1), st.cur),
     )

@@ -77,8 +77,9 @@ class InstState(NamedTuple):
 class CallState(NamedTuple):
     """Per dispatched call (`Request`), indexed by dispatch serial (rid)."""
 
-    queue: jnp.ndarray  # [K, R] int32: the calls routed to each instance, in routing order (Instance.waiting
-    #                     is entries wq_pos .. wq_pos + wq_len - 1; admission reads a contiguous window)
+    queue: jnp.ndarray  # [K, R + admit_max + 1] int32: the calls routed to each instance, in routing order
+    #                     (Instance.waiting is entries wq_pos .. wq_pos + wq_len - 1; admission reads one
+    #                     window of admit_max + 1 entries, which the padding keeps inside the row)
 
 
 class StepOut(NamedTuple):
@@ -149,6 +150,8 @@ class SimState(NamedTuple):
     buf_head: jnp.ndarray  # int32: first buffer position not yet consumed
     buf_tail: jnp.ndarray  # int32: next buffer position
     buf_live: jnp.ndarray  # int32: len(PipelineState.buffer)
+    buf_minv: jnp.ndarray  # [P + 1] int32: buffered groups by GroupRecord.min_version (a publication's eviction
+    #                        count without a pass over all group slots)
     overflow: jnp.ndarray  # bool: more groups than Static.max_groups were needed
     stuck: jnp.ndarray  # bool: nothing left to do before the last step (SimPy: diagnosis)
     actions: jnp.ndarray  # int32: non-idle steps taken
@@ -173,7 +176,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         wq_pos=i32(0, K), wq_len=i32(0, K),
         slot_key=i64(KEY_EMPTY, (K, S)), slot_len=i32(0, (K, S)), psum=i64(0, K),
     )
-    calls = CallState(queue=i32(-1, (K, R)))
+    calls = CallState(queue=i32(-1, (K, R + admit_max(static) + 1)))
     groups = GroupState(status=i32(G_FREE, Gm), done=i32(0, Gm), minv=i32(BIG, Gm), buf=i32(-1, Gm))
     trainer = TrainerState(phase=i32(T_WAIT), step=i32(0), timer_t=f64(jnp.inf), timer_prev=f64(jnp.inf),
                            timer_seq=i32(BIG), acks=i32(0), taken=i32(0))
@@ -184,7 +187,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         inst=inst, calls=calls, out=empty_out(static.group_size), groups=groups, trainer=trainer, log=log, now=f64(0.0), seq=i32(0), version=i32(0),
         training=jnp.array(False), accepted=i32(0), n_running=i32(0), dispatched=i32(0), routed=i32(0),
         rr_next=i32(0), dispatch_paused=jnp.array(False), cur=i32(-1), buf_head=i32(0), buf_tail=i32(0),
-        buf_live=i32(0), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
+        buf_live=i32(0), buf_minv=i32(0, P + 1), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
     )
 
 

@@ -10,6 +10,7 @@ in flight, and take the first ``batch`` buffered groups (FIFO) as the next train
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from simrl_fast.closed_form import event_of, first_after
@@ -87,7 +88,9 @@ def timer_action(st, p, static, on):
     new_step = step + pub
     done = new_step >= p.steps
     phase = jnp.where(pub, jnp.where(done, T_DONE, T_WAIT), phase)
-    n_evict = jnp.sum(evicted(st.groups.status, st.groups.minv, p, version, pub).astype(jnp.int32), dtype=jnp.int32)
+    # the groups `evicted` marks (buffered, version - min_version > bound), counted by min_version
+    ev_v = pub & (p.evict_stale == 1) & (jnp.arange(st.buf_minv.shape[0]) < version - p.stale_bound)
+    n_evict = jnp.sum(jnp.where(ev_v, st.buf_minv, 0), dtype=jnp.int32)
 
     inst = ins._replace(
         phase=jnp.where(resume, RESUME, jnp.where(quiet, PAUSED, ins.phase)),
@@ -112,6 +115,7 @@ def timer_action(st, p, static, on):
         dispatch_paused=jnp.where(te & (p.rule == RULE_DRAIN), True, jnp.where(pub, False, st.dispatch_paused)),
         seq=seq0 + jnp.sum(resume.astype(jnp.int32)),
         buf_live=st.buf_live - n_evict,  # their status is set by `mark_evicted` at the end of the step
+        buf_minv=jnp.where(ev_v, 0, st.buf_minv),
     )
 
 
@@ -130,20 +134,23 @@ def trainer_react(st, p, w, static, on, pub):
     now, step = st.now, tr.step
     drain_go = on & (tr.phase == T_DRAIN) & (st.n_running == 0)
     forming = on & (tr.phase == T_WAIT) & ((tr.taken > 0) | (st.buf_live >= p.batch))
-    Gm, ng, W = static.max_groups, static.groups, static.max_batch
+    Gm, ng = static.max_groups, static.groups
+    W = min(static.max_batch, Gm)
     i32 = jnp.int32
-    pos = st.buf_head + jnp.arange(W, dtype=i32)
-    gid = G.buf[jnp.minimum(pos, Gm - 1)]
+    start = jnp.maximum(jnp.minimum(st.buf_head, Gm - W), 0)  # the window stays inside the buffer array
+    pos = start + jnp.arange(W, dtype=i32)
+    gid = jax.lax.dynamic_slice(G.buf, (start,), (W,))
     g0 = jnp.maximum(gid, 0)
     status, minv = G.status[g0], G.minv[g0]
-    live = forming & (pos < st.buf_tail) & (status == G_BUFFERED) & ~evicted(status, minv, p, st.version, pub)
+    live = (forming & (pos >= st.buf_head) & (pos < st.buf_tail) & (status == G_BUFFERED)
+            & ~evicted(status, minv, p, st.version, pub))
     k = tr.taken
     rank = k + jnp.cumsum(live.astype(i32), dtype=i32) - 1  # batch position of each live entry
     take = live & (rank < p.batch)
     n_take = jnp.sum(take.astype(i32), dtype=i32)
     full = forming & (k + n_take == p.batch)
-    # entries consumed: through the batch's last group when it is complete, else the whole window
-    used = jnp.where(full, jnp.max(jnp.where(take, jnp.arange(W, dtype=i32), -1)) + 1, W)
+    # the next entry: after the batch's last group when it is complete, else after the window
+    head = jnp.where(full, jnp.max(jnp.where(take, pos, -1)) + 1, start + W)
     wg = g0 % ng
     comp = log.completion_tokens[step] + jnp.sum(jnp.where(take, w.completion_sum[wg], 0), dtype=jnp.int64)
     seqtok = log.seq_tokens[step] + jnp.sum(jnp.where(take, w.seq_tokens[wg], 0), dtype=jnp.int64)
@@ -169,6 +176,7 @@ def trainer_react(st, p, w, static, on, pub):
     status = G.status.at[jnp.where(take, g0, Gm)].set(G_TRAINED, mode="drop")
     return st._replace(
         trainer=trainer, log=log, groups=G._replace(status=status), seq=st.seq + go,
-        training=st.training | full, buf_head=st.buf_head + jnp.where(forming, used, 0),
+        training=st.training | full, buf_head=jnp.where(forming, head, st.buf_head),
         buf_live=st.buf_live - n_take,
+        buf_minv=st.buf_minv.at[jnp.where(take, minv, st.buf_minv.shape[0])].add(-1, mode="drop"),
     )
