@@ -132,7 +132,7 @@ def main(argv=None) -> None:
           f"per point: config parsing {parse_s * 1e3:.2f} ms + lowering {lower_s * 1e3:.3f} ms")
     print(f"persistent compilation cache: {cache_dir() or 'off'}")
     print(f"{'M':>7} {'chunk':>6} {'compile s':>9} {'run s':>8} {'per config ms':>14} {'configs/s':>10} "
-          f"{'vs SimPy':>9} {'with compile s':>14}")
+          f"{'vs SimPy':>9} {'with compile s':>14} {'steps/config':>12}")
     for M in sizes:
         chunk = min(M, args.chunk)
         sub, st = rows(0, M), static  # one Static for every M (the whole grid's)
@@ -145,8 +145,9 @@ def main(argv=None) -> None:
         assert res.complete.all()
         compile_s = max(first - wall * chunk / M, 0.0)
         print(f"{M:>7} {chunk:>6} {compile_s:>9.2f} {wall:>8.2f} {wall / M * 1e3:>14.2f} {M / wall:>10.0f} "
-              f"{sp / (wall / M):>8.0f}x {compile_s + wall + M * per_grid:>14.1f}", flush=True)
-    print("with compile s: compile + run + host-side grid lowering of the M configurations")
+              f"{sp / (wall / M):>8.0f}x {compile_s + wall + M * per_grid:>14.1f} {res.actions.mean():>12.0f}", flush=True)
+    print("with compile s: compile + run + host-side grid lowering of the M configurations; "
+          "steps/config: scan steps that did something, mean over the M configurations")
     print(multi_turn_line())
 
 

@@ -29,14 +29,17 @@ from simrl_fast.state import (
     G_BUFFERED,
     G_DROPPED,
     IDLE,
+    KEY_EMPTY,
     PAUSED,
     RESUME,
     START,
     T_PAUSING,
     T_PUBLISH,
     admit_max,
-    slot_row,
+    pack,
     tie,
+    unpack_fin,
+    unpack_rid,
 )
 from simrl_fast.trainer import window_buffered
 
@@ -55,15 +58,14 @@ def fits(p, wq_len, running, kv_used, prompt, length):
 
 def instance_action(st, p, w, static, on, i, new_now):
     """Apply one boundary action of instance ``i`` when ``on`` (else return ``st`` unchanged)."""
-    n, G, S = static.group_size, static.groups, slot_row(static)
+    n, G, S = static.group_size, static.groups, static.slots
     ins, C, Gs, tr = st.inst, st.calls, st.groups, st.trainer
     cont = st.cur == i
     ph = ins.phase[i]
     clock, it, nd, kd, na, pa = ins.clock[i], ins.it[i], ins.nd[i], ins.kd[i], ins.na[i], ins.pa[i]
-    srid, sfin = ins.slot_rid[i], ins.slot_fin[i]
-    slen = ins.slot_len[i]
+    key = ins.slot_key[i]  # [S] int64: (finish iteration, rid) packed; KEY_EMPTY: free
     running, kv_used, pause_it = ins.running[i], ins.kv_used[i], ins.pause_it[i]
-    wq_head, wq_len = ins.wq_head[i], ins.wq_len[i]
+    wq_pos, wq_len = ins.wq_pos[i], ins.wq_len[i]
 
     # -- 1. entry --------------------------------------------------------------------------
     busy_entry = ~cont & (ph == BUSY)
@@ -75,7 +77,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     kd = jnp.where(busy_entry, k1 + (j - 1) * b1, kd)
     na = jnp.where(busy_entry, 0, na)
     pa = jnp.where(busy_entry, 0, pa)
-    occ = srid >= 0
+    occ = key < KEY_EMPTY
     res_entry = ~cont & (ph == RESUME)
     ab = res_entry & (p.rule == RULE_ABORT_RESUME)
     rs = res_entry & (p.rule == RULE_ABORT_RESTART)
@@ -84,16 +86,19 @@ def instance_action(st, p, w, static, on, i, new_now):
     na = jnp.where(ab | rs, nd + na, na)
     kd = jnp.where(ab | rs, 0, kd)
     nd = jnp.where(ab | rs, 0, nd)
-    sfin = jnp.where(rs & occ, it + slen, sfin)
+    key = jnp.where(rs & occ, pack(it + ins.slot_len[i], unpack_rid(key)), key)
 
     # -- 2. primary action -----------------------------------------------------------------
+    # The boundary's lowest key is its next finish in heap order (finish iteration, rid); the
+    # second lowest tells whether another request finishes here too (two plain min reductions and
+    # one for the slot: the row is read, never rewritten, and updated by a few scatters below).
     sidx = jnp.arange(S)
-    fin_here = occ & (sfin == it)
-    nfin = jnp.sum(fin_here.astype(jnp.int32))
-    has_fin = nfin > 0
-    # plain min reductions (an argmin is a variadic reduction XLA on CPU does not vectorise)
-    r_f = jnp.where(has_fin, jnp.min(jnp.where(fin_here, srid, BIG)), -1)
-    s_f = jnp.min(jnp.where(fin_here & (srid == r_f), sidx, S))
+    k1 = jnp.min(key)
+    has_fin = unpack_fin(k1) == it
+    k2 = jnp.min(jnp.where(key == k1, KEY_EMPTY, key))
+    nfin = jnp.where(has_fin, jnp.where(unpack_fin(k2) == it, 2, 1), 0)  # 2: two or more
+    r_f = jnp.where(has_fin, unpack_rid(k1), -1)
+    s_f = jnp.min(jnp.where(key == k1, sidx, S))
     last = jnp.maximum(running - 1, 0)  # the last occupied slot: it moves into s_f
     pr_f, len_f = call_lengths(w, r_f, n, G)
     tok_f = pr_f + len_f
@@ -105,30 +110,17 @@ def instance_action(st, p, w, static, on, i, new_now):
     run_f = running - has_fin
     kv_f = kv_used - jnp.where(has_fin, tok_f, 0)
     A = admit_max(static)
-    heads = [wq_head]
-    for _ in range(A):
-        heads.append(C.nxt[jnp.maximum(heads[-1], 0)])  # the router's write into nxt is tied to wq_head
-    heads = jnp.stack(heads)
+    # the waiting queue's first A + 1 calls: one contiguous window of this instance's queue row
+    heads = jax.lax.dynamic_slice(C.queue, (i, wq_pos), (1, A + 1))[0]
     hp_v, hl_v = call_lengths(w, heads[:A], n, G)
     tok_v = hp_v + hl_v
     kk = jnp.arange(A)
     ok = (kk < wq_len) & (run_f + kk < p.max_seqs) & (kv_f + jnp.cumsum(tok_v) <= p.kv_cap)
     n_adm = jnp.where((nfin <= 1) & ~pausing, jnp.min(jnp.where(ok, A, kk)), 0)
-    do_admit = n_adm > 0
     adm_v = kk < n_adm
     adm_p = jnp.sum(jnp.where(adm_v, hp_v, 0))
     adm_tok = jnp.sum(jnp.where(adm_v, tok_v, 0))
 
-    def finish_and_admit(row, admitted, empty):
-        """The finished slot takes the last occupied one; the admitted calls fill slots from run_f."""
-        row = jnp.where(has_fin & (sidx == s_f), row[last], row)
-        row = jnp.where(has_fin & (sidx == last), empty, row)
-        seg = jax.lax.dynamic_slice(row, (run_f,), (A,))
-        return jax.lax.dynamic_update_slice(row, jnp.where(adm_v, admitted.astype(row.dtype), seg), (run_f,))
-
-    srid = finish_and_admit(srid, heads[:A], -1)
-    sfin = finish_and_admit(sfin, it + hl_v, BIG)
-    slen = finish_and_admit(slen, hl_v, 0)
     running = running - has_fin + n_adm
     nd = nd - has_fin
     kd = kd - jnp.where(has_fin, tok_f, 0)
@@ -149,7 +141,8 @@ def instance_action(st, p, w, static, on, i, new_now):
     k1n = kd + nd + pa + na
     dt0, alpha, beta = rollout_times(p, static, nd, kd, pa, b1n, k1n)  # simrl_fast.costs: the cost model's formula
     t1 = clock + dt0
-    fin_min = jnp.min(jnp.where(srid >= 0, sfin, BIG))
+    adm_keys = jnp.where(adm_v, pack(it + hl_v, heads[:A]), KEY_EMPTY)
+    fin_min = unpack_fin(jnp.minimum(jnp.where(has_fin, k2, k1), jnp.min(adm_keys)))
     ev_it, ev_t, ev_prev = event_of(clock, it, t1, alpha, beta, fin_min, BIG, BIG)
     phase = jnp.where(paused, PAUSED, jnp.where(start, BUSY, jnp.where(close, IDLE, BUSY)))
     # A woken or resumed instance begins a new run of iterations: its place in SimPy's heap order.
@@ -157,8 +150,11 @@ def instance_action(st, p, w, static, on, i, new_now):
     st_seq = jnp.where(new_run, st.seq, ins.st_seq[i])
     seq = st.seq + (on & new_run)
 
-    def put(arr, val):
-        return jnp.where(on, arr.at[i].set(jnp.asarray(val).astype(arr.dtype)), arr)
+    K = static.instances
+    sel = on & (jnp.arange(K) == i)
+
+    def put(arr, val):  # an elementwise select over [K]: cheaper than a masked scatter
+        return jnp.where(sel, jnp.asarray(val).astype(arr.dtype), arr)
 
     inst = ins._replace(
         phase=put(ins.phase, phase), clock=put(ins.clock, clock), it=put(ins.it, it), nd=put(ins.nd, nd),
@@ -171,17 +167,23 @@ def instance_action(st, p, w, static, on, i, new_now):
         ev_prev=put(ins.ev_prev, jnp.where(start, ev_prev, jnp.inf)), ev_seq=put(ins.ev_seq, st_seq),
         running=put(ins.running, running), kv_used=put(ins.kv_used, kv_used),
         psum=put(ins.psum, ins.psum[i] - jnp.where(has_fin, pr_f, 0) + adm_p),
-        wq_head=put(ins.wq_head, jnp.where(len2 > 0, head2, -1)), wq_len=put(ins.wq_len, len2),
-        wq_tail=put(ins.wq_tail, jnp.where(len2 > 0, ins.wq_tail[i], -1)),
+        wq_pos=put(ins.wq_pos, wq_pos + n_adm), wq_len=put(ins.wq_len, len2),
     )
-    # The [K, S] slot arrays change in one row at most: write that row back (its new value is
-    # computed from the row read above, so XLA orders the read first and updates in place).
-    K = static.instances
-    i32 = jnp.int32
+    # The [K, S] slot arrays: the finished slot takes the last occupied one (which is freed unless
+    # an admission refills it) and the admitted calls fill slots run_f.., as element scatters into
+    # the carried arrays (no row copy); abort_restart's new finish iterations rewrite the row.
+    key_last, len_last = key[last], ins.slot_len[i, last]
+    move = on & has_fin & (s_f != last)
+    clear = on & has_fin & (n_adm == 0)
+    cols = jnp.concatenate([jnp.where(move, s_f, S)[None], jnp.where(clear, last, S)[None],
+                            jnp.where(on & adm_v, run_f + kk, S)])
+    rows = tie(jnp.full(cols.shape, i, jnp.int32), K, key_last.astype(jnp.int32) & 0, len_last)
+    keys = ins.slot_key.at[jnp.where(on & rs, i, K)].set(key, mode="drop")
     inst = inst._replace(
-        slot_rid=ins.slot_rid.at[jnp.where(on & (has_fin | do_admit), i, K)].set(srid.astype(i32), mode="drop"),
-        slot_fin=ins.slot_fin.at[jnp.where(on & (rs | has_fin | do_admit), i, K)].set(sfin.astype(i32), mode="drop"),
-        slot_len=ins.slot_len.at[jnp.where(on & (has_fin | do_admit), i, K)].set(slen.astype(i32), mode="drop"),
+        slot_key=keys.at[rows, cols].set(
+            jnp.concatenate([key_last[None], jnp.full(1, KEY_EMPTY, jnp.int64), adm_keys]), mode="drop"),
+        slot_len=ins.slot_len.at[rows, cols].set(
+            jnp.concatenate([len_last[None], jnp.zeros(1, jnp.int32), hl_v.astype(jnp.int32)]), mode="drop"),
     )
 
     # -- effects on calls, groups, the buffer and the trainer -------------------------------
@@ -217,5 +219,6 @@ def instance_action(st, p, w, static, on, i, new_now):
         out=st.out._replace(fin_rid=jnp.where(fin_on, r_f, st.out.fin_rid), fin_group=st.out.fin_group | complete,
                             fin_t=jnp.where(fin_on, new_now, st.out.fin_t)), seq=seq + publish,
         accepted=st.accepted + acc, n_running=st.n_running - complete, buf_tail=st.buf_tail + acc,
-        buf_live=st.buf_live + acc, cur=jnp.where(on, jnp.where(more, i, -1), st.cur),
+        buf_live=st.buf_live + acc,
+        buf_minv=st.buf_minv.at[jnp.where(acc, minv_f, st.buf_minv.shape[0])].add(1, mode="drop"), cur=jnp.where(on, jnp.where(more, i, -1), st.cur),
     )

@@ -16,6 +16,21 @@ from typing import NamedTuple
 import jax.numpy as jnp
 
 BIG = 2**30  # "never" for int32 iteration counts and sequence numbers
+KEY_EMPTY = (BIG << 32) | (2**32 - 1)  # a free slot's key: after every real key, finish iteration BIG
+
+
+def pack(fin, rid):
+    """A running request's slot key: its finish iteration in the high 32 bits, its rid in the low
+    ones, so the smallest key is the next finish in heap order (finish iteration, then rid)."""
+    return (jnp.asarray(fin).astype(jnp.int64) << 32) | jnp.asarray(rid).astype(jnp.int64)
+
+
+def unpack_fin(key):
+    return (key >> 32).astype(jnp.int32)
+
+
+def unpack_rid(key):
+    return (key & (2**32 - 1)).astype(jnp.int32)
 
 # instance phases (Instance.run's position in its loop)
 IDLE, BUSY, PAUSED, START, RESUME = 0, 1, 2, 3, 4
@@ -50,20 +65,21 @@ class InstState(NamedTuple):
     ev_seq: jnp.ndarray  # [K] int32: st_seq (BUSY) or the wake's insertion order (START, RESUME)
     running: jnp.ndarray  # [K] int32: len(Instance.running)
     kv_used: jnp.ndarray  # [K] int64: Instance.kv_used (reserved prompt + completion)
-    wq_head: jnp.ndarray  # [K] int32: call at the head of Instance.waiting
-    wq_tail: jnp.ndarray  # [K] int32: call at its tail
-    wq_len: jnp.ndarray  # [K] int32: len(Instance.waiting)
-    slot_rid: jnp.ndarray  # [K, S + A] int32: call in each running slot (-1: free); Instance.running. The
-    #                        occupied slots are always 0..running-1 (a finish moves the last one into its slot)
-    slot_fin: jnp.ndarray  # [K, S] int32: Instance.it at which it finishes (finish_heap key + 1)
-    slot_len: jnp.ndarray  # [K, S] int32: Request.completion_tokens (for abort_restart)
+    wq_pos: jnp.ndarray  # [K] int32: position in CallState.queue of the head of Instance.waiting
+    wq_len: jnp.ndarray  # [K] int32: len(Instance.waiting) (the tail is at wq_pos + wq_len - 1)
+    slot_key: jnp.ndarray  # [K, S] int64: Instance.running as finish_heap keys: `pack`(Instance.it at which
+    #                        the request finishes (heap key + 1), rid); KEY_EMPTY: free. The occupied slots
+    #                        are always 0..running-1 (a finish moves the last one into its slot)
+    slot_len: jnp.ndarray  # [K, S] int32: Request.completion_tokens (for abort_restart; stale when free)
     psum: jnp.ndarray  # [K] int64: prompt tokens of the running requests (re-prefilled by abort_restart)
 
 
 class CallState(NamedTuple):
     """Per dispatched call (`Request`), indexed by dispatch serial (rid)."""
 
-    nxt: jnp.ndarray  # [R] int32: next call routed to the same instance (Instance.waiting order)
+    queue: jnp.ndarray  # [K, R + admit_max + 1] int32: the calls routed to each instance, in routing order
+    #                     (Instance.waiting is entries wq_pos .. wq_pos + wq_len - 1; admission reads one
+    #                     window of admit_max + 1 entries, which the padding keeps inside the row)
 
 
 class StepOut(NamedTuple):
@@ -136,6 +152,8 @@ class SimState(NamedTuple):
     buf_head: jnp.ndarray  # int32: first buffer position not yet consumed
     buf_tail: jnp.ndarray  # int32: next buffer position
     buf_live: jnp.ndarray  # int32: len(PipelineState.buffer)
+    buf_minv: jnp.ndarray  # [P + 1] int32: buffered groups by GroupRecord.min_version (a publication's eviction
+    #                        count without a pass over all group slots)
     overflow: jnp.ndarray  # bool: more groups than Static.max_groups were needed
     stuck: jnp.ndarray  # bool: nothing left to do before the last step (SimPy: diagnosis)
     actions: jnp.ndarray  # int32: non-idle steps taken
@@ -148,14 +166,8 @@ def admit_max(static) -> int:
     return max(1, min(static.slots, 16))
 
 
-def slot_row(static) -> int:
-    """Length of an instance's slot row: S slots plus ``admit_max`` never occupied, so a step's
-    admissions are written as one contiguous slice at ``running`` (running <= max_num_seqs <= S)."""
-    return static.slots + admit_max(static)
-
-
 def init_state(static, dtype_t=jnp.float64) -> SimState:
-    K, S, Gm, P, B = static.instances, slot_row(static), static.max_groups, static.steps, static.max_batch
+    K, S, Gm, P, B = static.instances, static.slots, static.max_groups, static.steps, static.max_batch
     R = static.max_calls
     i32 = lambda v, shape=(): jnp.full(shape, v, jnp.int32)  # noqa: E731
     f64 = lambda v, shape=(): jnp.full(shape, v, dtype_t)  # noqa: E731
@@ -165,10 +177,10 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         pa=i64(0, K), t1=f64(jnp.inf, K), alpha=f64(0.0, K), beta=f64(0.0, K), st_t=f64(0.0, K), st_seq=i32(0, K),
         fin_min=i32(BIG, K), adm_it=i32(BIG, K), pause_it=i32(BIG, K), ev_it=i32(BIG, K), ev_t=f64(jnp.inf, K),
         ev_prev=f64(jnp.inf, K), ev_seq=i32(BIG, K), running=i32(0, K), kv_used=i64(0, K),
-        wq_head=i32(-1, K), wq_tail=i32(-1, K), wq_len=i32(0, K),
-        slot_rid=i32(-1, (K, S)), slot_fin=i32(BIG, (K, S)), slot_len=i32(0, (K, S)), psum=i64(0, K),
+        wq_pos=i32(0, K), wq_len=i32(0, K),
+        slot_key=i64(KEY_EMPTY, (K, S)), slot_len=i32(0, (K, S)), psum=i64(0, K),
     )
-    calls = CallState(nxt=i32(-1, R))
+    calls = CallState(queue=i32(-1, (K, R + admit_max(static) + 1)))
     groups = GroupState(status=i32(G_FREE, Gm), done=i32(0, Gm), minv=i32(BIG, Gm), buf=i32(-1, Gm))
     trainer = TrainerState(phase=i32(T_WAIT), step=i32(0), timer_t=f64(jnp.inf), timer_prev=f64(jnp.inf),
                            timer_seq=i32(BIG), acks=i32(0), taken=i32(0))
@@ -179,7 +191,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         inst=inst, calls=calls, out=empty_out(static.group_size), groups=groups, trainer=trainer, log=log, now=f64(0.0), seq=i32(0), version=i32(0),
         training=jnp.array(False), accepted=i32(0), n_running=i32(0), dispatched=i32(0), routed=i32(0),
         rr_next=i32(0), dispatch_paused=jnp.array(False), cur=i32(-1), buf_head=i32(0), buf_tail=i32(0),
-        buf_live=i32(0), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
+        buf_live=i32(0), buf_minv=i32(0, P + 1), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
         count_off=i32(0),
     )
 

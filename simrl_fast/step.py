@@ -134,13 +134,13 @@ def route_group(st, p, w, static, on, j_all):
     """Router.route for the next ``group_size`` queued calls at once: the same state as routing them
     one by one (choose an instance, append to its waiting queue, wake it). The choices are made in
     order on the assigned counts (least_requests: fewest wq_len + running, lowest index on ties;
-    round_robin: the pointer), then each instance's share is appended to its queue (each call linked
+    round_robin: the pointer), then each instance's share is appended to its queue row (each call
     after the previous one routed there), an idle instance is woken, and a busy one with an empty
     queue gets the admission boundary of its first call if that call fits; woken instances take
     wake-order numbers (SimPy's insertion counter) in the order of their first calls.
     ``j_all``: `first_after` now for every instance. `StepOut.route_rid` / `route_inst` get the calls."""
     ins, C = st.inst, st.calls
-    K, n, G, R = static.instances, static.group_size, static.groups, static.max_calls
+    K, n, G = static.instances, static.group_size, static.groups
     i32 = jnp.int32
     kidx = jnp.arange(n, dtype=i32)
     r0 = st.routed
@@ -159,7 +159,6 @@ def route_group(st, p, w, static, on, j_all):
     cnt = jnp.sum(hot.astype(i32), axis=0)
     got = cnt > 0
     first = jnp.min(jnp.where(hot, kidx[:, None], n), axis=0)
-    last = jnp.max(jnp.where(hot, kidx[:, None], -1), axis=0)
     f_rid = r0 + jnp.minimum(first, n - 1)
     was_empty = ins.wq_len == 0
     wake = got & (ins.phase == IDLE)
@@ -169,20 +168,18 @@ def route_group(st, p, w, static, on, j_all):
     ev_it, ev_t, ev_prev = event_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.fin_min, adm_it, ins.pause_it)
     rank = jnp.sum((wake[None, :] & (first[None, :] < first[:, None])).astype(i32), axis=1)
     inst = ins._replace(
-        wq_head=jnp.where(got & was_empty, f_rid, ins.wq_head), wq_tail=jnp.where(got, r0 + last, ins.wq_tail),
         wq_len=ins.wq_len + cnt, adm_it=adm_it, phase=jnp.where(wake, START, ins.phase),
         ev_it=jnp.where(fit, ev_it, ins.ev_it),
         ev_t=jnp.where(fit, ev_t, jnp.where(wake, st.now, ins.ev_t)),
         ev_prev=jnp.where(fit, ev_prev, jnp.where(wake, st.now, ins.ev_prev)),
         ev_seq=jnp.where(wake, st.seq + rank, ins.ev_seq),
     )
-    # each call is linked after the previous call routed to its instance (this step's, else the old tail)
+    # each call is appended to its instance's queue row, after the calls routed there before it
     same = (inst_k[:, None] == inst_k[None, :]) & on_k[None, :] & (kidx[None, :] < kidx[:, None])
-    prevk = jnp.max(jnp.where(same, kidx[None, :], -1), axis=1)
-    prev = jnp.where(prevk >= 0, r0 + prevk, jnp.where(was_empty[inst_k], R, ins.wq_tail[inst_k]))
-    prev = jnp.where(on_k, prev, R)
-    # tied to the queue heads, which depend on this step's read of C.nxt (instance_action)
-    calls = C._replace(nxt=C.nxt.at[tie(prev, R, ins.wq_head)].set(rids, mode="drop"))
+    qpos = ins.wq_pos[inst_k] + ins.wq_len[inst_k] + jnp.sum(same.astype(i32), axis=1)
+    # rows tied to the queue positions, which depend on this step's read of the queue (instance_action)
+    rows = jnp.where(on_k, tie(inst_k, K, ins.wq_pos), K)
+    calls = C._replace(queue=C.queue.at[rows, qpos].set(rids, mode="drop"))
     out = st.out._replace(route_rid=jnp.where(on_k, rids, st.out.route_rid),
                           route_inst=jnp.where(on_k, inst_k, st.out.route_inst))
     n_on = jnp.sum(on_k.astype(i32))

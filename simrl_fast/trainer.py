@@ -107,7 +107,9 @@ def timer_action(st, p, static, on):
     new_step = step + pub
     done = new_step >= p.steps
     phase = jnp.where(pub, jnp.where(done, T_DONE, T_WAIT), phase)
-    n_evict = jnp.sum(evicted(st.groups.status, st.groups.minv, p, version, pub).astype(jnp.int32))
+    # the groups `evicted` marks (buffered, version - min_version > bound), counted by min_version
+    ev_v = pub & (p.evict_stale == 1) & (jnp.arange(st.buf_minv.shape[0]) < version - p.stale_bound)
+    n_evict = jnp.sum(jnp.where(ev_v, st.buf_minv, 0), dtype=jnp.int32)
 
     inst = ins._replace(
         phase=jnp.where(resume, RESUME, jnp.where(quiet, PAUSED, ins.phase)),
@@ -134,56 +136,77 @@ def timer_action(st, p, static, on):
         buf_live=st.buf_live - n_evict,  # their status is set by `mark_evicted` at the end of the step
         # the count of admit_count_since_publish restarts from the groups running or buffered now
         count_off=jnp.where(pub, st.n_running + st.buf_live - n_evict - st.dispatched, st.count_off),
+        buf_minv=jnp.where(ev_v, 0, st.buf_minv),
     )
 
 
 def trainer_react(st, p, w, static, on, pub):
-    """The trainer woken in this instant: start a drained publication, or take one buffered group.
+    """The trainer woken in this instant: start a drained publication, or form the training batch.
 
     ``pub``: this step ended a publication (a group it evicts is skipped, see `mark_evicted`).
 
-    Batch formation pops one buffer entry per step (a tombstone of an evicted group is skipped)
-    so a step costs O(1); the batch is complete, and training starts, at its ``batch``-th group.
+    Batch formation (form_batch, synchronous in SimPy) takes the first ``batch`` live buffered
+    groups in FIFO order from a window of ``Static.max_batch`` buffer entries at ``buf_head``
+    (tombstones of evicted groups are skipped): one step forms the whole batch unless tombstones
+    push it past the window, then the next step continues (``taken``). Training starts at its
+    ``batch``-th group.
     """
     tr, G, log = st.trainer, st.groups, st.log
     now, step = st.now, tr.step
     drain_go = on & (tr.phase == T_DRAIN) & (st.n_running == 0)
     forming = on & (tr.phase == T_WAIT) & ((tr.taken > 0) | batch_ready(st, p, static))
     Gm, ng = static.max_groups, static.groups
-    gid = G.buf[jnp.minimum(st.buf_head, Gm - 1)]
+    W = min(static.max_batch, Gm)
+    i32 = jnp.int32
+    start = jnp.maximum(jnp.minimum(st.buf_head, Gm - W), 0)  # the window stays inside the buffer array
+    pos = start + jnp.arange(W, dtype=i32)
+    gid = jax.lax.dynamic_slice(G.buf, (start,), (W,))
     g0 = jnp.maximum(gid, 0)
-    take = forming & (G.status[g0] == G_BUFFERED) & ~evicted(G.status[g0], G.minv[g0], p, st.version, pub)
+    status, minv = G.status[g0], G.minv[g0]
+    live = (forming & (pos >= st.buf_head) & (pos < st.buf_tail) & (status == G_BUFFERED)
+            & ~evicted(status, minv, p, st.version, pub))
     k = tr.taken
+    rank = k + jnp.cumsum(live.astype(i32), dtype=i32) - 1  # batch position of each live entry
+    take = live & (rank < p.batch)
+    n_take = jnp.sum(take.astype(i32), dtype=i32)
+    full = forming & (k + n_take == p.batch)
+    # the next entry: after the batch's last group when it is complete, else after the window
+    head = jnp.where(full, jnp.max(jnp.where(take, pos, -1)) + 1, start + W)
     wg = g0 % ng
-    comp = log.completion_tokens[step] + w.completion_sum[wg]
-    seqtok = log.seq_tokens[step] + w.seq_tokens[wg]
-    # the group's samples' forward FLOPs, added one by one in sample order (as Python's sum over the batch)
-    fwd = sample_fwd_flops(p, static, w.prompt[wg].astype(jnp.int64) + w.completion[wg])
+    comp = log.completion_tokens[step] + jnp.sum(jnp.where(take, w.completion_sum[wg], 0), dtype=jnp.int64)
+    seqtok = log.seq_tokens[step] + jnp.sum(jnp.where(take, w.seq_tokens[wg], 0), dtype=jnp.int64)
     fwd_sum, fwd_max = log.fwd_sum[step], log.fwd_max[step]
-    for s in range(static.group_size):
-        fwd_sum = fwd_sum + fwd[s]
-    fwd_max = jnp.maximum(fwd_max, jnp.max(fwd))
-    full = take & (k + 1 == p.batch)
+    if static.formulas & 2:
+        # the taken groups' samples' forward FLOPs, added one by one in batch order (window position =
+        # batch rank), samples in order, as Python's sum over the batch; an entry not taken adds 0.0
+        fwd = sample_fwd_flops(p, static, w.prompt[wg].astype(jnp.int64) + w.completion[wg])  # [W, group size]
+        fwd = jnp.where(take[:, None], fwd, 0.0)
+        fwd_sum = jax.lax.scan(lambda c, x: (c + x, None), fwd_sum, fwd.reshape(-1))[0]
+        fwd_max = jnp.maximum(fwd_max, jnp.max(fwd))
     dur = train_time(p, static, p.batch * static.group_size, seqtok, fwd_sum, fwd_max)
     go = drain_go | full
     trainer = tr._replace(
         phase=jnp.where(full, T_TRAIN, jnp.where(drain_go, T_PUBLISH, tr.phase)),
         timer_t=jnp.where(full, now + dur, jnp.where(drain_go, now + p.sync_s, tr.timer_t)),
         timer_prev=jnp.where(go, now, tr.timer_prev), timer_seq=jnp.where(go, st.seq, tr.timer_seq),
-        taken=jnp.where(full, 0, k + take),
+        taken=jnp.where(full, 0, k + n_take),
     )
-    P = static.steps
+    P, B = static.steps, static.max_batch
     row = jnp.where(take, step, P)
+    col = jnp.where(take, rank, B)
+    any_take = n_take > 0
     log = log._replace(
         batch_ready=_set(log.batch_ready, step, now, full),
-        gids=log.gids.at[row, k].set(gid, mode="drop"),
-        stale=log.stale.at[row, k].set(st.version - G.minv[g0], mode="drop"),
-        completion_tokens=_set(log.completion_tokens, step, comp, take),
-        seq_tokens=_set(log.seq_tokens, step, seqtok, take),
-        fwd_sum=_set(log.fwd_sum, step, fwd_sum, take), fwd_max=_set(log.fwd_max, step, fwd_max, take),
+        gids=log.gids.at[row, col].set(gid, mode="drop"),
+        stale=log.stale.at[row, col].set(st.version - minv, mode="drop"),
+        completion_tokens=_set(log.completion_tokens, step, comp, any_take),
+        seq_tokens=_set(log.seq_tokens, step, seqtok, any_take),
+        fwd_sum=_set(log.fwd_sum, step, fwd_sum, any_take), fwd_max=_set(log.fwd_max, step, fwd_max, any_take),
     )
     status = G.status.at[jnp.where(take, g0, Gm)].set(G_TRAINED, mode="drop")
     return st._replace(
         trainer=trainer, log=log, groups=G._replace(status=status), seq=st.seq + go,
-        training=st.training | full, buf_head=st.buf_head + forming, buf_live=st.buf_live - take,
+        training=st.training | full, buf_head=jnp.where(forming, head, st.buf_head),
+        buf_live=st.buf_live - n_take,
+        buf_minv=st.buf_minv.at[jnp.where(take, minv, st.buf_minv.shape[0])].add(-1, mode="drop"),
     )
