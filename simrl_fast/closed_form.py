@@ -76,3 +76,29 @@ def event_of(clock, it, t1, alpha, beta, fin_min, adm_it, pause_it):
     ev_t = jnp.where(has, boundary_time(clock, t1, alpha, beta, j), jnp.inf)
     ev_prev = jnp.where(has, boundary_time(clock, t1, alpha, beta, j - 1), jnp.inf)
     return ev_it, ev_t, ev_prev
+
+
+def fork_of(clock, it, t1, alpha, beta, ev_it, ev_t, ev_prev, fk_t, fk_back, g_prev):
+    """(fork, back) of a busy instance's pending boundary: its last boundary up to the pending one
+    whose gap (time since the boundary before it) differs from the pending boundary's own gap, and
+    the boundary before that one (when its timeout was scheduled).
+
+    SimPy orders two iteration timeouts due at the same instant and scheduled at the same instant
+    by the order in which their instances' previous boundaries were processed, recursively: two
+    instances in lockstep keep the order they had at the last boundary where their gaps differed,
+    and there the one whose timeout was scheduled earlier goes first (`step._lexmin`). Inside one
+    anchor's run the gaps are t1 - clock, alpha, alpha, ...; the anchor's own gap is ``g_prev``
+    (0 for a new run: its first timeout was scheduled when it was woken, after every timeout
+    already due then), and before it the instance inherits (fk_t, fk_back), the anchor's own
+    (fork, back), computed when the anchor was processed. With beta != 0 every gap differs from
+    the one before, so the fork is the pending boundary itself (ties fall through to the next key).
+    """
+    j = ev_it - it
+    dt0 = t1 - clock
+    gap = jnp.where(j >= 2, alpha, dt0)  # the pending boundary's gap (beta == 0)
+    quad = (beta != 0.0) & (j >= 2)
+    at_t1 = (j >= 2) & ~same(alpha, dt0)
+    at_anchor = ~(jnp.abs(g_prev - gap) <= tol(gap))
+    fork = jnp.where(quad, ev_t, jnp.where(at_t1, t1, jnp.where(at_anchor, clock, fk_t)))
+    back = jnp.where(quad, ev_prev, jnp.where(at_t1, clock, jnp.where(at_anchor, clock - g_prev, fk_back)))
+    return fork, back
