@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from simrl_fast.closed_form import event_of, fork_of
+from simrl_fast.closed_form import event_of, forks_of
 from simrl_fast.lowering import RULE_ABORT_RESTART, RULE_ABORT_RESUME
 from simrl_fast.state import (
     BIG,
@@ -150,9 +150,10 @@ def instance_action(st, p, w, static, on, i, new_now):
     # A woken or resumed instance begins a new run of iterations: its place in SimPy's heap order.
     new_run = ~cont & ((ph == START) | (ph == RESUME))
     st_seq = jnp.where(new_run, st.seq, ins.st_seq[i])
-    # The lockstep fork this boundary hands on to the run it anchors (`fork_of`; gap 0: a new run).
-    fk_old, fb_old = fork_of(ins.clock[i], ins.it[i], ins.t1[i], ins.alpha[i], ins.beta[i], ins.ev_it[i],
-                             ins.ev_t[i], ins.ev_prev[i], ins.fk_t[i], ins.fk_back[i], ins.g_prev[i])
+    # The lockstep fork this boundary hands on to the run it anchors (`forks_of`; gap 0: a new run).
+    fk_old, fb_old, _ = forks_of(ins.clock[i], ins.it[i], ins.t1[i], ins.alpha[i], ins.beta[i], ins.ev_it[i],
+                                 ins.ev_t[i], ins.ev_prev[i], ins.fk_t[i], ins.fk_back[i], ins.g_prev[i])
+    fk_old, fb_old = fk_old[0], fb_old[0]
     fk_t = jnp.where(busy_entry, fk_old, ins.fk_t[i])
     fk_back = jnp.where(busy_entry, fb_old, ins.fk_back[i])
     g_prev = jnp.where(busy_entry, new_now - ins.ev_prev[i], jnp.where(new_run, 0.0, ins.g_prev[i]))

@@ -57,7 +57,7 @@ class InstState(NamedTuple):
     st_t: jnp.ndarray  # [K] f64: when this run of iterations began (woken or resumed; kept across boundaries)
     st_seq: jnp.ndarray  # [K] int32: its insertion order then (orders instances whose boundaries coincide)
     fk_t: jnp.ndarray  # [K] f64: lockstep fork inherited at the anchor: the last boundary up to it whose
-    #                    gap (time since the boundary before) differs from the gap before it (`fork_of`)
+    #                    gap (time since the boundary before) differs from the gap after it (`forks_of`)
     fk_back: jnp.ndarray  # [K] f64: the boundary before fk_t (when fk_t's timeout was scheduled)
     g_prev: jnp.ndarray  # [K] f64: the anchor's own gap (0: a new run, scheduled when woken)
     fin_min: jnp.ndarray  # [K] int32: Instance.finish_heap[0] + 1 (BIG when empty)
