@@ -76,3 +76,41 @@ def event_of(clock, it, t1, alpha, beta, fin_min, adm_it, pause_it):
     ev_t = jnp.where(has, boundary_time(clock, t1, alpha, beta, j), jnp.inf)
     ev_prev = jnp.where(has, boundary_time(clock, t1, alpha, beta, j - 1), jnp.inf)
     return ev_it, ev_t, ev_prev
+
+
+#: fork records per boundary in `forks_of` (inside the run, at the anchor, inherited)
+N_FORKS = 3
+
+
+def forks_of(clock, it, t1, alpha, beta, ev_it, ev_t, ev_prev, fk_t, fk_back, g_prev):
+    """Fork records (fork, back, gap) [..., N_FORKS] of a busy instance's pending boundary, latest
+    first (absent: fork = -inf): the boundaries up to the pending one whose gap (time since the
+    boundary before) differs from the gap of the boundary after them, with the boundary before
+    each (when its timeout was scheduled) and the gap of the boundaries after it.
+
+    SimPy orders two iteration timeouts due at the same instant and scheduled at the same instant
+    by the order in which their instances' previous boundaries were processed, recursively: two
+    instances in lockstep keep the order they had at the last boundary where their gaps differed,
+    and there the one whose timeout was scheduled earlier goes first (`step._lexmin`). Inside one
+    anchor's run the gaps are t1 - clock, alpha, alpha, ...; the anchor's own gap is ``g_prev``
+    (0 for a new run: its first timeout was scheduled when it was woken, after every timeout due
+    then, and nothing before it counts), and before it the instance inherits (fk_t, fk_back), the
+    anchor's own latest record, taken when the anchor was processed. With beta != 0 every gap
+    differs from the one before: the pending boundary itself is the only record.
+    """
+    j = ev_it - it
+    dt0 = t1 - clock
+    gap = jnp.where(j >= 2, alpha, dt0)  # the pending boundary's gap (beta == 0)
+    quad = (beta != 0.0) & (j >= 2)
+    r1 = ~quad & (j >= 2) & ~same(alpha, dt0)
+    r2 = ~quad & ~(jnp.abs(g_prev - dt0) <= tol(dt0))
+    r3 = ~quad & (g_prev > 0.0)
+    ninf = jnp.full_like(clock, -jnp.inf)
+    f = jnp.stack([jnp.where(quad, ev_t, jnp.where(r1, t1, ninf)), jnp.where(r2, clock, ninf),
+                   jnp.where(r3, fk_t, ninf)], axis=-1)
+    b = jnp.stack([jnp.where(quad, ev_prev, clock), clock - g_prev, fk_back], axis=-1)
+    g = jnp.stack([jnp.where(quad, ev_t - ev_prev, gap), dt0, g_prev], axis=-1)
+    # latest first, absent ones last (present forks strictly decrease: t1 > clock > fk_t)
+    order = jnp.argsort(-f, axis=-1, stable=True)
+    take = lambda a: jnp.take_along_axis(a, order, axis=-1)  # noqa: E731
+    return take(f), take(b), take(g)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from simrl_fast.closed_form import event_of
+from simrl_fast.closed_form import event_of, forks_of
 from simrl_fast.costs import rollout_times
 from simrl_fast.lowering import RULE_ABORT_RESTART, RULE_ABORT_RESUME
 from simrl_fast.state import (
@@ -148,6 +148,13 @@ def instance_action(st, p, w, static, on, i, new_now):
     # A woken or resumed instance begins a new run of iterations: its place in SimPy's heap order.
     new_run = ~cont & ((ph == START) | (ph == RESUME))
     st_seq = jnp.where(new_run, st.seq, ins.st_seq[i])
+    # The lockstep fork this boundary hands on to the run it anchors (`forks_of`; gap 0: a new run).
+    fk_old, fb_old, _ = forks_of(ins.clock[i], ins.it[i], ins.t1[i], ins.alpha[i], ins.beta[i], ins.ev_it[i],
+                                 ins.ev_t[i], ins.ev_prev[i], ins.fk_t[i], ins.fk_back[i], ins.g_prev[i])
+    fk_old, fb_old = fk_old[0], fb_old[0]
+    fk_t = jnp.where(busy_entry, fk_old, ins.fk_t[i])
+    fk_back = jnp.where(busy_entry, fb_old, ins.fk_back[i])
+    g_prev = jnp.where(busy_entry, new_now - ins.ev_prev[i], jnp.where(new_run, 0.0, ins.g_prev[i]))
     seq = st.seq + (on & new_run)
 
     K = static.instances
@@ -162,6 +169,7 @@ def instance_action(st, p, w, static, on, i, new_now):
         t1=put(ins.t1, jnp.where(start, t1, ins.t1[i])), alpha=put(ins.alpha, jnp.where(start, alpha, ins.alpha[i])),
         beta=put(ins.beta, jnp.where(start, beta, ins.beta[i])),
         st_t=put(ins.st_t, jnp.where(new_run, new_now, ins.st_t[i])), st_seq=put(ins.st_seq, st_seq),
+        fk_t=put(ins.fk_t, fk_t), fk_back=put(ins.fk_back, fk_back), g_prev=put(ins.g_prev, g_prev),
         fin_min=put(ins.fin_min, fin_min), adm_it=put(ins.adm_it, BIG), pause_it=put(ins.pause_it, pause_it),
         ev_it=put(ins.ev_it, jnp.where(start, ev_it, BIG)), ev_t=put(ins.ev_t, jnp.where(start, ev_t, jnp.inf)),
         ev_prev=put(ins.ev_prev, jnp.where(start, ev_prev, jnp.inf)), ev_seq=put(ins.ev_seq, st_seq),

@@ -56,6 +56,10 @@ class InstState(NamedTuple):
     beta: jnp.ndarray  # [K] f64: growth of the duration per iteration (c * n_decoding)
     st_t: jnp.ndarray  # [K] f64: when this run of iterations began (woken or resumed; kept across boundaries)
     st_seq: jnp.ndarray  # [K] int32: its insertion order then (orders instances whose boundaries coincide)
+    fk_t: jnp.ndarray  # [K] f64: lockstep fork inherited at the anchor: the last boundary up to it whose
+    #                    gap (time since the boundary before) differs from the gap after it (`forks_of`)
+    fk_back: jnp.ndarray  # [K] f64: the boundary before fk_t (when fk_t's timeout was scheduled)
+    g_prev: jnp.ndarray  # [K] f64: the anchor's own gap (0: a new run, scheduled when woken)
     fin_min: jnp.ndarray  # [K] int32: Instance.finish_heap[0] + 1 (BIG when empty)
     adm_it: jnp.ndarray  # [K] int32: boundary that admits a request routed mid-iteration (BIG: none)
     pause_it: jnp.ndarray  # [K] int32: boundary that takes the requested pause (pause_ack set; BIG: none)
@@ -175,6 +179,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
     inst = InstState(
         phase=i32(IDLE, K), clock=f64(0.0, K), it=i32(0, K), nd=i32(0, K), kd=i64(0, K), na=i32(0, K),
         pa=i64(0, K), t1=f64(jnp.inf, K), alpha=f64(0.0, K), beta=f64(0.0, K), st_t=f64(0.0, K), st_seq=i32(0, K),
+        fk_t=f64(0.0, K), fk_back=f64(0.0, K), g_prev=f64(0.0, K),
         fin_min=i32(BIG, K), adm_it=i32(BIG, K), pause_it=i32(BIG, K), ev_it=i32(BIG, K), ev_t=f64(jnp.inf, K),
         ev_prev=f64(jnp.inf, K), ev_seq=i32(BIG, K), running=i32(0, K), kv_used=i64(0, K),
         wq_pos=i32(0, K), wq_len=i32(0, K),

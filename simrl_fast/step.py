@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from simrl_fast.closed_form import event_of, first_after, tol
+from simrl_fast.closed_form import N_FORKS, event_of, first_after, forks_of, tol
 from simrl_fast.instance import call_lengths, fits, instance_action
 from simrl_fast.state import (
     BIG,
@@ -36,13 +36,39 @@ from simrl_fast.trainer import batch_ready, mark_evicted, timer_action, trainer_
 A_NONE, A_INST, A_TIMER, A_REACT, A_DISPATCH, A_ROUTE = 0, 1, 2, 3, 4, 5
 
 
-def _lexmin(t, prev, start, seq):
+def _lexmin(t, prev, start, seq, forks=None):
     """Index and time of the smallest (t, prev, start, seq) key (SimPy's heap order, times within
-    `TIME_RTOL` counting as equal)."""
+    `TIME_RTOL` counting as equal).
+
+    With ``forks`` ((fork, back, gap) [n, N_FORKS], `forks_of`; an event outside a run of
+    iterations has the one record (t, prev, t - prev)), timeouts tied on (t, prev) are ordered as
+    SimPy orders them, by where the instances' boundaries last diverged: going back from prev, the
+    tied instances share every boundary down to the latest fork L among their records; the
+    boundary before L is ``back`` for the instances whose record is at L and L - gap for the others
+    (their gap above their next record), and the earliest was scheduled first; ties there go on to
+    the next records. When a tied instance has no record left the rest falls through to
+    (start, seq)."""
     m1 = jnp.min(t)
     c1 = t <= m1 + tol(m1)
     m2 = jnp.min(jnp.where(c1, prev, jnp.inf))
     c2 = c1 & (prev <= m2 + tol(m2))
+    if forks is not None:
+        ff, fb, fg = forks
+        n, R = ff.shape
+        pos = jnp.zeros(n, jnp.int32)
+        live = jnp.asarray(True)
+        rows = jnp.arange(n)
+        for _ in range(R):
+            at = jnp.minimum(pos, R - 1)
+            f = jnp.where(pos < R, ff[rows, at], -jnp.inf)
+            live = live & ~jnp.any(c2 & (f == -jnp.inf)) & (jnp.sum(c2) > 1)
+            L = jnp.max(jnp.where(c2, f, -jnp.inf))
+            hit = f >= L - tol(L)
+            bk = jnp.where(hit, fb[rows, at], L - fg[rows, at])
+            mb = jnp.min(jnp.where(c2, bk, jnp.inf))
+            keep = c2 & (bk <= mb + tol(mb))
+            c2 = jnp.where(live & jnp.any(keep), keep, c2)
+            pos = pos + (live & hit).astype(jnp.int32)
     m3 = jnp.min(jnp.where(c2, start, jnp.inf))
     c3 = c2 & (start <= m3 + tol(m3))
     m4 = jnp.min(jnp.where(c3, seq, BIG))
@@ -77,7 +103,17 @@ def select(st, p, static):
     prev_all = jnp.concatenate([ins.ev_prev, tr.timer_prev[None]])
     start_all = jnp.concatenate([jnp.where(ins.phase == BUSY, ins.st_t, ins.ev_prev), tr.timer_prev[None]])
     seq_all = jnp.concatenate([ins.ev_seq, tr.timer_seq[None]])
-    bidx, bt = _lexmin(t_all, prev_all, start_all, seq_all)
+    busy = ins.phase == BUSY
+    fk, fb, fg = forks_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.ev_it, ins.ev_t, ins.ev_prev,
+                          ins.fk_t, ins.fk_back, ins.g_prev)
+    one = lambda v: jnp.concatenate([v[:, None], jnp.full((K, N_FORKS - 1), -jnp.inf)], axis=1)  # noqa: E731
+    ff = jnp.where(busy[:, None], fk, one(ins.ev_t))
+    fb = jnp.where(busy[:, None], fb, ins.ev_prev[:, None])
+    fg = jnp.where(busy[:, None], fg, (ins.ev_t - ins.ev_prev)[:, None])
+    tmr = lambda v: jnp.concatenate([v[None], jnp.full(N_FORKS - 1, -jnp.inf)])[None]  # noqa: E731
+    forks = (jnp.concatenate([ff, tmr(tr.timer_t)]), jnp.concatenate([fb, jnp.broadcast_to(tr.timer_prev, (1, N_FORKS))]),
+             jnp.concatenate([fg, jnp.broadcast_to(tr.timer_t - tr.timer_prev, (1, N_FORKS))]))
+    bidx, bt = _lexmin(t_all, prev_all, start_all, seq_all, forks)
     gidx, gt = _lexmin(jnp.where(active & (ins.phase == START), ins.ev_t, jnp.inf), ins.ev_prev, ins.ev_prev, ins.ev_seq)
     forming = (tr.phase == T_WAIT) & ((tr.taken > 0) | batch_ready(st, p, static))
     react = forming | ((tr.phase == T_DRAIN) & (st.n_running == 0))

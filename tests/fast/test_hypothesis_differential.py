@@ -44,6 +44,18 @@ def test_hypothesis_configurations_match_simpy(seed):
     _check(seed)
 
 
+@pytest.mark.parametrize("seed", [328815520, 806563476])
+def test_regression_lockstep_tie_order(seed):
+    """Seeds the long tail once failed on. 328815520: constant iteration times (c = 0) keep two
+    instances in lockstep after one of them ends a prefill iteration at the instant the other ends
+    a decode one; SimPy keeps ordering their later, simultaneous boundaries by that instant (the
+    prefill's timeout was scheduled first), so two groups finishing together enter the buffer in
+    that order (step 3 takes (6, 7, 8), not (6, 8, 7)). 806563476: two instances make the same
+    prefill iteration at the same instant, so the order they had before it (set by an earlier,
+    different prefill) decides (step 1 takes (1, 2, 3), not (1, 3, 2))."""
+    _check(seed)
+
+
 def test_hypothesis_examples_share_one_shape():
     """The examples above ran with one Static (so one compile), unless one needed more group slots."""
     assert 1 <= len(_STATIC) <= 2

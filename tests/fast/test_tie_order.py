@@ -1,0 +1,68 @@
+"""`closed_form.forks_of` and `step._lexmin`: SimPy's order of simultaneous iteration boundaries
+that were also scheduled at the same instant (instances in lockstep)."""
+
+import pytest
+
+jnp = pytest.importorskip("jax.numpy")
+
+import simrl_fast.engine  # noqa: E402, F401  (turns on float64, as every fast-path run does)
+from simrl_fast.closed_form import N_FORKS, forks_of  # noqa: E402
+from simrl_fast.step import _lexmin  # noqa: E402
+
+INF = float("inf")
+
+
+def _forks(clock, t1, alpha, j, fk=(0.5, 0.125), g_prev=0.25, beta=0.0):
+    """Present records (fork, back, gap) of boundary j >= 1 (at t1 + (j - 1) * alpha) of the run
+    anchored at ``clock``."""
+    ev_t = t1 + (j - 1) * alpha
+    ev_prev = clock if j == 1 else t1 + (j - 2) * alpha
+    d = jnp.float64
+    f, b, g = forks_of(d(clock), jnp.int32(0), d(t1), d(alpha), d(beta), jnp.int32(j), d(ev_t), d(ev_prev),
+                       d(fk[0]), d(fk[1]), d(g_prev))
+    return [(float(x), float(y), float(z)) for x, y, z in zip(f, b, g, strict=True) if x > -INF]
+
+
+def test_forks_of_a_run_after_a_longer_prefill_iteration():
+    # anchor 1.0 (itself after a 0.25 gap), prefill iteration 0.5 (t1 1.5), then gaps of 0.25:
+    # boundary j=3 (2.0). Going back: 1.5 (gap 0.5 vs 0.25 after it; back 1.0), the anchor 1.0
+    # (gap 0.25 vs 0.5 after it; back 0.75), then the inherited (0.5, 0.125) with gap 0.25 above it
+    assert _forks(1.0, 1.5, 0.25, 3) == [(1.5, 1.0, 0.25), (1.0, 0.75, 0.5), (0.5, 0.125, 0.25)]
+
+
+def test_forks_of_a_run_with_the_same_gap_inherit():
+    # every gap 0.25 (anchor's own, anchor iteration, after): only the inherited record
+    assert _forks(1.0, 1.25, 0.25, 3) == [(0.5, 0.125, 0.25)]
+    # the anchor ended a 0.5 gap: the anchor is the latest fork, back 0.5
+    assert _forks(1.0, 1.25, 0.25, 3, g_prev=0.5) == [(1.0, 0.5, 0.25), (0.5, 0.125, 0.5)]
+    # a new run (gap 0: scheduled when woken): only the wake instant, nothing inherited
+    assert _forks(1.0, 1.25, 0.25, 3, g_prev=0.0) == [(1.0, 1.0, 0.25)]
+    assert N_FORKS == 3
+
+
+def _lex(forks):
+    f = lambda v: jnp.asarray(v, jnp.float64)  # noqa: E731
+    t, prev = f([2.0, 2.0]), f([1.75, 1.75])
+    start, seq = f([0.0, 0.5]), jnp.asarray([0, 1], jnp.int32)
+    if forks is None:
+        return int(_lexmin(t, prev, start, seq)[0])
+    pad = lambda rows: [r + [(-INF, 0.0, 0.0)] * (N_FORKS - len(r)) for r in rows]  # noqa: E731
+    rows = pad(forks)
+    return int(_lexmin(t, prev, start, seq, tuple(f([[r[k] for r in row] for row in rows]) for k in range(3)))[0])
+
+
+def test_lexmin_orders_lockstep_instances_by_their_last_fork():
+    # two boundaries at 2.0, both scheduled at 1.75 (gap 0.25). Instance 0 last diverged at 1.0 (back
+    # 0.75); instance 1 at 1.5 (back 1.0: a 0.5 prefill iteration). Going back they share every
+    # boundary down to L = 1.5; before it instance 1 was at 1.0, instance 0 at 1.5 - 0.25 = 1.25:
+    # instance 1's timeout was scheduled first, although its run started later (start key).
+    assert _lex([[(1.0, 0.75, 0.25)], [(1.5, 1.0, 0.25)]]) == 1
+    assert _lex(None) == 0  # the (start, seq) keys alone
+    # both diverged at 1.5 from 1.0 (the same prefill on both): the next records decide. Instance 1
+    # ran on 0.5 gaps since 0.5, so its boundary at 1.0 was scheduled at 0.5; instance 0 diverged at
+    # 1.0 itself, from 0.75 (a 0.25 gap): instance 1 first
+    assert _lex([[(1.5, 1.0, 0.25), (1.0, 0.75, 0.5)], [(1.5, 1.0, 0.25), (0.5, 0.25, 0.5)]]) == 1
+    # instance 0's boundary at 1.0 was scheduled at 0.25 (a 0.75 gap), before 0.5: instance 0 first
+    assert _lex([[(1.5, 1.0, 0.25), (1.0, 0.25, 0.5)], [(1.5, 1.0, 0.25), (0.5, 0.25, 0.5)]]) == 0
+    # no record left on a tie: (start, seq)
+    assert _lex([[(1.5, 1.0, 0.25)], [(1.5, 1.0, 0.25)]]) == 0
