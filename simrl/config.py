@@ -582,8 +582,9 @@ def _locate_in_file(path: str, lines: dict[str, int], message: str) -> str:
     return "\n".join(out)
 
 
-def load_config(path: str | None = None, overrides: tuple[str, ...] | list[str] = ()) -> SimConfig:
-    """Embedded default, then the YAML file (merged section by section), then overrides."""
+def _base_data(path: str | None, overrides: tuple[str, ...] | list[str] = ()) -> dict:
+    """The embedded default, then the YAML file (merged section by section and checked), then
+    ``overrides``: the unstructured data `load_config` and `ConfigBase` start from."""
     data = default_data()
     if path is not None:
         user, lines = read_config_file(path)
@@ -596,9 +597,18 @@ def load_config(path: str | None = None, overrides: tuple[str, ...] | list[str] 
     # policy.x=... overrides then refine it.
     for ov in overrides:
         apply_override(data, ov)
+    return data
+
+
+def _structured(data: dict) -> SimConfig:
     cfg = structure(data)
     check_deployment(cfg)
     return cfg
+
+
+def load_config(path: str | None = None, overrides: tuple[str, ...] | list[str] = ()) -> SimConfig:
+    """Embedded default, then the YAML file (merged section by section), then overrides."""
+    return _structured(_base_data(path, overrides))
 
 
 class ConfigBase:
@@ -611,25 +621,13 @@ class ConfigBase:
     mutable."""
 
     def __init__(self, path: str | None = None, overrides: tuple[str, ...] | list[str] = ()):
-        data = default_data()
-        if path is not None:
-            user, lines = read_config_file(path)
-            try:
-                _merge(data, user, path="")
-                check_deployment(structure(data))
-            except ConfigError as exc:
-                raise ConfigError(_locate_in_file(path, lines, str(exc))) from None
-        for ov in overrides:
-            apply_override(data, ov)
-        self._data = data
+        self._data = _base_data(path, overrides)
 
     def load(self, overrides: tuple[str, ...] | list[str] = ()) -> SimConfig:
         data = _fresh(self._data)
         for ov in overrides:
             apply_override(data, ov)
-        cfg = structure(data)
-        check_deployment(cfg)
-        return cfg
+        return _structured(data)
 
 
 def _merge(base: dict, user: dict, path: str) -> None:

@@ -106,8 +106,9 @@ class Simulation:
     def run_before(self, t: float) -> None:
         """Run every event scheduled before simulated time ``t`` (a snapshot instant), or to the end."""
         self.start()
-        while self.env.peek() < t and self.step():
-            pass
+        while self.env.peek() < t:
+            if not self.step():
+                return
 
     def run(self) -> None:
         self.start()
