@@ -117,16 +117,15 @@ def render_markdown(report: Report, plots: tuple[str, ...] = (), png: bool = Tru
 
 
 COLOCATED_PHASE_TEXT = {
-    "sleep": "vLLM sleep: engine weights to host (level 1; level 2 discards them)",
+    "sleep": "vLLM sleep: engine weights to pinned host memory (level 1; level 2 discards them)",
     "load_params": "trainer parameters host -> GPU (param_offload)",
-    "load_grads": "trainer gradient buffer host -> GPU (grad_offload)",
+    "load_grads": "trainer gradient buffer re-allocated and zeroed (grad_offload; never copied)",
     "load_optimizer": "trainer optimizer states host -> GPU (optimizer_offload)",
     "offload_optimizer": "trainer optimizer states GPU -> host",
-    "offload_grads": "trainer gradient buffer GPU -> host",
     "wake_weights": "vLLM wake_up(weights): old weights host -> GPU (level 1)",
-    "reshard": "training layout -> rollout TP shard (all-gather + copy into the engine)",
+    "reshard": "refit: full parameters gathered from the training layout, loaded into the engine's TP shard",
     "offload_params": "trainer parameters GPU -> host",
-    "kv_rebuild": "vLLM wake_up(kv_cache): KV pool re-mapped and written",
+    "kv_rebuild": "vLLM wake_up(kv_cache): KV pool re-mapped, not written (0 s)",
 }
 
 

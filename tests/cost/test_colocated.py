@@ -27,53 +27,89 @@ def test_default_phases_qwen3_8b_h100():
     # sleep level 1: the engine's weights (TP 1: all 16.38 GB) to host: 16.381e9 / 51.2e9 = 0.3200 s
     assert p["sleep"] == pytest.approx(QWEN3_8B_BYTES / host) == pytest.approx(0.31995, rel=1e-4)
     assert p["wake_weights"] == p["sleep"]
-    # trainer parameters (ZeRO-1: BF16 replicated, 16.38 GB) in and out: 0.3200 s each
+    # trainer parameters (ZeRO-1, Megatron refit: BF16 replicated, 16.38 GB) in and out: 0.3200 s each
     assert p["load_params"] == p["offload_params"] == pytest.approx(0.31995, rel=1e-4)
-    # FP32 gradients, not sharded under ZeRO-1: 4 x 8.1907e9 = 32.76 GB / 51.2e9 = 0.6399 s
-    assert p["load_grads"] == p["offload_grads"] == pytest.approx(0.63990, rel=1e-4)
+    # FP32 gradients (ZeRO-1: 4 x 8.1907e9 = 32.76 GB) are freed, then re-allocated and zeroed:
+    # one write at 0.8 x 3.35 TB/s = 2.68 TB/s: 32.76e9 / 2.68e12 = 0.012225 s; nothing crosses the host link
+    assert p["load_grads"] == pytest.approx(0.012225, rel=1e-3)
+    assert "offload_grads" not in p
     # Adam (12 B/param) sharded over 8 GPUs: 12.29 GB / 51.2e9 = 0.2400 s
     assert p["load_optimizer"] == p["offload_optimizer"] == pytest.approx(0.23996, rel=1e-4)
-    # reshard: training and rollout both hold the whole model (no gather); the copy into the
-    # engine reads and writes it: 2 x 16.381e9 / (3.35e12 x 0.8) = 0.01223 s
-    assert p["reshard"] == pytest.approx(2 * QWEN3_8B_BYTES / 2.68e12) == pytest.approx(0.012225, rel=1e-3)
-    # KV rebuild: one write of the pool at 0.8 x HBM bandwidth
-    assert p["kv_rebuild"] == pytest.approx(c.colocated.kv_pool_bytes / 2.68e12)
+    # reshard: TP 1 / PP 1 trainer, nothing to gather. HBM: the full model written once (16.381e9) +
+    # load_weights reads the engine's 8.19e9 parameters at 2 B and writes them at 2 B (32.76e9):
+    # 49.14e9 / 2.68e12 = 0.018337 s
+    assert c.colocated.gather_s() == {"pp": 0.0, "tp": 0.0, "ep": 0.0}
+    assert p["reshard"] == pytest.approx(3 * QWEN3_8B_BYTES / 2.68e12) == pytest.approx(0.018337, rel=1e-3)
+    # KV wake: re-mapped, not written
+    assert p["kv_rebuild"] == 0.0
     assert c.offload_s == pytest.approx(sum(p.values()))
     assert c.offload_before_s() + c.offload_after_s(2) == pytest.approx(c.offload_s)
-    assert c.offload_before_s() == pytest.approx(sum(p[k] for k in BEFORE))  # 0.32 x 2 + 0.64 + 0.24 = 1.52 s
-    assert c.offload_before_s() == pytest.approx(1.5198, rel=1e-3)
+    assert c.offload_before_s() == pytest.approx(sum(p[k] for k in BEFORE))  # 0.32 x 2 + 0.0122 + 0.24 = 0.8922 s
+    assert c.offload_before_s() == pytest.approx(0.89212, rel=1e-3)
 
 
 def _direct(**kw):
-    base = dict(gpu=H100, engine_weight_bytes=8e9, kv_pool_bytes=40e9, engine_reserve_bytes=1.5e9,
+    base = dict(gpu=H100, engine_weight_bytes=4e9, kv_pool_bytes=40e9, engine_reserve_bytes=1.5e9,
                 gpu_memory_utilization=0.5, train_param_bytes=2e9, train_grad_bytes=4e9,
-                train_optimizer_bytes=12e9, train_static_bytes=22e9, reshard_group=4)
+                train_optimizer_bytes=12e9, train_static_bytes=22e9, dense_params=8e9)
     return ColocatedCost(**{**base, **kw})
 
 
-def test_level2_discards_weights_and_reshard_gathers_the_rollout_shard():
-    c = _direct(sleep_level=2)
+def test_megatron_refit_gathers_pp_then_tp_and_packs_the_ipc_buffer():
+    # NeMo-RL-like: 8e9 dense parameters, BF16, trainer TP 4 x PP 2 on 16 H100 (two nodes), engine TP 4.
+    c = _direct(refit="megatron", train_tp=4, train_pp=2, train_gpus=16, refit_transport="ipc")
+    g = c.gather_s()
+    # PP broadcast: one TP rank's column is 8e9 / 4 x 2 B = 4e9 over both stages; this GPU lacks half
+    # (2e9). The PP group's ranks are 16 / 2 = 8 apart: one per node, one NIC: 50 GB/s x 0.8 = 40 GB/s
+    # -> 0.05 s
+    assert g["pp"] == pytest.approx(2e9 / 40e9) == pytest.approx(0.05)
+    # TP all-gather of the full 16e9 BF16 model, 3/4 received (12e9) over NVLink 450 x 0.8 = 360 GB/s
+    assert g["tp"] == pytest.approx(12e9 / 360e9) == pytest.approx(0.033333, rel=1e-4)
+    assert g["ep"] == 0.0
+    # HBM: gathered model written (16e9) + IPC buffer packed, read + write (32e9) + load_weights on the
+    # engine's 2e9 parameters, 2 B in + 2 B out (8e9): 56e9 / 2.68e12 = 0.020896 s
+    assert c.refit_hbm_bytes() == pytest.approx(56e9)
+    assert c.phases()["reshard"] == pytest.approx(0.05 + 0.033333 + 0.020896, rel=1e-4)
+    # the direct transport (verl) skips the packing: 24e9 / 2.68e12 = 0.0089552 s of HBM
+    assert _direct(refit="megatron", train_tp=4, train_pp=2, train_gpus=16).refit_hbm_bytes() == pytest.approx(24e9)
+
+
+def test_megatron_refit_gathers_routed_experts_over_ep():
+    # MoE: 2e9 dense + 28e9 routed-expert parameters, TP 2, EP 8, one stage, 16 GPUs, BF16.
+    g = _direct(dense_params=2e9, expert_params=28e9, train_tp=2, train_ep=8, train_gpus=16).gather_s()
+    # TP: 2e9 x 2 B x 1/2 = 2e9 over NVLink 360 GB/s = 0.0055556 s
+    assert g["tp"] == pytest.approx(2e9 / 360e9)
+    # EP: 28e9 x 2 B x 7/8 = 49e9 over NVLink (8 ranks in a node) = 0.136111 s
+    assert g["ep"] == pytest.approx(49e9 / 360e9) == pytest.approx(0.136111, rel=1e-4)
+    assert g["pp"] == 0.0
+
+
+def test_fsdp_refit_gathers_fp32_over_the_shard_group():
+    # verl-like: FSDP in pairs (fsdp_size 2), fp32 stored parameters, engine TP 4 (4e9 B = 2e9 params).
+    c = _direct(refit="fsdp", shard_group=2, refit_dtype_bytes=4.0, sleep_level=2)
+    # full_tensor(): 8e9 x 4 B = 32e9, half received over NVLink: 16e9 / 360e9 = 0.044444 s
+    assert c.gather_s() == {"fsdp": pytest.approx(0.044444, rel=1e-4)}
+    # HBM: 32e9 written + load_weights reads 2e9 params at 4 B and writes them at 2 B (12e9) = 44e9
+    # -> 0.016418 s
+    assert c.phases()["reshard"] == pytest.approx(16e9 / 360e9 + 44e9 / 2.68e12) == pytest.approx(0.060862, rel=1e-4)
     p = c.phases()
     assert p["sleep"] == p["wake_weights"] == 0.0  # level 2: nothing crosses the host link
-    # rollout TP shard 8 GB, trainer holds 2 GB of it (ZeRO-3): gather 6 GB over NVLink
-    # (4 ranks in a node: 450 GB/s x 0.8 = 360 GB/s) = 0.016667 s, + copy 2 x 8e9 / 2.68e12 = 0.005970 s
-    assert p["reshard"] == pytest.approx(6e9 / 360e9 + 16e9 / 2.68e12) == pytest.approx(0.022637, rel=1e-4)
-    # KV pool 40 GB written at 2.68 TB/s = 0.014925 s
-    assert p["kv_rebuild"] == pytest.approx(0.014925, rel=1e-4)
-    # params 2 GB / 51.2 GB/s = 0.039063 s; grads 4 GB: 0.078125 s; optimizer 12 GB: 0.234375 s
+    # params 2 GB / 51.2 GB/s = 0.039063 s; optimizer 12 GB: 0.234375 s; grads 4 GB zeroed at 2.68 TB/s
     assert p["load_params"] == pytest.approx(0.0390625)
-    assert p["load_grads"] == pytest.approx(0.078125)
+    assert p["load_grads"] == pytest.approx(4e9 / 2.68e12)
     assert p["load_optimizer"] == pytest.approx(0.234375)
-    assert c.before_s() == pytest.approx(0.0390625 + 0.078125 + 0.234375)
+    assert c.before_s() == pytest.approx(0.0390625 + 4e9 / 2.68e12 + 0.234375)
     assert c.after_s() == pytest.approx(sum(p[k] for k in AFTER))
     level1 = _direct(sleep_level=1).phases()
-    assert level1["sleep"] == level1["wake_weights"] == pytest.approx(8e9 / 51.2e9)  # 0.15625 s each
+    assert level1["sleep"] == level1["wake_weights"] == pytest.approx(4e9 / 51.2e9)  # 0.078125 s each
+    # one rank holds everything: no gather
+    assert _direct(refit="fsdp", shard_group=1).gather_s() == {"fsdp": 0.0}
 
 
 def test_offload_knobs_off_and_cache_kept():
     p = _direct(param_offload=False, grad_offload=False, optimizer_offload=False, free_cache_engine=False).phases()
     assert p["load_params"] == p["load_grads"] == p["load_optimizer"] == 0.0
-    assert p["offload_params"] == p["offload_grads"] == p["offload_optimizer"] == 0.0
+    assert p["offload_params"] == p["offload_optimizer"] == 0.0
     assert p["kv_rebuild"] == 0.0
 
 
@@ -103,9 +139,12 @@ def test_verl_like_layout_without_offload():
                "cost.colocated_knobs.optimizer_offload=false", "cost.colocated_knobs.sleep_level=2")
     p = ok.colocated_phases
     assert p["sleep"] == p["load_params"] == p["offload_optimizer"] == 0.0
-    # rollout TP 1 holds 16.38 GB, the ZeRO-3 trainer 1/8 of it: gather 7/8 over NVLink (8 ranks: 360 GB/s)
-    # = 14.334e9 / 360e9 = 0.039817 s, + copy 0.012225 s
-    assert p["reshard"] == pytest.approx(QWEN3_8B_BYTES * 7 / 8 / 360e9 + 2 * QWEN3_8B_BYTES / 2.68e12)
+    # ZeRO-3 is the FSDP refit: every rank gathers the whole fp32 model (2 x 16.381e9 = 32.76e9 B), 7/8
+    # of it over NVLink (8 ranks: 360 GB/s) = 28.67e9 / 360e9 = 0.079632 s; HBM: 32.76e9 written +
+    # load_weights on 8.19e9 parameters, 4 B in, 2 B out (49.14e9) = 81.9e9 / 2.68e12 = 0.030562 s
+    assert ok.colocated.refit == "fsdp" and ok.colocated.refit_dtype_bytes == 4.0
+    assert p["reshard"] == pytest.approx(2 * QWEN3_8B_BYTES * 7 / 8 / 360e9 + 5 * QWEN3_8B_BYTES / 2.68e12)
+    assert p["reshard"] == pytest.approx(0.110194, rel=1e-4)
     # ... but ZeRO-1 (61 GB resident) with vLLM at 0.9 does not, and the error names the knobs
     with pytest.raises(CostModelError, match="gpu_memory_utilization"):
         costs("cost.colocated_knobs.param_offload=false", "cost.colocated_knobs.grad_offload=false",
@@ -119,6 +158,9 @@ def test_verl_like_layout_without_offload():
     ("cost.colocated_knobs.sleep_level=3", "sleep_level: expected 1"),
     ("cost.colocated_knobs.param_offload=1", "param_offload: expected true or false"),
     ("cost.colocated_knobs.host_link_efficiency=1.5", "host_link_efficiency: expected a fraction"),
+    ("cost.colocated_knobs.refit=deepspeed", "refit: expected one of fsdp, megatron"),
+    ("cost.colocated_knobs.refit_transport=nccl", "refit_transport: expected one of direct, ipc"),
+    ("cost.colocated_knobs.refit_dtype_bytes=3", "refit_dtype_bytes: expected 1, 2 or 4"),
 ])
 def test_bad_knobs_are_named(knob, match):
     with pytest.raises(CostModelError, match=match):
@@ -153,7 +195,8 @@ def test_report_renders_the_colocated_phases_as_their_own_table():
                  colocated_phases={"sleep": 1.5, "reshard": 0.25})
     md = render_markdown(rep)
     assert "## Colocated phases (s)" in md
-    assert "| sleep | before training | vLLM sleep: engine weights to host (level 1; level 2 discards them) " \
+    assert "| sleep | before training | vLLM sleep: engine weights to pinned host memory (level 1; level 2 " \
+           "discards them) " \
            "| 1.500 | 2 | 3.000 |" in md
     assert "| reshard | after training |" in md and "| 0.250 | 2 | 0.500 |" in md
     assert "| total | | | 1.750 | 2 | 3.500 |" in md
@@ -174,6 +217,24 @@ def test_colocated_run_reports_its_phases():
     assert rep.colocated_phases == pytest.approx(phases)
     assert sum(rep.colocated_phases.values()) == pytest.approx(rep.steps[0].offload_s)
     md = render_markdown(rep)
-    assert f"| kv_rebuild | after training | vLLM wake_up(kv_cache): KV pool re-mapped and written | " \
+    assert f"| kv_rebuild | after training | vLLM wake_up(kv_cache): KV pool re-mapped, not written (0 s) | " \
            f"{phases['kv_rebuild']:.3f} | 2 |" in md
     assert simulate(load_config(overrides=ov)).colocated_phases == {}
+
+
+def test_trainer_layout_sets_the_refit_and_the_state_bytes():
+    # ZeRO-3 (FSDP) over 8 GPUs: fp32 parameters 4 x 8.1907e9 / 8 = 4.095e9 B (0.079990 s over 51.2 GB/s);
+    # the optimizer holds the two fp32 moments only: 8 x 8.1907e9 / 8 = 8.19e9 B (0.159975 s)
+    c = costs("deployment.training.zero_stage=3").colocated
+    assert (c.refit, c.refit_dtype_bytes, c.shard_group) == ("fsdp", 4.0, 8)
+    assert c.phases()["load_params"] == pytest.approx(QWEN3_8B_BYTES * 2 / 8 / 51.2e9) == pytest.approx(0.07999, rel=1e-3)
+    assert c.phases()["load_optimizer"] == pytest.approx(QWEN3_8B_BYTES * 4 / 8 / 51.2e9)
+    # Megatron TP 2 x PP 2 on 8 GPUs with NeMo-RL's IPC transport: BF16, the PP group 4 ranks apart
+    # stays in the node (NVLink); knobs override the derived choice
+    m = costs("deployment.training.tp=2", "deployment.training.pp=2", "cost.colocated_knobs.refit_transport=ipc",
+              "deployment.rollout.gpu_memory_utilization=0.5").colocated
+    assert (m.refit, m.refit_transport, m.refit_dtype_bytes, m.train_tp, m.train_pp) == ("megatron", "ipc", 2.0, 2, 2)
+    # PP: (8.19e9 / 2 x 2 B) / 2 = 4.095e9 B over 360 GB/s = 0.011375 s; TP: 16.381e9 / 2 over 360 GB/s = 0.022752 s
+    g = m.gather_s()
+    assert g["pp"] == pytest.approx(QWEN3_8B_BYTES / 4 / 360e9) and g["tp"] == pytest.approx(QWEN3_8B_BYTES / 2 / 360e9)
+    assert costs("deployment.training.zero_stage=3", "cost.colocated_knobs.refit=megatron").colocated.refit_dtype_bytes == 2.0

@@ -149,3 +149,11 @@ def test_record_extensions_the_kernel_lacks_are_rejected_by_name(change, feature
     rec = attrs.evolve(_verl_record(), **change)
     with pytest.raises(FastPathUnsupported, match=re.escape(feature)):
         lower_policy(ParamsPolicy(rec), LoweringContext(group_size=4, instances=2))
+
+
+def test_colocated_refit_knobs_are_rejected_with_the_colocated_placement():
+    # The colocated phases (sleep/wake, refit, trainer offload; simrl.cost.colocated) exist only in
+    # SimPy: their knobs come with the placement the fast path rejects by name.
+    with pytest.raises(FastPathUnsupported, match="placement=colocated"):
+        lowered("deployment.placement=colocated", "cost.colocated_knobs.refit=megatron",
+                "cost.colocated_knobs.refit_transport=ipc", "cost.colocated_knobs.sleep_level=2")
