@@ -49,9 +49,15 @@ FEATURES = {
     "policy.staleness_enforcement": "any (the engine acts on drop_at_completion; the others are the record's own rules)",
     "policy.drop_zero_variance": "0 or 1 (no retry)",
     "policy.buffer_capacity_groups": "-1 (unbounded), or a capacity admission keeps from overflowing",
-    "policy.batch": "batch_min_groups == batch_max_groups; batch_order 0 (FIFO), or 1 (dispatch window) when "
-                    "no group can be dropped; no batch_shrink_by_drops",
-    "policy.admission": "any admit_* field except admit_return_evicted",
+    "policy.batch": "batch_order 0 (FIFO: batch_min_groups..batch_max_groups, every buffered group up to the "
+                    "max once the min is buffered), or 1 (dispatch window, min == max) when no group can be "
+                    "dropped; no batch_shrink_by_drops",
+    "policy.admission": "any admit_* field except admit_return_evicted; admit_max_batches_ahead -1 or >= 1 (never "
+                        "binds: one batch at a time); admit_queue_blocks_groups >= batch_min_groups",
+    "policy.collapse_zero_variance_groups": "any; a run in which that many zero-variance groups finish is "
+                                            "refused after it ran (the failsafe may have fired)",
+    "policy.route_needs_dispatch_version": "any under global sync (a no-op there)",
+    "policy.fail_on_version_crossing": "-1 (no group failed at a publication)",
     "policy.max_dispatch_age": "-1 (none)",
     "run.time_horizon_s": "inf",
     "workload.knobs.length_growth_per_step / length_drift_knots": "unset (no length drift)",
@@ -142,6 +148,9 @@ class Params(NamedTuple):
     count_since_pub: np.ndarray  # int32: admit_count_since_publish
     buf_cap: np.ndarray  # float64: admit_buffer_cap_groups (inf: none)
     batch_window: np.ndarray  # int32: 1 = batch_order 1 (dispatch window), 0 = FIFO
+    batch_max: np.ndarray  # int32: batch_max_groups (a FIFO batch takes min(buffered, batch_max) once >= batch)
+    queue_block: np.ndarray  # float64: admit_queue_blocks_groups (inf: none)
+    collapse: np.ndarray  # int32: collapse_zero_variance_groups (0: none; checked after the run)
 
 
 class WorkloadArrays(NamedTuple):
@@ -201,8 +210,17 @@ def lower_policy(policy, ctx: LoweringContext) -> PolicyParams:
         _reject("re-dispatch of zero-variance groups (drop_zero_variance=2)", name)
     if pp.buffer_capacity_groups != -1 and not _overflow_unreachable(pp):
         _reject("a bounded buffer (buffer_capacity_groups) that admission does not keep from overflowing", name)
-    if pp.batch_min_groups != pp.batch_max_groups:
-        _reject("variable batch sizes (batch_min_groups != batch_max_groups)", name)
+    if pp.batch_min_groups != pp.batch_max_groups and pp.batch_order != 0:
+        _reject("variable batch sizes (batch_min_groups != batch_max_groups) outside FIFO batches", name)
+    if pp.admit_max_batches_ahead == 0:
+        # it closes when a batch is taken: SimPy's order of trainer and dispatcher in one instant matters
+        _reject("admission closed while a batch is trained or published (admit_max_batches_ahead=0)", name)
+    if pp.admit_queue_blocks_groups < pp.batch_min_groups:
+        # with Q >= min the trainer never waits while buffered > Q, so its order against the dispatcher
+        # in an instant cannot matter
+        _reject("an output queue smaller than the batch minimum (admit_queue_blocks_groups < batch_min_groups)", name)
+    if pp.fail_on_version_crossing >= 0:
+        _reject("groups failed and re-dispatched at a publication (fail_on_version_crossing)", name)
     if pp.batch_shrink_by_drops:
         _reject("batches shrunk by drops (batch_shrink_by_drops=1)", name)
     if pp.batch_order == 2:
@@ -457,7 +475,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         _reject("a weight publication time of 0")
     tr = _training_terms(cfg, costs)
     if tr.kind == 1:
-        _check_training_memory(costs.training, wa, int(pp.batch_min_groups))
+        _check_training_memory(costs.training, wa, int(pp.batch_max_groups))
     ro = _rollout_form(cfg, costs)
     if pp.drop_zero_variance and wa.zero_var.all():
         raise FastPathNoProgress(
@@ -479,7 +497,8 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         batch=np.int32(pp.batch_min_groups),
         budget_per_batch=np.float64(pp.admit_budget_per_batch_groups),
         count_since_pub=np.int32(pp.admit_count_since_publish), buf_cap=np.float64(pp.admit_buffer_cap_groups),
-        batch_window=np.int32(pp.batch_order == 1),
+        batch_window=np.int32(pp.batch_order == 1), batch_max=np.int32(pp.batch_max_groups),
+        queue_block=np.float64(pp.admit_queue_blocks_groups), collapse=np.int32(pp.collapse_zero_variance_groups),
     )
     static = static_for([params], wa)
     return static, params, wa
@@ -487,7 +506,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
 
 def group_bound(p: Params) -> int:
     """Groups one run is expected to dispatch (dropped groups beyond it are detected as overflow)."""
-    steps, batch = int(p.steps), int(p.batch)
+    steps, batch = int(p.steps), max(int(p.batch), int(p.batch_max))
     budget = (float(p.budget_base) + float(p.budget_per_version) * max(steps - 1, 0)
               + float(p.budget_per_batch) * steps)
     if int(p.count_since_pub):  # the count restarts at each of the run's publications
@@ -507,7 +526,7 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
     chunk = 256
     return Static(
         instances=K, slots=max(int(p.max_seqs) for p in params), group_size=n, groups=G, max_groups=mg,
-        steps=steps, max_batch=max(int(p.batch) for p in params), chunk=chunk,
+        steps=steps, max_batch=max(max(int(p.batch), int(p.batch_max)) for p in params), chunk=chunk,
         max_chunks=int(2 * actions / chunk) + 4,
         formulas=(1 if any(int(p.ro_kind) == 1 for p in params) else 0)
         | (2 if any(int(p.tr_kind) == 1 for p in params) else 0),
