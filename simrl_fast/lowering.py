@@ -87,11 +87,15 @@ class FastPathNoProgress(RuntimeError):
     (e.g. every group is dropped). A diagnosis, where a loop would otherwise never end."""
 
 
-def _reject(feature: str, detail: str = "") -> None:
+def _feature(feature: str, detail: str = "") -> str:
     msg = f"simrl_fast does not support {feature}"
     if detail:
         msg += f" ({detail})"
-    raise FastPathUnsupported(msg + "; use the SimPy engine")
+    return msg + "; use the SimPy engine"
+
+
+def _reject(feature: str, detail: str = "") -> None:
+    raise FastPathUnsupported(_feature(feature, detail))
 
 
 class Static(NamedTuple):
@@ -190,59 +194,71 @@ def _reward_std(w, g: int) -> float:
 
 
 def lower_policy(policy, ctx: LoweringContext) -> PolicyParams:
-    """The policy's PolicyParams, checked against the feature set."""
+    """The policy's PolicyParams, checked against the feature set (the first reason is raised)."""
     pp = policy.lower(ctx)
-    name = f"policy {policy.kind!r}"
+    reasons = policy_rejections(pp, f"policy {policy.kind!r}")
+    if reasons:
+        raise FastPathUnsupported(reasons[0])
+    return pp
+
+
+def policy_rejections(pp: PolicyParams, name: str) -> list[str]:
+    """Every reason the fast path refuses the record ``pp`` (of ``name``), in the order checked."""
+    out: list[str] = []
     if not pp.fast_path_exact:
-        _reject(f"{name}", "its lower() has fast_path_exact=0: its rules do not fit PolicyParams")
+        out.append(_feature(f"{name}", "its lower() has fast_path_exact=0: its rules do not fit PolicyParams"))
     if pp.sync_per_instance:
-        _reject("per-instance weight sync (policy.sync_scope=per_instance)", name)
+        out.append(_feature("per-instance weight sync (policy.sync_scope=per_instance)", name))
     if pp.colocated:
-        _reject("colocated placement", name)
+        out.append(_feature("colocated placement", name))
     rules = list(InflightRule)
     if pp.inflight_rule not in _KERNEL_RULES:
         rule = rules[pp.inflight_rule].value if 0 <= pp.inflight_rule < len(rules) else pp.inflight_rule
-        _reject(f"inflight_rule={rule}", name)
+        out.append(_feature(f"inflight_rule={rule}", name))
     if pp.staleness_enforcement not in _KERNEL_ENFORCEMENTS:
         inv = {code(e): e.value for e in Enforcement}
-        _reject(f"policy.staleness_enforcement={inv.get(pp.staleness_enforcement, pp.staleness_enforcement)}", name)
+        enf = inv.get(pp.staleness_enforcement, pp.staleness_enforcement)
+        out.append(_feature(f"policy.staleness_enforcement={enf}", name))
     if pp.drop_zero_variance not in (0, 1):
-        _reject("re-dispatch of zero-variance groups (drop_zero_variance=2)", name)
+        out.append(_feature("re-dispatch of zero-variance groups (drop_zero_variance=2)", name))
     if pp.buffer_capacity_groups != -1 and not _overflow_unreachable(pp):
-        _reject("a bounded buffer (buffer_capacity_groups) that admission does not keep from overflowing", name)
+        out.append(_feature("a bounded buffer (buffer_capacity_groups) that admission does not keep from "
+                            "overflowing", name))
     if pp.batch_min_groups != pp.batch_max_groups and pp.batch_order != 0:
-        _reject("variable batch sizes (batch_min_groups != batch_max_groups) outside FIFO batches", name)
+        out.append(_feature("variable batch sizes (batch_min_groups != batch_max_groups) outside FIFO batches", name))
     if pp.admit_max_batches_ahead == 0:
         # it closes when a batch is taken: SimPy's order of trainer and dispatcher in one instant matters
-        _reject("admission closed while a batch is trained or published (admit_max_batches_ahead=0)", name)
+        out.append(_feature("admission closed while a batch is trained or published (admit_max_batches_ahead=0)",
+                            name))
     if pp.admit_queue_blocks_groups < pp.batch_min_groups:
         # with Q >= min the trainer never waits while buffered > Q, so its order against the dispatcher
         # in an instant cannot matter
-        _reject("an output queue smaller than the batch minimum (admit_queue_blocks_groups < batch_min_groups)", name)
+        out.append(_feature("an output queue smaller than the batch minimum (admit_queue_blocks_groups < "
+                            "batch_min_groups)", name))
     if pp.fail_on_version_crossing >= 0:
-        _reject("groups failed and re-dispatched at a publication (fail_on_version_crossing)", name)
+        out.append(_feature("groups failed and re-dispatched at a publication (fail_on_version_crossing)", name))
     if pp.batch_shrink_by_drops:
-        _reject("batches shrunk by drops (batch_shrink_by_drops=1)", name)
+        out.append(_feature("batches shrunk by drops (batch_shrink_by_drops=1)", name))
     if pp.batch_order == 2:
-        _reject("oldest-dispatch-first batches (batch_order=2)", name)
+        out.append(_feature("oldest-dispatch-first batches (batch_order=2)", name))
     if pp.batch_order == 1 and _can_drop(pp):
         # without drops batch k is exactly the groups dispatched k-th (k*B .. k*B+B-1)
-        _reject("dispatch-window batches (batch_order=1) with a rule that drops groups", name)
+        out.append(_feature("dispatch-window batches (batch_order=1) with a rule that drops groups", name))
     if pp.max_dispatch_age >= 0:
-        _reject("drops by dispatch age (max_dispatch_age)", name)
+        out.append(_feature("drops by dispatch age (max_dispatch_age)", name))
     if pp.admit_return_evicted:
-        _reject("admission slots returned by evicted groups (admit_return_evicted=1)", name)
+        out.append(_feature("admission slots returned by evicted groups (admit_return_evicted=1)", name))
     if math.isinf(pp.admit_concurrency_groups) and math.isinf(pp.admit_budget_base_groups):
-        _reject("unbounded admission (no concurrency cap and no budget)", name)
+        out.append(_feature("unbounded admission (no concurrency cap and no budget)", name))
     if pp.admit_block_while_training and not (
         pp.admit_budget_base_groups == pp.admit_budget_per_version_groups == pp.batch_min_groups
         and not pp.admit_count_dispatched
     ):
         # Only the sync shape (closed whenever a batch can form) is order-independent at equal times.
-        _reject("admit_block_while_training with a budget other than (version + 1) * batch", name)
+        out.append(_feature("admit_block_while_training with a budget other than (version + 1) * batch", name))
     if pp.evict_stale_on_publish and pp.staleness_bound < 0:
-        _reject("eviction at publication without a staleness bound", name)
-    return pp
+        out.append(_feature("eviction at publication without a staleness bound", name))
+    return out
 
 
 def _can_drop(pp: PolicyParams) -> bool:
