@@ -45,7 +45,8 @@ FEATURES = {
     "cost.strict": "false when a rollout or training model has a fitted validity domain (queries are not checked)",
     "cost.weight_sync": "any model; publish_time(instances) is taken once and must be > 0",
     "policy": "any policy whose lower() is fast_path_exact=1 within these PolicyParams values",
-    "policy.inflight_rule": "continue, keep_pause, abort_resume, abort_restart, drain (global sync)",
+    "policy.inflight_rule": "continue, keep_pause, abort_resume, abort_restart, drain, swap_in_place (as continue: "
+                            "the kernel's outputs never read a call's newest version) (global sync)",
     "policy.staleness_enforcement": "any (the engine acts on drop_at_completion; the others are the record's own rules)",
     "policy.drop_zero_variance": "0 or 1 (no retry)",
     "policy.buffer_capacity_groups": "-1 (unbounded), or a capacity admission keeps from overflowing",
@@ -72,6 +73,12 @@ RULE_CONTINUE, RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART, RULE_DRAI
                       InflightRule.ABORT_RESTART, InflightRule.DRAIN)
 )
 _KERNEL_RULES = (RULE_CONTINUE, RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART, RULE_DRAIN)
+# swap_in_place (ART in_flight_lora) publishes as continue does (a transfer without a pause, then
+# version + 1); it only also moves running requests to the new version, which changes their newest
+# version (a call's version_end) but not a group's oldest, the only version the kernel's outputs
+# depend on (staleness), and clears a prefix cache the kernel only accepts as a no-op.
+RULE_SWAP_IN_PLACE = code(InflightRule.SWAP_IN_PLACE)
+_KERNEL_RULE = {**{r: r for r in _KERNEL_RULES}, RULE_SWAP_IN_PLACE: RULE_CONTINUE}
 # The engine acts only on drop_at_completion (and evict_stale_on_publish); consumption and policy
 # enforcements are the policy's own rules, which an exact record carries in its other fields.
 _KERNEL_ENFORCEMENTS = tuple(code(e) for e in Enforcement)
@@ -212,7 +219,7 @@ def policy_rejections(pp: PolicyParams, name: str) -> list[str]:
     if pp.colocated:
         out.append(_feature("colocated placement", name))
     rules = list(InflightRule)
-    if pp.inflight_rule not in _KERNEL_RULES:
+    if pp.inflight_rule not in _KERNEL_RULE:
         rule = rules[pp.inflight_rule].value if 0 <= pp.inflight_rule < len(rules) else pp.inflight_rule
         out.append(_feature(f"inflight_rule={rule}", name))
     if pp.staleness_enforcement not in _KERNEL_ENFORCEMENTS:
@@ -507,7 +514,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         conc=np.float64(pp.admit_concurrency_groups), budget_base=np.float64(pp.admit_budget_base_groups),
         budget_per_version=np.float64(pp.admit_budget_per_version_groups),
         count_dispatched=np.int32(pp.admit_count_dispatched), block_training=np.int32(pp.admit_block_while_training),
-        rule=np.int32(pp.inflight_rule), stale_bound=np.int32(stale_bound),
+        rule=np.int32(_KERNEL_RULE[pp.inflight_rule]), stale_bound=np.int32(stale_bound),
         drop_stale=np.int32(pp.staleness_enforcement == code(Enforcement.DROP_AT_COMPLETION) and stale_bound >= 0),
         evict_stale=np.int32(pp.evict_stale_on_publish), drop_zero_var=np.int32(pp.drop_zero_variance),
         batch=np.int32(pp.batch_min_groups),

@@ -46,11 +46,11 @@ def test_supported_configuration_lowers_to_numbers():
     ("policy=psrl", "policy 'psrl'"),
     ("policy=prime_rl", "policy 'prime_rl'"),
     ("policy=dressage", "fail_on_version_crossing"),
-    ("policy=art", "inflight_rule=swap_in_place"),
+    ("policy=art", "admit_max_batches_ahead=0"),
     ("cost.training_knobs.optimizer_cpu_offload=true", "optimizer_cpu_offload=true (trainer offload"),
 ])
 def test_unsupported_features_are_rejected_by_name(override, feature):
-    extra = ["policy.rollout_weight_update_mode=in_flight_lora"] if override == "policy=art" else []
+    extra = ["policy.max_steps_off_policy=0"] if override == "policy=art" else []
     with pytest.raises(FastPathUnsupported, match="simrl_fast does not support") as exc:
         lowered(override, *extra)
     assert feature in str(exc.value) and "SimPy" in str(exc.value)

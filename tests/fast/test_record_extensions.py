@@ -36,12 +36,13 @@ PRESETS = [
     ["policy=roll", "policy.rollout_batch_size=3", "policy.query_filter_type=std_filter", "policy.std_threshold=0"],
     ["policy=slime", "policy.mode=train_async", "policy.rollout_batch_size=3"],
     # ART: variable FIFO batches (min..max), workers blocked on a full output queue, the collapse
-    # failsafe checked after the run, the policy gate (S >= 1: never binds), zero-variance discards
+    # failsafe checked after the run, the policy gate (S >= 1: never binds), zero-variance discards,
+    # in_flight_lora's swap in place (published as continue)
     ["policy=art"],
     ["policy=art", "policy.min_batch_size=2", "policy.max_batch_size=3", "policy.queue_maxsize=2",
      "policy.num_rollout_workers=5"],
     ["policy=art", "policy.max_steps_off_policy=1", "policy.min_batch_size=1", "policy.max_batch_size=4",
-     "policy.num_rollout_workers=6"],
+     "policy.num_rollout_workers=6", "policy.rollout_weight_update_mode=in_flight_lora"],
 ]
 
 
