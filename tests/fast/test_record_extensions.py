@@ -60,6 +60,19 @@ def cases():
         ov = [*BASE, *pol, f"deployment.rollout.instances={K}", f"deployment.rollout.max_num_seqs={[4, 16, 64][j % 3]}",
               f"run.training_steps={STEPS}", f"router.name={['least_requests', 'round_robin'][j % 2]}"]
         out.append(Case(ov, wl, costs, label=" ".join(pol) + f" K={K}"))
+    # random ART knobs in the same batch (one compile): batch bounds, workers, queue, bound, mode
+    for j in range(6):
+        lo = int(rng.integers(1, 4))
+        pol = ["policy=art", f"policy.min_batch_size={lo}", f"policy.max_batch_size={lo + int(rng.integers(0, 4))}",
+               f"policy.num_rollout_workers={int(rng.integers(1, 8))}", f"policy.queue_maxsize={lo + int(rng.integers(0, 3))}",
+               f"policy.max_steps_off_policy={int(rng.integers(1, 3))}",
+               f"policy.rollout_weight_update_mode={rng.choice(['step_lora', 'in_flight_lora'])}"]
+        K = int(rng.integers(1, 4))
+        wl = random_workload(groups=GROUPS, n=N, seed=200 + j, prompt=(50, 400), completion=(20, 900), zero_variance=0.3)
+        costs = linear_costs(kv_tokens=10**6, step_s=float(rng.uniform(0.2, 30.0)), sync_s=float(rng.uniform(0.05, 1.0)))
+        ov = [*BASE, *pol, f"deployment.rollout.instances={K}", f"deployment.rollout.max_num_seqs={[4, 16, 64][j % 3]}",
+              f"run.training_steps={STEPS}", f"router.name={['least_requests', 'round_robin'][j % 2]}"]
+        out.append(Case(ov, wl, costs, label="random " + " ".join(pol) + f" K={K}"))
     return out
 
 
