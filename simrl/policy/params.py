@@ -24,7 +24,9 @@ admission (a group may start when all hold):
     rollout worker blocked putting its group into a full output queue, ART's ``queue_maxsize``).
 
 in flight: ``inflight_rule`` (`code` of an `InflightRule`), ``sync_per_instance`` (0/1),
-``clear_cache_on_sync`` (0/1), ``colocated`` (0/1); ``route_needs_dispatch_version`` (0/1): a call
+``clear_cache_on_sync`` (0/1), ``colocated`` (0/1), ``disaggregated`` (0/1: the policy itself
+declares disaggregated placement, whatever ``deployment.placement`` says; 0 with ``colocated`` = 0:
+the deployment's); ``route_needs_dispatch_version`` (0/1): a call
 runs only on an instance holding at least its group's dispatch version (PSRL's routing with
 per-instance pulls; a no-op under global sync, where every instance holds the published version);
 ``fail_on_version_crossing`` = k >= 0: at each publication every running group with an unfinished
@@ -111,6 +113,7 @@ class PolicyParams:
     collapse_zero_variance_groups: int = 0
     fail_on_version_crossing: int = -1
     route_needs_dispatch_version: int = 0
+    disaggregated: int = 0
 
     def __attrs_post_init__(self):
         if self.admit_count_since_publish and not self.admit_count_dispatched:
@@ -124,6 +127,8 @@ class PolicyParams:
             raise ValueError("batch_order=1 (dispatch window) needs batch_min_groups == batch_max_groups")
         if self.batch_shrink_by_drops and self.batch_order != 0:
             raise ValueError("batch_shrink_by_drops=1 needs batch_order=0 (FIFO)")
+        if self.colocated and self.disaggregated:
+            raise ValueError("colocated=1 and disaggregated=1 contradict each other")
         if self.collapse_zero_variance_groups and not self.drop_zero_variance:
             raise ValueError("collapse_zero_variance_groups > 0 needs drop_zero_variance >= 1")
         if self.fail_on_version_crossing >= 0 and self.admit_count_since_publish:

@@ -98,7 +98,8 @@ class RecordPolicy(Policy):
         p = self.params
         return Sync(rule=_RULES[p.inflight_rule],
                     scope=SyncScope.PER_INSTANCE if p.sync_per_instance else SyncScope.GLOBAL,
-                    placement=Placement.COLOCATED if p.colocated else None,
+                    placement=(Placement.COLOCATED if p.colocated
+                               else Placement.DISAGGREGATED if p.disaggregated else None),
                     clear_prefix_cache=bool(p.clear_cache_on_sync))
 
     @property

@@ -72,6 +72,10 @@ MODES = [
     ["policy=psrl", "policy.staleness_buffer_entries=3", "policy.dynamic_sampling_filter=true"],
     ["policy=psrl", "policy.staleness_buffer_entries=4", "policy.partial_rollout_enable=false",
      "policy.enable_multi_priority_queue=true"],
+    # a placement the policy declares wins over the deployment's (record field `disaggregated`)
+    ["policy=art", "deployment.placement=colocated", "policy.min_batch_size=2"],
+    ["policy=trl", "policy.mode=async", "deployment.placement=colocated", "policy.per_device_train_batch_size=4",
+     "policy.num_processes=2"],
 ]
 CASES = [[f"policy={k}"] for k in policy_kinds() if not k.startswith("_")] + MODES
 
