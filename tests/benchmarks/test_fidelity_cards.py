@@ -178,6 +178,28 @@ def test_verl_scaling_card_truncates_a_few_responses_at_the_cap():
     assert "cost.training_knobs.dp_balance=batch" in ovr
 
 
+def test_verl_async_runs_take_the_run_era_hsdp_and_their_cost_model_shards_in_pairs():
+    # The fully_async runs' own scripts from before the published table (exp/.../fsdp2_fully-async_*/
+    # run.sh@1fc52bb5, shell/dapo_7b_math_fsdp2_64_64.sh@26849432) set fsdp_size=2, as the colocated
+    # runs' scripts do; the cards' async runs carry it, and the streaming trainer's cost model is
+    # then HSDP in pairs: 16 trainer GPUs / Ulysses 4 = 4 DP ranks x 4 SP ranks = 16 reduce ranks,
+    # shard group 2, 8 replicas.
+    from simrl.cost.build import build_costs
+
+    names = ["verl_fully_async_7b_32.yaml", "verl_fully_async_7b_64.yaml", "verl_fully_async_7b_128.yaml",
+             "verl_staleness_sweep_7b_128.yaml"]
+    for name in names:
+        card = _card(name)
+        for run, ovr in card["mapping"]["runs"].items():
+            if run != "sync":
+                assert "cost.training_knobs.fsdp_shard_size=2" in ovr, (name, run)
+    card = _card(names[0])
+    card["_file"] = names[0]
+    tr = build_costs(fid.build_config(card, "async")).training
+    assert (tr.gpus, tr.dp, tr.ulysses_sp, tr.fsdp_shard_size) == (16, 4, 4, 2)
+    assert (tr._shard_group, tr._zero_group) == (16, 2)
+
+
 def test_areal_cards_mean_response_is_the_published_throughput_times_step_time():
     # AReaL v0.2 publishes, for the same runs, hours per N steps (README table) and end-to-end
     # throughput (README figure thpt_comparison.png). Tokens per sequence = throughput x step time /
