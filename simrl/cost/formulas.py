@@ -12,7 +12,9 @@ Rules that keep them so: every branch on a configuration value is a ``where`` wh
 still finite (guarded denominators), sums keep the association of the original expressions, and no
 transcendental function runs on query-dependent values in a formula the fast path lowers (XLA's
 ``pow`` differs from libm's in the last bit; constants such as ``log(ep)`` are computed once on the
-host and stored in the record).
+host and stored in the record, and an integer power such as MoE's ``(1 - k/E)^tokens`` is multiplied
+out by `power`, exponentiation by squaring with a fixed number of rounds). ``sqrt`` is correctly
+rounded in IEEE 754, so it is the same in both.
 
 - `RooflineParams` / `roofline_params` / `roofline_iteration_time` (with `roofline_stage_time`,
   `roofline_gemm_time`, `roofline_comm_time`, `roofline_expert_load_imbalance`): the arithmetic of
@@ -40,6 +42,7 @@ PY = SimpleNamespace(
     maximum=max,
     minimum=min,
     ceil=math.ceil,
+    floor=math.floor,
     sqrt=math.sqrt,
     logical_and=lambda a, b: a and b,
     logical_or=lambda a, b: a or b,
@@ -159,9 +162,42 @@ def roofline_expert_load_imbalance(xp, q, ep_tokens):
     return xp.where(off, 1.0, xp.where(q.imb_given > 0, q.imb_given, uniform))
 
 
+#: bits of the integer part of an exponent `power` multiplies out (larger exponents are clamped to
+#: 2**POW_BITS - 1; a base below 1 - 1e-10 is 0.0 there already)
+POW_BITS = 40
+
+
+def power(xp, base, x):
+    """``base ** x`` for ``0 <= base <= 1`` and ``x >= 0`` without a transcendental call: the same
+    IEEE multiplications in the same order in Python and in XLA, so both engines give the same float
+    (``pow`` differs between libm and XLA in the last bit).
+
+    The integer part ``n = floor(x)`` by exponentiation by squaring over `POW_BITS` bits (``result *=
+    base^(2^i)`` where bit ``i`` of ``n`` is set, ``base^(2^i)`` squared each round; Python stops
+    once the remaining bits are 0, which changes nothing). A fractional part ``f`` (a mean token
+    count, e.g. a batch split over pipeline micro-batches) reads ``x`` as ``floor(x)`` tokens with
+    probability ``1 - f`` and ``floor(x) + 1`` with probability ``f``: ``base^n * (1 - f (1 - base))``,
+    exact (``* 1.0``) at integer ``x``."""
+    whole = xp.floor(x)
+    f = x - whole
+    n = xp.minimum(whole, 2.0**POW_BITS - 1)
+    result = 1.0
+    p = base
+    m = n
+    for _ in range(POW_BITS):
+        if xp is PY and m <= 0:
+            break
+        half = xp.floor(m / 2)
+        result = xp.where(m - 2 * half > 0, result * p, result)
+        p = p * p
+        m = half
+    return result * (1.0 - f * (1.0 - base))
+
+
 def roofline_experts_touched(xp, q, tokens):
-    """``E * (1 - (1 - k/E)^tokens)``: expected distinct experts ``tokens`` select (0 for dense)."""
-    return q.experts * (1.0 - q.miss ** tokens)
+    """``E * (1 - (1 - k/E)^tokens)``: expected distinct experts ``tokens`` select (0 for dense);
+    the power is `power`'s (no ``pow``, the same float in both engines)."""
+    return q.experts * (1.0 - power(xp, q.miss, tokens))
 
 
 def roofline_gemm_time(xp, q, tokens, layers, with_lm_head=False):
