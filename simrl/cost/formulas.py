@@ -363,6 +363,16 @@ class AnalyticalParams(NamedTuple):
     gather_s: float  # param_gather_time(): one ZeRO-3 parameter all-gather (0 below ZeRO-3)
     optimizer_s: float
     overhead_s: float
+    # MoE layers (all 0.0 for dense models: nothing is added; `analytical_moe_pass_time`)
+    is_moe: float = 0.0
+    moe_fwd_flops: float = 0.0  # routed-expert FLOPs per token, forward: 2 * n_moe * k * expert_params
+    moe_bytes: float = 0.0  # memory-bound MoE bytes per token, forward, all MoE layers (`moe_bytes_per_token`)
+    hbm_rank: float = 1.0  # HBM bytes/s of one DP rank's GPUs * moe_bandwidth_efficiency
+    gpu_split: float = 1.0  # GPUs a DP rank's micro-batch tokens are split over for the experts: tp * cp * sp
+    experts: float = 0.0  # num_experts
+    tile_rows: float = 0.0  # grouped-GEMM tile rows (moe_gemm_tile_rows)
+    imb_given: float = 0.0  # moe_imbalance (0: uniform routing's expected maximum)
+    imb_c: float = 0.0  # 2 ln(ep) (1 - 1/ep)
 
 
 def analytical_params(t) -> AnalyticalParams:
@@ -388,6 +398,12 @@ def analytical_params(t) -> AnalyticalParams:
         critic=float(t.critic), overlap=float(t.comm_overlap), zero3=float(t.zero_stage == 3),
         grad_sync_s=float(t.grad_sync_time()), gather_s=float(t.param_gather_time()),
         optimizer_s=float(t.optimizer_time()), overhead_s=float(t.overhead_s),
+        is_moe=float(m.is_moe), moe_fwd_flops=2.0 * m.n_moe_layers * m.experts_per_token * m.expert_params,
+        moe_bytes=float(t.moe_bytes_per_token()),
+        hbm_rank=t.tp * t.pp * t.cp * t.ulysses_sp * t.gpu.hbm_bytes_per_s * t.moe_bandwidth_efficiency,
+        gpu_split=float(t.tp * t.cp * t.ulysses_sp), experts=float(m.num_experts if m.is_moe else 0),
+        tile_rows=float(t.moe_gemm_tile_rows), imb_given=float(t.moe_imbalance or 0.0),
+        imb_c=2.0 * math.log(t.ep) * (1.0 - 1.0 / t.ep),
     )
 
 
@@ -439,6 +455,32 @@ def analytical_bubble(xp, q, samples, tokens, mini_batches=1):
     return xp.where(q.pp <= 1, 1.0, 1 + (q.pp - 1) / (m * q.vpp))
 
 
+def analytical_moe_pass_time(xp, q, tokens, micro):
+    """Seconds one forward-equivalent pass over a DP rank's ``tokens`` (in ``micro`` micro-batches)
+    spends in MoE layers beyond the expert FLOPs at the trainer's MFU (0 for dense models):
+
+    - memory-bound passes over the routed activations (router softmax/top-k, permutation into k
+      copies and their sort by local expert, the SwiGLU activation, the unpermute/combine):
+      ``moe_bytes`` per token over the rank's HBM bandwidth (`AnalyticalTraining.moe_bytes_per_token`);
+    - the expert GEMMs on the busiest EP rank at the grouped GEMM's tile efficiency:
+      ``expert FLOPs * (imb / g - 1)`` at the MFU, ``g = m / (tile_rows * ceil(m / tile_rows))`` for
+      ``m = micro-batch tokens per GPU * k * ep / E`` tokens per expert (each expert's rows are padded
+      to whole tiles), ``imb`` the busiest rank's load over the mean (`moe_imbalance`, else the
+      expected maximum of ``ep`` binomial loads, ``1 + sqrt(2 ln(ep) (1 - 1/ep) / mu)`` with ``mu``
+      the ``micro-batch tokens per GPU * k`` assignments each rank receives on average)."""
+    if not _maybe(xp, q.is_moe > 0):
+        return 0.0
+    per_gpu = tokens / q.dp / micro / q.gpu_split  # one micro-batch's tokens on one GPU
+    m = per_gpu * q.k * q.ep / _safe(xp, q.experts)
+    tiles = xp.ceil(m / _safe(xp, q.tile_rows))
+    g = xp.where(xp.logical_and(q.tile_rows > 0, m > 0), m / _safe(xp, q.tile_rows * tiles), 1.0)
+    mu = per_gpu * q.k
+    uniform = 1.0 + xp.sqrt(q.imb_c / _safe(xp, mu))
+    imb = xp.where(xp.logical_or(q.ep <= 1, mu <= 0), 1.0, xp.where(q.imb_given > 0, q.imb_given, uniform))
+    t = tokens / q.dp * (q.moe_fwd_flops * (imb / g - 1.0) / q.flops_per_s + q.moe_bytes / q.hbm_rank)
+    return xp.where(q.is_moe > 0, t, 0.0)
+
+
 #: the phases `analytical_phase_values` returns, in a trainer's order
 ANALYTICAL_PHASES = ("old_log_prob", "ref_forward", "log_prob_forwards", "critic_update", "actor_update",
                      "pipeline_bubble", "grad_sync", "optimizer", "overhead")
@@ -459,6 +501,10 @@ def analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max, imb_flops=
     # forward-only pass gathers once per micro-batch. Other stages reduce once per optimizer step.
     overlap = 1 - q.overlap
     micro = analytical_micro_batches(xp, q, samples, tokens)
+    moe = 0.0
+    if _maybe(xp, q.is_moe > 0):  # MoE layers: memory-bound passes, grouped-GEMM tiles, load imbalance
+        moe = analytical_moe_pass_time(xp, q, tokens, micro)
+        unit = xp.where(q.is_moe > 0, unit + moe, unit)
     upd_micro = steps * xp.maximum(1, xp.ceil(micro / (steps // q.ppo_epochs)))
     zero3 = q.zero3 > 0
     sync = xp.where(zero3, overlap * upd_micro * q.grad_sync_s, steps * overlap * q.grad_sync_s)
@@ -471,7 +517,7 @@ def analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max, imb_flops=
     update_stretch = analytical_bubble(xp, q, samples, tokens, steps // q.ppo_epochs) - 1.0
     # each optimizer step ends in a collective every DP rank joins: an update pass waits for its
     # busiest rank
-    upd_unit = xp.maximum(unit, imb_flops / q.flops_per_s)
+    upd_unit = xp.maximum(unit, imb_flops / q.flops_per_s + moe)
     actor = upd * (upd_unit + comm)
     bubble = bubble + upd * upd_unit * update_stretch
     adam = steps * q.optimizer_s

@@ -336,3 +336,57 @@ def test_dp_barrier_with_verl_batch_balance_by_hand():
     assert one.phases(seqs)["actor_update"] == pytest.approx(whole.phases(seqs)["actor_update"])
     with pytest.raises(ValueError):
         AnalyticalTraining("qwen3-8b", "H100", gpus=2, zero_stage=3, dp_balance="greedy")
+
+
+def test_moe_bytes_per_token_by_hand():
+    # Qwen3-30B-A3B (H 2048, I 768, k 8, E 128, 48 MoE layers), per layer and token, forward:
+    # k*H activations through permute, sort, sort back, unpermute (7 k H + H = 116,736 elements),
+    # SwiGLU over k rows (3 k I = 18,432): 135,168 x 2 B = 270,336 B; router logits 3 x 128 x 4 B = 1,536 B
+    # -> 271,872 B x 48 = 13,049,856 B
+    t = AnalyticalTraining("qwen3-30b-a3b", "H100", gpus=16, tp=2, ep=8)
+    assert t.moe_bytes_per_token() == 13_049_856
+    assert AnalyticalTraining("qwen3-8b", "H100").moe_bytes_per_token() == 0.0
+
+
+def test_moe_pass_time_by_hand():
+    from simrl.cost import formulas as F
+
+    q = F.AnalyticalParams(
+        dp=2.0, two_p=2e9, attn_c=1e5, lin_f=0.0, flops_per_s=1e15, tp=1.0, pp=1.0, cp=1.0, sp=1.0, layers=2.0,
+        hidden=64.0, pdt=2.0, bw_tp_coll=1e11, ep=2.0, n_moe=0.0, k=2.0, bw_ep=1e11, bw_pp=1e11, n_full=2.0,
+        kv_el=128.0, kv_div=1.0, bw_cp=1e11, sp_width=512.0, bw_sp=1e11, micro_batch_size=1.0,
+        max_tokens_per_gpu=0.0, seq_split=1.0, vpp=1.0, mini_batch_samples=0.0, ppo_epochs=1.0, update_passes=4.0,
+        old_lp=0.0, ref=0.0, lp_fwd=0.0, critic=0.0, overlap=0.0, zero3=0.0, grad_sync_s=0.5, gather_s=0.0,
+        optimizer_s=0.1, overhead_s=0.2, is_moe=1.0, moe_fwd_flops=1e9, moe_bytes=1e6, hbm_rank=1e12,
+        gpu_split=1.0, experts=4.0, tile_rows=128.0, imb_given=1.25, imb_c=0.6931471805599453)
+    # 2 samples, 4000 tokens, 2 DP ranks, 1 sample per micro-batch: 1 micro-batch of 2000 tokens per GPU;
+    # per expert m = 2000 * k 2 * ep 2 / E 4 = 2000 rows -> 16 tiles of 128 = 2048: g = 2000 / 2048;
+    # measured imbalance 1.25: 2000 tokens * (1e9 * (1.25 * 1.024 - 1) / 1e15 + 1e6 / 1e12)
+    #   = 2000 * (2.8e-7 + 1e-6) = 2.56e-3 s per pass
+    assert F.analytical_moe_pass_time(F.PY, q, 4000, 1) == pytest.approx(2.56e-3, rel=1e-12)
+    # uniform routing: mu = 2000 * 2 = 4000 assignments per rank, imb = 1 + sqrt(2 ln 2 * 1/2 / 4000)
+    #   = 1.0131638...; 2000 * 1e-6 * imb * 1.024 (the FLOP and byte terms are both 1e-6 s per token)
+    uni = q._replace(imb_given=0.0)
+    imb = 1 + (0.6931471805599453 / 4000) ** 0.5
+    assert F.analytical_moe_pass_time(F.PY, uni, 4000, 1) == pytest.approx(2e-3 * imb * 1.024, rel=1e-12)
+    # in the step: each of the 4 update passes (unit 6.45e-3 s, test_formulas' dense record) gains 2.56e-3:
+    # 0.8258 - 4 * 6.45e-3 + 4 * (6.45e-3 + 2.56e-3) = 0.83604
+    fwd = [F.analytical_fwd_flops(F.PY, q, s) for s in (1000, 3000)]
+    assert F.analytical_step_time(F.PY, q, 2, 4000, sum(fwd), max(fwd)) == pytest.approx(0.83604, rel=1e-12)
+    dense = q._replace(is_moe=0.0)  # a dense record adds nothing
+    assert F.analytical_moe_pass_time(F.PY, dense, 4000, 1) == 0.0
+    assert F.analytical_step_time(F.PY, dense, 2, 4000, sum(fwd), max(fwd)) == pytest.approx(0.8258, rel=1e-12)
+    # no tiles (moe_gemm_tile_rows=0) and no EP: only the bytes, 2000 * 1e-6 = 2e-3
+    assert F.analytical_moe_pass_time(F.PY, q._replace(tile_rows=0.0, ep=1.0), 4000, 1) == pytest.approx(
+        2e-3, rel=1e-12)
+
+
+def test_moe_layers_cost_more_than_their_flops_at_the_mfu():
+    lens = [3000] * 64
+    t = AnalyticalTraining("qwen3-30b-a3b", "H100", gpus=16, tp=2, ep=8, activation_checkpointing=False)
+    off = AnalyticalTraining("qwen3-30b-a3b", "H100", gpus=16, tp=2, ep=8, activation_checkpointing=False,
+                             moe_bandwidth_efficiency=1.0, moe_gemm_tile_rows=0, moe_imbalance=1.0)
+    assert t.step_time(lens) > off.step_time(lens)
+    skewed = AnalyticalTraining("qwen3-30b-a3b", "H100", gpus=16, tp=2, ep=8, activation_checkpointing=False,
+                                moe_imbalance=1.5)
+    assert skewed.step_time(lens) > t.step_time(lens)

@@ -160,11 +160,16 @@ def test_analytical_jax_and_python_give_identical_floats():
             total = total + fwd[i]
         return F.analytical_step_time(jnp, qj, jnp.float64(len(lens)), jnp.sum(s), total, jnp.max(fwd))
 
-    for kw in (dict(), dict(tp=2, pp=2, micro_batch_size=2), dict(gpus=16, tp=2, cp=2, zero_stage=3),
-               dict(pp=2, max_tokens_per_gpu=8192, critic=True, reference_model=True),
-               dict(gpus=8, zero_stage=3, fsdp_shard_size=4, max_tokens_per_gpu=2048, mini_batch_samples=2,
-                    comm_overlap=0.25, recompute_old_logprob=True)):
-        t = AnalyticalTraining("qwen2.5-7b", "H100", **kw)
+    dense = "qwen2.5-7b"
+    for model, kw in ((dense, dict()), (dense, dict(tp=2, pp=2, micro_batch_size=2)),
+                      (dense, dict(gpus=16, tp=2, cp=2, zero_stage=3)),
+                      (dense, dict(pp=2, max_tokens_per_gpu=8192, critic=True, reference_model=True)),
+                      (dense, dict(gpus=8, zero_stage=3, fsdp_shard_size=4, max_tokens_per_gpu=2048,
+                                   mini_batch_samples=2, comm_overlap=0.25, recompute_old_logprob=True)),
+                      # MoE layers: memory-bound passes, grouped-GEMM tiles (ceil), the EP load imbalance (sqrt)
+                      (MOE, dict(gpus=16, tp=2, ep=8, max_tokens_per_gpu=4096, mini_batch_samples=2)),
+                      (MOE, dict(gpus=8, ep=8, zero_stage=3, micro_batch_size=2, moe_imbalance=1.3))):
+        t = AnalyticalTraining(model, "H100", **kw)
         qj = F.AnalyticalParams(*(jnp.float64(x) for x in t.array_params()))
         assert float(step(qj, jnp.asarray(lens, dtype=jnp.float64))) == t.step_time(lens), kw
 
