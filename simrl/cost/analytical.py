@@ -41,6 +41,19 @@
   ``moe_bandwidth_efficiency``), the grouped expert GEMMs' padding to whole ``moe_gemm_tile_rows``
   tiles at the per-expert token count of a micro-batch (``tokens per GPU * k * ep / E``), and the
   busiest EP rank's load (``moe_imbalance``, or the expected maximum of ``ep`` binomial loads);
+  and a host floor: Megatron's dropless alltoall token dispatcher needs the per-expert token counts
+  on the host before its EP all-to-all, so every MoE layer synchronises the host with the GPU
+  (NVIDIA/Megatron-LM ``megatron/core/transformer/moe/token_dispatcher.py``,
+  ``MoEAlltoAllTokenDispatcher.preprocess``: dropless with ``ep > 1`` or several local experts sets
+  ``cuda_sync_point``; only drop-and-pad capacity removes it) and the host cannot queue work ahead
+  across layers: a pass over a DP rank's micro-batches lasts at least ``micro-batches * MoE layers
+  per stage * moe_host_s_per_layer``. The default, 2.935 ms per forward-equivalent pass (8.8 ms for
+  a forward + backward), is calibrated on one published row that is not a card: Megatron-Bridge's
+  performance archive (NVIDIA-NeMo/Megatron-Bridge ``docs/performance-summary-archive.md``, 26.02
+  container) trains Qwen3-30B-A3B dropless on 8 DGX-B200 at MBS 1 (4,096 tokens, EP 8) at 9,691
+  tokens/s/GPU, 0.4227 s per micro-batch, = 48 MoE layers x 3 passes x 2.935 ms; the same system
+  and micro-batch ran 1.9x faster with token dropping (25.09 container, 18,066 tokens/s/GPU, no
+  sync) and GB200 at MBS 4 reaches 26,084, so at MBS 1 the row is bound by the host, not the GPU;
 - optimizer: Adam streams ~30 bytes per trainable parameter of the local shard through HBM;
 - optimizer steps per batch: RL trainers split the batch into mini-batches and make one
   gradient sync and one Adam step per mini-batch (verl ``actor.ppo_mini_batch_size`` x
@@ -127,6 +140,9 @@ class AnalyticalTraining:
     moe_bandwidth_efficiency: float = attrs.field(default=0.7, validator=_eff)
     moe_gemm_tile_rows: int = attrs.field(default=128, validator=v.and_(v.instance_of(int), v.ge(0)))
     moe_imbalance: float | None = attrs.field(default=None, validator=v.optional(v.ge(1.0)))
+    # host seconds per MoE layer, micro-batch and forward-equivalent pass (Megatron's dropless alltoall
+    # dispatcher; calibrated on Megatron-Bridge's DGX-B200 Qwen3-30B-A3B MBS-1 row, module doc)
+    moe_host_s_per_layer: float = attrs.field(default=2.935e-3, validator=_nonneg)
     param_dtype_bytes: float = attrs.field(default=2.0, validator=v.gt(0.0))
     grad_dtype_bytes: float = attrs.field(default=4.0, validator=v.gt(0.0))
     memory_reserve_bytes: float = attrs.field(default=4 * GiB, validator=_nonneg)  # CUDA ctx, NCCL, fragmentation

@@ -373,6 +373,7 @@ class AnalyticalParams(NamedTuple):
     tile_rows: float = 0.0  # grouped-GEMM tile rows (moe_gemm_tile_rows)
     imb_given: float = 0.0  # moe_imbalance (0: uniform routing's expected maximum)
     imb_c: float = 0.0  # 2 ln(ep) (1 - 1/ep)
+    moe_host_s: float = 0.0  # host seconds per MoE layer, micro-batch and forward-equivalent pass (moe_host_s_per_layer)
 
 
 def analytical_params(t) -> AnalyticalParams:
@@ -403,7 +404,7 @@ def analytical_params(t) -> AnalyticalParams:
         hbm_rank=t.tp * t.pp * t.cp * t.ulysses_sp * t.gpu.hbm_bytes_per_s * t.moe_bandwidth_efficiency,
         gpu_split=float(t.tp * t.cp * t.ulysses_sp), experts=float(m.num_experts if m.is_moe else 0),
         tile_rows=float(t.moe_gemm_tile_rows), imb_given=float(t.moe_imbalance or 0.0),
-        imb_c=2.0 * math.log(t.ep) * (1.0 - 1.0 / t.ep),
+        imb_c=2.0 * math.log(t.ep) * (1.0 - 1.0 / t.ep), moe_host_s=float(t.moe_host_s_per_layer),
     )
 
 
@@ -502,9 +503,12 @@ def analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max, imb_flops=
     overlap = 1 - q.overlap
     micro = analytical_micro_batches(xp, q, samples, tokens)
     moe = 0.0
-    if _maybe(xp, q.is_moe > 0):  # MoE layers: memory-bound passes, grouped-GEMM tiles, load imbalance
+    if _maybe(xp, q.is_moe > 0):
+        # MoE layers: memory-bound passes, grouped-GEMM tiles, load imbalance; and a pass lasts at least
+        # the host time of its MoE layers (the dropless dispatcher syncs host and GPU in every layer)
         moe = analytical_moe_pass_time(xp, q, tokens, micro)
-        unit = xp.where(q.is_moe > 0, unit + moe, unit)
+        host = micro * (q.n_moe / q.pp) * q.moe_host_s
+        unit = xp.where(q.is_moe > 0, xp.maximum(unit + moe, host), unit)
     upd_micro = steps * xp.maximum(1, xp.ceil(micro / (steps // q.ppo_epochs)))
     zero3 = q.zero3 > 0
     sync = xp.where(zero3, overlap * upd_micro * q.grad_sync_s, steps * overlap * q.grad_sync_s)
