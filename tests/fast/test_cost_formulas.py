@@ -168,7 +168,8 @@ def test_analytical_jax_and_python_give_identical_floats():
                                    mini_batch_samples=2, comm_overlap=0.25, recompute_old_logprob=True)),
                       # MoE layers: memory-bound passes, grouped-GEMM tiles (ceil), the EP load imbalance (sqrt)
                       (MOE, dict(gpus=16, tp=2, ep=8, max_tokens_per_gpu=4096, mini_batch_samples=2)),
-                      (MOE, dict(gpus=8, ep=8, zero_stage=3, micro_batch_size=2, moe_imbalance=1.3))):
+                      (MOE, dict(gpus=8, ep=8, zero_stage=3, micro_batch_size=2, moe_imbalance=1.3)),
+                      (MOE, dict(gpus=8, ep=8, moe_host_s_per_layer=0.0))):  # the GPU side without the floor
         t = AnalyticalTraining(model, "H100", **kw)
         qj = F.AnalyticalParams(*(jnp.float64(x) for x in t.array_params()))
         assert float(step(qj, jnp.asarray(lens, dtype=jnp.float64))) == t.step_time(lens), kw
