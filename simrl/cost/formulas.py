@@ -32,6 +32,7 @@ rounded in IEEE 754, so it is the same in both.
 
 from __future__ import annotations
 
+import functools
 import math
 from types import SimpleNamespace
 from typing import NamedTuple
@@ -178,19 +179,35 @@ def power(xp, base, x):
     count, e.g. a batch split over pipeline micro-batches) reads ``x`` as ``floor(x)`` tokens with
     probability ``1 - f`` and ``floor(x) + 1`` with probability ``f``: ``base^n * (1 - f (1 - base))``,
     exact (``* 1.0``) at integer ``x``."""
+    if xp is PY:
+        return _py_power(base, x)
     whole = xp.floor(x)
     f = x - whole
-    n = xp.minimum(whole, 2.0**POW_BITS - 1)
     result = 1.0
     p = base
-    m = n
+    m = xp.minimum(whole, 2.0**POW_BITS - 1)
     for _ in range(POW_BITS):
-        if xp is PY and m <= 0:
-            break
         half = xp.floor(m / 2)
         result = xp.where(m - 2 * half > 0, result * p, result)
         p = p * p
         m = half
+    return result * (1.0 - f * (1.0 - base))
+
+
+@functools.lru_cache(maxsize=4096)
+def _py_power(base, x):
+    """`power` on Python scalars: the same multiplications, by integer bit tests (the SimPy hot path;
+    batch sizes recur, so the answers are cached)."""
+    whole = math.floor(x)
+    f = x - whole
+    result = 1.0
+    p = base
+    n = min(int(whole), 2**POW_BITS - 1)
+    while n:
+        if n & 1:
+            result = result * p
+        p = p * p
+        n >>= 1
     return result * (1.0 - f * (1.0 - base))
 
 
