@@ -22,8 +22,10 @@ rounded in IEEE 754, so it is the same in both.
   fixed batch, for the fast path's closed form (exact for dense models without sliding-window layers,
   whose KV enters only through the decode-attention roofline, proportional to it, and without
   ``enforce_eager``, whose ``max(stage, host launch time)`` is flat until the GPU outruns the host).
+- `power`: ``base ** x`` multiplied out (exponentiation by squaring), for MoE's experts-touched term.
 - `AnalyticalParams` / `analytical_params` / `analytical_fwd_flops` / `analytical_phase_values` /
-  `analytical_activation_comm_time`: the sequence-length-dependent arithmetic of
+  `analytical_activation_comm_time` / `analytical_moe_pass_time` (MoE layers' memory-bound passes,
+  grouped-GEMM tiles, EP load and the dropless dispatcher's host floor): the sequence-length-dependent arithmetic of
   `simrl.cost.analytical.AnalyticalTraining` (the per-step constants -- one micro-batch's gradient
   sync, one ZeRO-3 parameter gather, optimizer, overhead -- are taken from its methods when the record
   is built; ``dp_balance="batch"``'s busiest-rank FLOPs come from a partition of the sample lengths
