@@ -368,10 +368,6 @@ def _roofline_lowered(cfg, ro: RooflineRollout) -> RolloutLowered:
     if q.swa:
         _reject("a roofline rollout of a model with sliding-window layers",
                 f"{ro.model.name}: its iteration time bends at min(context, window), no closed form between events")
-    if q.is_moe:
-        _reject("a roofline rollout of an MoE model",
-                f"{ro.model.name}: the experts-touched term (1 - k/E)^tokens uses pow, whose last bit differs "
-                "between XLA and libm")
     if ro.enforce_eager:
         _reject("a roofline rollout with enforce_eager=true",
                 "a stage lasts max(GPU time, host launch time): the iteration time is flat, then grows with "

@@ -34,6 +34,26 @@
   balanced once over the ranks, each rank then taking its share in mini-batch slices) the update
   passes cost the sum over optimizer steps of the busiest rank's FLOPs (`dp_imbalance_flops`);
   ``"minibatch"`` (default) spreads every optimizer step evenly;
+- MoE layers (`simrl.cost.formulas.analytical_moe_pass_time`): the routed experts' FLOPs are in
+  the pass FLOPs at the MFU like the rest; on top, per pass, the memory-bound token passes Megatron's
+  alltoall dispatcher makes (permutation, sort by local expert, SwiGLU activation, unpermute, router
+  softmax/top-k: `moe_bytes_per_token` over the DP rank's HBM bandwidth at
+  ``moe_bandwidth_efficiency``), the grouped expert GEMMs' padding to whole ``moe_gemm_tile_rows``
+  tiles at the per-expert token count of a micro-batch (``tokens per GPU * k * ep / E``), and the
+  busiest EP rank's load (``moe_imbalance``, or the expected maximum of ``ep`` binomial loads);
+  and a host floor: Megatron's dropless alltoall token dispatcher needs the per-expert token counts
+  on the host before its EP all-to-all, so every MoE layer synchronises the host with the GPU
+  (NVIDIA/Megatron-LM ``megatron/core/transformer/moe/token_dispatcher.py``,
+  ``MoEAlltoAllTokenDispatcher.preprocess``: dropless with ``ep > 1`` or several local experts sets
+  ``cuda_sync_point``; only drop-and-pad capacity removes it) and the host cannot queue work ahead
+  across layers: a pass over a DP rank's micro-batches lasts at least ``micro-batches * MoE layers
+  per stage * moe_host_s_per_layer``. The default, 2.935 ms per forward-equivalent pass (8.8 ms for
+  a forward + backward), is calibrated on one published row that is not a card: Megatron-Bridge's
+  performance archive (NVIDIA-NeMo/Megatron-Bridge ``docs/performance-summary-archive.md``, 26.02
+  container) trains Qwen3-30B-A3B dropless on 8 DGX-B200 at MBS 1 (4,096 tokens, EP 8) at 9,691
+  tokens/s/GPU, 0.4227 s per micro-batch, = 48 MoE layers x 3 passes x 2.935 ms; the same system
+  and micro-batch ran 1.9x faster with token dropping (25.09 container, 18,066 tokens/s/GPU, no
+  sync) and GB200 at MBS 4 reaches 26,084, so at MBS 1 the row is bound by the host, not the GPU;
 - optimizer: Adam streams ~30 bytes per trainable parameter of the local shard through HBM;
 - optimizer steps per batch: RL trainers split the batch into mini-batches and make one
   gradient sync and one Adam step per mini-batch (verl ``actor.ppo_mini_batch_size`` x
@@ -115,6 +135,14 @@ class AnalyticalTraining:
     comm_efficiency: float = attrs.field(default=0.7, validator=_eff)
     comm_overlap: float = attrs.field(default=0.0, validator=v.and_(v.ge(0.0), v.le(1.0)))
     optimizer_bandwidth_efficiency: float = attrs.field(default=0.7, validator=_eff)
+    # MoE layers (module doc, "MoE layers"): memory-bound passes at this share of HBM bandwidth (the
+    # optimizer's streaming figure), grouped-GEMM tile rows, the busiest EP rank's measured load
+    moe_bandwidth_efficiency: float = attrs.field(default=0.7, validator=_eff)
+    moe_gemm_tile_rows: int = attrs.field(default=128, validator=v.and_(v.instance_of(int), v.ge(0)))
+    moe_imbalance: float | None = attrs.field(default=None, validator=v.optional(v.ge(1.0)))
+    # host seconds per MoE layer, micro-batch and forward-equivalent pass (Megatron's dropless alltoall
+    # dispatcher; calibrated on Megatron-Bridge's DGX-B200 Qwen3-30B-A3B MBS-1 row, module doc)
+    moe_host_s_per_layer: float = attrs.field(default=2.935e-3, validator=_nonneg)
     param_dtype_bytes: float = attrs.field(default=2.0, validator=v.gt(0.0))
     grad_dtype_bytes: float = attrs.field(default=4.0, validator=v.gt(0.0))
     memory_reserve_bytes: float = attrs.field(default=4 * GiB, validator=_nonneg)  # CUDA ctx, NCCL, fragmentation
@@ -382,6 +410,31 @@ class AnalyticalTraining:
         else:
             width, dispatch = m.intermediate, 0
         return self.param_dtype_bytes * (6 * m.hidden + 2 * kv_dim + 3 * width + dispatch) / self.tp
+
+    def moe_bytes_per_token(self) -> float:
+        """HBM bytes one token moves through the memory-bound kernels of all MoE layers in one forward
+        pass (0 for dense models), as Megatron's alltoall token dispatcher runs them
+        (NVIDIA/Megatron-LM ``megatron/core/transformer/moe/token_dispatcher.py``
+        ``MoEAlltoAllTokenDispatcher``, ``moe_utils.py`` ``permute`` / ``unpermute`` /
+        ``sort_chunks_by_idxs``; ``router.py`` ``TopKRouter``), per MoE layer:
+
+        - ``k * H`` activations (BF16) read and written four times: the permutation into ``k`` copies
+          grouped by destination rank, the sort by local expert after the dispatch all-to-all, the
+          sort back before the combine, and the unpermute's read of the ``k`` copies, which writes
+          one ``H`` vector (the probability-weighted sum): ``(7 k H + H) * 2`` bytes;
+        - the SwiGLU activation over the ``k`` expert rows: reads gate and up (``2 I``), writes
+          ``I``: ``3 k I * 2`` bytes;
+        - the router's FP32 logits over ``E`` experts through softmax and top-k: ``3 E * 4`` bytes.
+
+        The backward pass moves the gradients of the same tensors (priced with the FLOPs' pass count).
+        Qwen3-30B-A3B (H 2048, I 768, k 8, E 128): 7 x 8 x 2048 + 2048 = 116,736 elements; + 3 x 8 x 768 =
+        18,432; x 2 B = 270,336 B; + 1,536 B of logits = 271,872 B per layer, x 48 layers."""
+        m = self.model
+        if not m.is_moe:
+            return 0.0
+        k, h = m.experts_per_token, m.hidden
+        act = (7 * k * h + h + 3 * k * m.moe_intermediate) * self.param_dtype_bytes
+        return m.n_moe_layers * (act + 3 * m.num_experts * 4)
 
     def _bw(self, group: int) -> float:
         return self.gpu.link_bytes_per_s(group) * self.comm_efficiency

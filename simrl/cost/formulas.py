@@ -12,7 +12,9 @@ Rules that keep them so: every branch on a configuration value is a ``where`` wh
 still finite (guarded denominators), sums keep the association of the original expressions, and no
 transcendental function runs on query-dependent values in a formula the fast path lowers (XLA's
 ``pow`` differs from libm's in the last bit; constants such as ``log(ep)`` are computed once on the
-host and stored in the record).
+host and stored in the record, and an integer power such as MoE's ``(1 - k/E)^tokens`` is multiplied
+out by `power`, exponentiation by squaring with a fixed number of rounds). ``sqrt`` is correctly
+rounded in IEEE 754, so it is the same in both.
 
 - `RooflineParams` / `roofline_params` / `roofline_iteration_time` (with `roofline_stage_time`,
   `roofline_gemm_time`, `roofline_comm_time`, `roofline_expert_load_imbalance`): the arithmetic of
@@ -20,8 +22,10 @@ host and stored in the record).
   fixed batch, for the fast path's closed form (exact for dense models without sliding-window layers,
   whose KV enters only through the decode-attention roofline, proportional to it, and without
   ``enforce_eager``, whose ``max(stage, host launch time)`` is flat until the GPU outruns the host).
+- `power`: ``base ** x`` multiplied out (exponentiation by squaring), for MoE's experts-touched term.
 - `AnalyticalParams` / `analytical_params` / `analytical_fwd_flops` / `analytical_phase_values` /
-  `analytical_activation_comm_time`: the sequence-length-dependent arithmetic of
+  `analytical_activation_comm_time` / `analytical_moe_pass_time` (MoE layers' memory-bound passes,
+  grouped-GEMM tiles, EP load and the dropless dispatcher's host floor): the sequence-length-dependent arithmetic of
   `simrl.cost.analytical.AnalyticalTraining` (the per-step constants -- one micro-batch's gradient
   sync, one ZeRO-3 parameter gather, optimizer, overhead -- are taken from its methods when the record
   is built; ``dp_balance="batch"``'s busiest-rank FLOPs come from a partition of the sample lengths
@@ -30,6 +34,7 @@ host and stored in the record).
 
 from __future__ import annotations
 
+import functools
 import math
 from types import SimpleNamespace
 from typing import NamedTuple
@@ -40,6 +45,7 @@ PY = SimpleNamespace(
     maximum=max,
     minimum=min,
     ceil=math.ceil,
+    floor=math.floor,
     sqrt=math.sqrt,
     logical_and=lambda a, b: a and b,
     logical_or=lambda a, b: a or b,
@@ -159,9 +165,58 @@ def roofline_expert_load_imbalance(xp, q, ep_tokens):
     return xp.where(off, 1.0, xp.where(q.imb_given > 0, q.imb_given, uniform))
 
 
+#: bits of the integer part of an exponent `power` multiplies out (larger exponents are clamped to
+#: 2**POW_BITS - 1; a base below 1 - 1e-10 is 0.0 there already)
+POW_BITS = 40
+
+
+def power(xp, base, x):
+    """``base ** x`` for ``0 <= base <= 1`` and ``x >= 0`` without a transcendental call: the same
+    IEEE multiplications in the same order in Python and in XLA, so both engines give the same float
+    (``pow`` differs between libm and XLA in the last bit).
+
+    The integer part ``n = floor(x)`` by exponentiation by squaring over `POW_BITS` bits (``result *=
+    base^(2^i)`` where bit ``i`` of ``n`` is set, ``base^(2^i)`` squared each round; Python stops
+    once the remaining bits are 0, which changes nothing). A fractional part ``f`` (a mean token
+    count, e.g. a batch split over pipeline micro-batches) reads ``x`` as ``floor(x)`` tokens with
+    probability ``1 - f`` and ``floor(x) + 1`` with probability ``f``: ``base^n * (1 - f (1 - base))``,
+    exact (``* 1.0``) at integer ``x``."""
+    if xp is PY:
+        return _py_power(base, x)
+    whole = xp.floor(x)
+    f = x - whole
+    result = 1.0
+    p = base
+    m = xp.minimum(whole, 2.0**POW_BITS - 1)
+    for _ in range(POW_BITS):
+        half = xp.floor(m / 2)
+        result = xp.where(m - 2 * half > 0, result * p, result)
+        p = p * p
+        m = half
+    return result * (1.0 - f * (1.0 - base))
+
+
+@functools.lru_cache(maxsize=4096)
+def _py_power(base, x):
+    """`power` on Python scalars: the same multiplications, by integer bit tests (the SimPy hot path;
+    batch sizes recur, so the answers are cached)."""
+    whole = math.floor(x)
+    f = x - whole
+    result = 1.0
+    p = base
+    n = min(int(whole), 2**POW_BITS - 1)
+    while n:
+        if n & 1:
+            result = result * p
+        p = p * p
+        n >>= 1
+    return result * (1.0 - f * (1.0 - base))
+
+
 def roofline_experts_touched(xp, q, tokens):
-    """``E * (1 - (1 - k/E)^tokens)``: expected distinct experts ``tokens`` select (0 for dense)."""
-    return q.experts * (1.0 - q.miss ** tokens)
+    """``E * (1 - (1 - k/E)^tokens)``: expected distinct experts ``tokens`` select (0 for dense);
+    the power is `power`'s (no ``pow``, the same float in both engines)."""
+    return q.experts * (1.0 - power(xp, q.miss, tokens))
 
 
 def roofline_gemm_time(xp, q, tokens, layers, with_lm_head=False):
@@ -327,6 +382,17 @@ class AnalyticalParams(NamedTuple):
     gather_s: float  # param_gather_time(): one ZeRO-3 parameter all-gather (0 below ZeRO-3)
     optimizer_s: float
     overhead_s: float
+    # MoE layers (all 0.0 for dense models: nothing is added; `analytical_moe_pass_time`)
+    is_moe: float = 0.0
+    moe_fwd_flops: float = 0.0  # routed-expert FLOPs per token, forward: 2 * n_moe * k * expert_params
+    moe_bytes: float = 0.0  # memory-bound MoE bytes per token, forward, all MoE layers (`moe_bytes_per_token`)
+    hbm_rank: float = 1.0  # HBM bytes/s of one DP rank's GPUs * moe_bandwidth_efficiency
+    gpu_split: float = 1.0  # GPUs a DP rank's micro-batch tokens are split over for the experts: tp * cp * sp
+    experts: float = 0.0  # num_experts
+    tile_rows: float = 0.0  # grouped-GEMM tile rows (moe_gemm_tile_rows)
+    imb_given: float = 0.0  # moe_imbalance (0: uniform routing's expected maximum)
+    imb_c: float = 0.0  # 2 ln(ep) (1 - 1/ep)
+    moe_host_s: float = 0.0  # host seconds per MoE layer, micro-batch and forward-equivalent pass (moe_host_s_per_layer)
 
 
 def analytical_params(t) -> AnalyticalParams:
@@ -352,6 +418,12 @@ def analytical_params(t) -> AnalyticalParams:
         critic=float(t.critic), overlap=float(t.comm_overlap), zero3=float(t.zero_stage == 3),
         grad_sync_s=float(t.grad_sync_time()), gather_s=float(t.param_gather_time()),
         optimizer_s=float(t.optimizer_time()), overhead_s=float(t.overhead_s),
+        is_moe=float(m.is_moe), moe_fwd_flops=2.0 * m.n_moe_layers * m.experts_per_token * m.expert_params,
+        moe_bytes=float(t.moe_bytes_per_token()),
+        hbm_rank=t.tp * t.pp * t.cp * t.ulysses_sp * t.gpu.hbm_bytes_per_s * t.moe_bandwidth_efficiency,
+        gpu_split=float(t.tp * t.cp * t.ulysses_sp), experts=float(m.num_experts if m.is_moe else 0),
+        tile_rows=float(t.moe_gemm_tile_rows), imb_given=float(t.moe_imbalance or 0.0),
+        imb_c=2.0 * math.log(t.ep) * (1.0 - 1.0 / t.ep), moe_host_s=float(t.moe_host_s_per_layer),
     )
 
 
@@ -403,6 +475,32 @@ def analytical_bubble(xp, q, samples, tokens, mini_batches=1):
     return xp.where(q.pp <= 1, 1.0, 1 + (q.pp - 1) / (m * q.vpp))
 
 
+def analytical_moe_pass_time(xp, q, tokens, micro):
+    """Seconds one forward-equivalent pass over a DP rank's ``tokens`` (in ``micro`` micro-batches)
+    spends in MoE layers beyond the expert FLOPs at the trainer's MFU (0 for dense models):
+
+    - memory-bound passes over the routed activations (router softmax/top-k, permutation into k
+      copies and their sort by local expert, the SwiGLU activation, the unpermute/combine):
+      ``moe_bytes`` per token over the rank's HBM bandwidth (`AnalyticalTraining.moe_bytes_per_token`);
+    - the expert GEMMs on the busiest EP rank at the grouped GEMM's tile efficiency:
+      ``expert FLOPs * (imb / g - 1)`` at the MFU, ``g = m / (tile_rows * ceil(m / tile_rows))`` for
+      ``m = micro-batch tokens per GPU * k * ep / E`` tokens per expert (each expert's rows are padded
+      to whole tiles), ``imb`` the busiest rank's load over the mean (`moe_imbalance`, else the
+      expected maximum of ``ep`` binomial loads, ``1 + sqrt(2 ln(ep) (1 - 1/ep) / mu)`` with ``mu``
+      the ``micro-batch tokens per GPU * k`` assignments each rank receives on average)."""
+    if not _maybe(xp, q.is_moe > 0):
+        return 0.0
+    per_gpu = tokens / q.dp / micro / q.gpu_split  # one micro-batch's tokens on one GPU
+    m = per_gpu * q.k * q.ep / _safe(xp, q.experts)
+    tiles = xp.ceil(m / _safe(xp, q.tile_rows))
+    g = xp.where(xp.logical_and(q.tile_rows > 0, m > 0), m / _safe(xp, q.tile_rows * tiles), 1.0)
+    mu = per_gpu * q.k
+    uniform = 1.0 + xp.sqrt(q.imb_c / _safe(xp, mu))
+    imb = xp.where(xp.logical_or(q.ep <= 1, mu <= 0), 1.0, xp.where(q.imb_given > 0, q.imb_given, uniform))
+    t = tokens / q.dp * (q.moe_fwd_flops * (imb / g - 1.0) / q.flops_per_s + q.moe_bytes / q.hbm_rank)
+    return xp.where(q.is_moe > 0, t, 0.0)
+
+
 #: the phases `analytical_phase_values` returns, in a trainer's order
 ANALYTICAL_PHASES = ("old_log_prob", "ref_forward", "log_prob_forwards", "critic_update", "actor_update",
                      "pipeline_bubble", "grad_sync", "optimizer", "overhead")
@@ -423,6 +521,13 @@ def analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max, imb_flops=
     # forward-only pass gathers once per micro-batch. Other stages reduce once per optimizer step.
     overlap = 1 - q.overlap
     micro = analytical_micro_batches(xp, q, samples, tokens)
+    moe = 0.0
+    if _maybe(xp, q.is_moe > 0):
+        # MoE layers: memory-bound passes, grouped-GEMM tiles, load imbalance; and a pass lasts at least
+        # the host time of its MoE layers (the dropless dispatcher syncs host and GPU in every layer)
+        moe = analytical_moe_pass_time(xp, q, tokens, micro)
+        host = micro * (q.n_moe / q.pp) * q.moe_host_s
+        unit = xp.where(q.is_moe > 0, xp.maximum(unit + moe, host), unit)
     upd_micro = steps * xp.maximum(1, xp.ceil(micro / (steps // q.ppo_epochs)))
     zero3 = q.zero3 > 0
     sync = xp.where(zero3, overlap * upd_micro * q.grad_sync_s, steps * overlap * q.grad_sync_s)
@@ -435,7 +540,7 @@ def analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max, imb_flops=
     update_stretch = analytical_bubble(xp, q, samples, tokens, steps // q.ppo_epochs) - 1.0
     # each optimizer step ends in a collective every DP rank joins: an update pass waits for its
     # busiest rank
-    upd_unit = xp.maximum(unit, imb_flops / q.flops_per_s)
+    upd_unit = xp.maximum(unit, imb_flops / q.flops_per_s + moe)
     actor = upd * (upd_unit + comm)
     bubble = bubble + upd * upd_unit * update_stretch
     adam = steps * q.optimizer_s

@@ -109,13 +109,34 @@ def _grid():
     return b, kv, pf
 
 
-@pytest.mark.parametrize("layout", [dict(tp=1), dict(tp=2), dict(tp=4, pp=2), dict(tp=2, dp=2)])
-def test_roofline_jax_and_python_give_identical_floats(layout):
+def test_integer_power_by_hand():
+    # (1 - 8/128)^tokens by squaring: 3 = 0b11 -> 0.9375 * 0.9375^2 = 0.9375 * 0.87890625 = 0.823974609375
+    # (exact in binary, so it equals pow); 0 -> 1; a fractional 2.5 tokens reads as 2 or 3 tokens with
+    # probability 1/2 each: 0.87890625 * (1 - 0.5 * 0.0625) = 0.87890625 * 0.96875 = 0.8514404296875
+    assert F.power(F.PY, 0.9375, 3) == 0.823974609375
+    assert F.power(F.PY, 0.9375, 0) == 1.0
+    assert F.power(F.PY, 0.9375, 2.5) == 0.8514404296875 == (0.87890625 + 0.823974609375) / 2
+    # large exponents agree with libm's pow to a few ulp and go to 0 past the float range
+    assert F.power(F.PY, 0.9375, 1000) == pytest.approx(0.9375**1000, rel=1e-13)
+    assert F.power(F.PY, 0.9375, 2.0**45) == 0.0
+
+
+MOE = "qwen3-30b-a3b"
+
+
+@pytest.mark.parametrize("model, layout", [
+    ("qwen2.5-7b", dict(tp=1)), ("qwen2.5-7b", dict(tp=2)), ("qwen2.5-7b", dict(tp=4, pp=2)),
+    ("qwen2.5-7b", dict(tp=2, dp=2)),
+    # MoE: TP-sharded experts, TP + EP, DP + EP (all-to-alls and the load imbalance's sqrt), and pipeline
+    # micro-batches (a fractional token count per micro-batch: `power`'s fractional part)
+    (MOE, dict(tp=2)), (MOE, dict(tp=4, ep=4)), (MOE, dict(tp=2, dp=2, ep=4)), (MOE, dict(tp=2, pp=2)),
+])
+def test_roofline_jax_and_python_give_identical_floats(model, layout):
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
 
-    ro = RooflineRollout("qwen2.5-7b", "H100", **layout)
+    ro = RooflineRollout(model, "H100", **layout)
     q = ro.array_params()
     b, kv, pf = _grid()
     qj = F.RooflineParams(*(jnp.float64(x) for x in q))  # traced arguments, as in the engine (not constants)
@@ -139,11 +160,17 @@ def test_analytical_jax_and_python_give_identical_floats():
             total = total + fwd[i]
         return F.analytical_step_time(jnp, qj, jnp.float64(len(lens)), jnp.sum(s), total, jnp.max(fwd))
 
-    for kw in (dict(), dict(tp=2, pp=2, micro_batch_size=2), dict(gpus=16, tp=2, cp=2, zero_stage=3),
-               dict(pp=2, max_tokens_per_gpu=8192, critic=True, reference_model=True),
-               dict(gpus=8, zero_stage=3, fsdp_shard_size=4, max_tokens_per_gpu=2048, mini_batch_samples=2,
-                    comm_overlap=0.25, recompute_old_logprob=True)):
-        t = AnalyticalTraining("qwen2.5-7b", "H100", **kw)
+    dense = "qwen2.5-7b"
+    for model, kw in ((dense, dict()), (dense, dict(tp=2, pp=2, micro_batch_size=2)),
+                      (dense, dict(gpus=16, tp=2, cp=2, zero_stage=3)),
+                      (dense, dict(pp=2, max_tokens_per_gpu=8192, critic=True, reference_model=True)),
+                      (dense, dict(gpus=8, zero_stage=3, fsdp_shard_size=4, max_tokens_per_gpu=2048,
+                                   mini_batch_samples=2, comm_overlap=0.25, recompute_old_logprob=True)),
+                      # MoE layers: memory-bound passes, grouped-GEMM tiles (ceil), the EP load imbalance (sqrt)
+                      (MOE, dict(gpus=16, tp=2, ep=8, max_tokens_per_gpu=4096, mini_batch_samples=2)),
+                      (MOE, dict(gpus=8, ep=8, zero_stage=3, micro_batch_size=2, moe_imbalance=1.3)),
+                      (MOE, dict(gpus=8, ep=8, moe_host_s_per_layer=0.0))):  # the GPU side without the floor
+        t = AnalyticalTraining(model, "H100", **kw)
         qj = F.AnalyticalParams(*(jnp.float64(x) for x in t.array_params()))
         assert float(step(qj, jnp.asarray(lens, dtype=jnp.float64))) == t.step_time(lens), kw
 
@@ -168,7 +195,11 @@ def test_roofline_and_analytical_runs_equal_in_both_engines():
              # FSDP2 collectives per micro-batch under HSDP (2 replicas of 2-GPU shard groups)
              roofline_case(wl, "deployment.training.gpus=4", "deployment.training.zero_stage=3",
                            "cost.training_knobs.fsdp_shard_size=2", "cost.training_knobs.max_tokens_per_gpu=256",
-                           "cost.training_knobs.recompute_old_logprob=true")]
+                           "cost.training_knobs.recompute_old_logprob=true"),
+             # an MoE model: touched experts (1 - k/E)^tokens in the rollout, EP all-to-alls in training
+             roofline_case(wl, "deployment.model=qwen3-30b-a3b", "deployment.rollout.tp=2",
+                           "deployment.training.gpus=8", "deployment.training.tp=2", "deployment.training.ep=4",
+                           "deployment.training.zero_stage=3")]
     for c in cases:
         c.run_simpy()
     res = run_fast(cases)
@@ -189,9 +220,11 @@ def test_first_principles_models_outside_the_closed_form_are_rejected_by_name():
     wl = random_workload(groups=4, n=2, seed=1, prompt=(50, 100), completion=(5, 50))
     cfg = load_config(overrides=FIRST_PRINCIPLES)
     lower(cfg, wl, build_costs(cfg))  # the dense roofline + analytical lower
+    moe = [*FIRST_PRINCIPLES, "deployment.model=qwen3-30b-a3b", "deployment.rollout.tp=2",
+           "deployment.training.zero_stage=3"]
+    _, params, _ = lower(load_config(overrides=moe), wl, build_costs(load_config(overrides=moe)))
+    assert int(params.ro_kind) == 1  # the MoE roofline lowers (its power is multiplied out, `F.power`)
     for extra, needle in [
-        (["deployment.model=qwen3-30b-a3b", "deployment.rollout.tp=2", "deployment.training.zero_stage=3"],
-         "a roofline rollout of an MoE model"),
         (["cost.strict=true"], "cost.strict=true with the roofline's validity domain"),
         (["cost.rollout_knobs.enforce_eager=true"], "a roofline rollout with enforce_eager=true"),
         (["deployment.training.gpus=2", "deployment.training.zero_stage=3", "cost.training_knobs.mini_batch_samples=2",
