@@ -1,0 +1,93 @@
+"""srl-sweep's setup: each distinct combination of a space's non-knob overrides is loaded once and the
+cost knobs are set per point (`runner.PointLoader`); the configurations, the errors and the written
+files are the same as loading every point whole."""
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from simrl.config import ConfigBase, ConfigError, load_config
+from simrl_explore import runner
+from simrl_explore.cli_sweep import main
+from simrl_explore.runner import PointLoader, prepare
+from simrl_explore.space import load_space
+
+BASE = {"cost.rollout": "linear", "cost.training": "constant", "cost.weight_sync": "fixed",
+        "cost.weight_sync_knobs.publish_s": 1, "deployment.rollout.max_num_batched_tokens": 0,
+        "deployment.rollout.kv_policy": "reserve", "deployment.rollout.prefix_caching": False,
+        "router.active_cap": 0, "policy": "bounded_async", "policy.batch_groups": 2,
+        "policy.inflight_rule": "keep_pause", "workload.groups": 6, "workload.group_size": 2,
+        "run.training_steps": 2, "workload.knobs.completion_knots": [[0, 20], [1, 80]]}
+AXES = [{"name": "inst", "key": "deployment.rollout.instances", "grid": [1, 2]},
+        {"name": "rule", "key": "policy.inflight_rule", "grid": ["continue", "drain"]},
+        {"name": "a", "key": "cost.rollout_knobs.a", "random": {"low": 0.004, "high": 0.008}},
+        {"name": "b", "key": "cost.rollout_knobs.b", "random": {"low": 1.0e-5, "high": 4.0e-5}},
+        {"name": "train_a", "key": "cost.training_knobs.a", "random": {"low": 0.5, "high": 2}},
+        {"name": "publish_s", "key": "cost.weight_sync_knobs.publish_s", "random": {"low": 0.5, "high": 2}}]
+
+
+def _space(tmp_path, **more):
+    spec = {"name": "t", "base": {"set": BASE}, "axes": AXES, "samples": 3, "seed": 4, "top_k": 0, "checks": ["kv"],
+            "objectives": ["step_time", "trained_tokens_per_s"], "surrogate": "off", **more}
+    p = tmp_path / "space.yaml"
+    p.write_text(yaml.safe_dump(spec))
+    return p
+
+
+def test_points_equal_their_whole_configuration(tmp_path):
+    space = load_space(str(_space(tmp_path)))
+    base = ConfigBase(space.base_config, list(space.base_set))
+    loader = PointLoader(base.load)
+    points = space.points()
+    for pt in points:
+        ovs = [*pt.overrides, "run.telemetry=false"]
+        got = loader(ovs)
+        want = load_config(None, [*space.base_set, *ovs])
+        assert got == want, pt.index
+        assert got.cost.rollout_knobs["a"] == pt.variables["a"]
+    # 2 x 2 grid rows: four skeletons loaded for the 12 points
+    assert len(points) == 12 and len(loader.skeletons) == 4
+    # each point owns its knob dicts (a later point's values do not leak into an earlier one)
+    cfgs = [loader([*pt.overrides]) for pt in points]
+    assert len({id(c.cost.rollout_knobs) for c in cfgs}) == 12
+    assert [c.cost.rollout_knobs["a"] for c in cfgs] == [pt.variables["a"] for pt in points]
+
+
+def test_a_bad_knob_value_is_the_error_a_whole_load_gives():
+    base = ConfigBase(None, [f"{k}={v}" for k, v in (("cost.rollout", "linear"), ("cost.weight_sync", "fixed"))])
+    loader = PointLoader(base.load)
+    for ovs in (["deployment.rollout.instances=2", "cost.rollout_knobs.a=.inf"],
+                ["cost.rollout_knobs.a=[1, .nan]"],
+                ["deployment.rollout.instances=0", "cost.rollout_knobs.a=1"]):
+        with pytest.raises(ConfigError) as want:
+            base.load(ovs)
+        with pytest.raises(ConfigError) as got:
+            loader(ovs)
+        assert str(got.value) == str(want.value) and str(got.value)
+    # a knob key another override also sets (the whole dict, or a nested key): loaded whole
+    ovs = ["cost.rollout_knobs={a: 1, b: 2}", "cost.rollout_knobs.a=3"]
+    assert loader(ovs) == base.load(ovs) and loader(ovs).cost.rollout_knobs == {"a": 3, "b": 2}
+    assert (ovs[0],) not in loader.skeletons and list(loader.skeletons) == [("deployment.rollout.instances=2",), ()]
+
+
+def test_prepare_rows_and_files_are_those_of_whole_loads(tmp_path, monkeypatch):
+    pytest.importorskip("jax")
+    p = _space(tmp_path)
+    space = load_space(str(p))
+    new = prepare(space, space.points())[0]
+    outs = []
+    for whole in (False, True):
+        if whole:  # the path before: every point loaded whole
+            monkeypatch.setattr(runner.PointLoader, "__call__", lambda self, ovs: self.load(ovs))
+            old = prepare(space, space.points())[0]
+            assert [(j.cfg, j.workload_key, j.gpus, j.row) for j in old] == \
+                [(j.cfg, j.workload_key, j.gpus, j.row) for j in new]
+        out = tmp_path / f"o{int(whole)}"
+        r = CliRunner().invoke(main, ["--space", str(p), "-q", "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        outs.append(out)
+    names = sorted(f.name for f in outs[0].iterdir())
+    assert "points.csv" in names and names == sorted(f.name for f in outs[1].iterdir())
+    for f in names:
+        if f != "timing.json":
+            assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes(), f
