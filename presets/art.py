@@ -165,10 +165,21 @@ class ARTPolicy(Policy):
         return st.buffer[: self.max_groups]
 
     def lower(self, ctx: LoweringContext) -> PolicyParams:
+        # Exact through record extensions: the policy-version gate is a bound on batches taken
+        # ahead of publications seen (``admit_max_batches_ahead``: ``in_step`` is one batch taken
+        # and not yet published), put-blocked workers hold a slot for every buffered group past
+        # the queue (``admit_queue_blocks_groups``), and the collapse failsafe stops the run after
+        # multiplier x min zero-variance discards since the last batch
+        # (``collapse_zero_variance_groups``; the record's error names the field, not ART's text).
+        # The zero-variance tests agree unless a group's rewards differ by at most 1e-12 without
+        # being equal (never with 0/1 rewards). Not exact: the token-weighted mean-age limit.
         return attrs.evolve(
             super().lower(ctx),
-            admit_concurrency_groups=float(self.num_rollout_workers), drop_zero_variance=1,
+            admit_concurrency_groups=float(self.num_rollout_workers),
+            admit_max_batches_ahead=self.max_steps_off_policy,
+            admit_queue_blocks_groups=float(self.queue_groups),
+            drop_zero_variance=1,
+            collapse_zero_variance_groups=self.discard_queue_multiplier * self.min_batch_size,
             batch_min_groups=self.min_batch_size, batch_max_groups=self.max_groups,
-            # the policy-version gate, the put-blocked workers and the collapse failsafe have no fields
-            fast_path_exact=0,
+            fast_path_exact=int(self.limit_mean_steps_off_policy is None),
         )

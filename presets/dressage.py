@@ -45,6 +45,7 @@ from attrs import validators as v
 
 from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
 from simrl.policy.params import LoweringContext, PolicyParams
+from simrl.policy.record import crossed
 from simrl.policy.registry import register
 from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
 
@@ -79,8 +80,10 @@ class DressagePolicy(Policy):
         if n == 0:
             return Staleness()
         if not self.dressage_partial_rollout:
-            # a trajectory never spans versions, and its version is among the N newest
-            return Staleness(n - 1, Enforcement.POLICY)
+            # A trajectory never spans versions (a crossing fails its group), so "every
+            # trajectory's version among the N newest" is staleness <= N - 1, checked at completion
+            # and on buffered groups at every publication: the engine's drop and eviction.
+            return Staleness(n - 1, Enforcement.DROP_AT_COMPLETION, evict_on_publish=True)
         if self.max_partial_rollout_preempts is not None:
             return Staleness(n - 1 + self.max_partial_rollout_preempts, Enforcement.POLICY)
         return Staleness()
@@ -93,8 +96,7 @@ class DressagePolicy(Policy):
     # -- runtime: version crossings fail groups (retry) ---------------------------------------
     def _crossed(self, g: GroupRecord, st: PipelineState) -> bool:
         """Whether an unfinished trajectory of g generated under a version older than st.version."""
-        return any(t.finish_time is None and t.min_version is not None and t.min_version < st.version
-                   for t in g.trajs)
+        return crossed(g, st.version)
 
     def _fail(self, groups: list[GroupRecord]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(gids to requeue, gids to drop once their retries are spent)."""
@@ -117,13 +119,14 @@ class DressagePolicy(Policy):
             if limit is not None and any(n > limit for n in preempts.values()):
                 failed.append(g)
         retry, drop = self._fail(failed)
-        stale = tuple(g.gid for g in st.buffer if not self._fresh(g, st))
+        stale = tuple(g.gid for g in st.buffer if not self._fresh(g, st)) if self.dressage_partial_rollout else ()
         return PublishActions(abort_running=drop, requeue_running=retry, drop_buffered=stale)
 
     # -- filtering: keep only groups from the N newest versions --------------------------------
     def _fresh(self, g: GroupRecord, st: PipelineState) -> bool:
+        # with partial rollout only (without it the engine keeps the window: staleness_spec)
         n = self.dressage_staleness_keep_versions
-        if n == 0:
+        if n == 0 or not self.dressage_partial_rollout:
             return True
         return all((t.max_version if t.max_version is not None else g.dispatch_version) > st.version - n
                    for t in g.trajs)
@@ -149,10 +152,29 @@ class DressagePolicy(Policy):
         return st.buffer[:b] if len(st.buffer) >= b else None
 
     def lower(self, ctx: LoweringContext) -> PolicyParams:
-        b = self.rollout_batch_size * self.update_weights_interval
+        # Exact without partial rollout: the output-queue watermark is an output-queue cap
+        # (``admit_buffer_cap_groups``), the version-crossing retries are
+        # ``fail_on_version_crossing`` = rollout_max_retries, the keep-N window the engine's
+        # drop and eviction (staleness_spec), and the batch target is fixed by the group size.
+        # With partial rollout the per-trajectory preempt counts have no field (not exact).
+        if self.rollout_mode == "fully_async" or self.partial_rollout_target_groups is not None \
+                or self.global_batch_size is None:
+            target = self._target_groups(_NoBuffer)
+        else:
+            target = min(self.rollout_batch_size, -(-self.global_batch_size // ctx.group_size)) \
+                * self.update_weights_interval
+        high = max(1, int(self.async_output_queue_size * self.async_output_queue_high_watermark))
         return attrs.evolve(
             super().lower(ctx),
             admit_concurrency_groups=float(self.async_max_active_groups or self.rollout_batch_size),
-            max_retries=self.rollout_max_retries, batch_min_groups=b, batch_max_groups=b,
-            fast_path_exact=0,  # version-crossing retries and the output-queue watermark have no fields
+            admit_buffer_cap_groups=float(high),
+            fail_on_version_crossing=-1 if self.dressage_partial_rollout else self.rollout_max_retries,
+            batch_min_groups=target, batch_max_groups=target,
+            fast_path_exact=int(not self.dressage_partial_rollout),
         )
+
+
+class _NoBuffer:
+    """An empty pipeline, for the batch targets that do not depend on the group size."""
+
+    buffer: list = []

@@ -322,5 +322,23 @@ class PsrlPolicy(Policy):
             drop_zero_variance=int(self.dynamic_sampling_filter),
             batch_min_groups=e,
             batch_max_groups=e,
-            fast_path_exact=0,  # per-version buffers and per-instance pulls are not in the record
+            route_needs_dispatch_version=1,
+            fast_path_exact=int(self._record_exact()),
         )
+
+    def _record_exact(self) -> bool:
+        """Whether the record reproduces the buffers: with staleness 0 a group dispatched at
+        version v can only reserve and occupy buffer v, every earlier buffer was READY (E
+        occupied) before v was published, so "buffer v has an EMPTY entry" is accepted + running
+        < (v + 1) x E (a filtered group frees its entry), buffer v is the FIFO batch of E, and
+        an instance lagging behind the published version holds no request (nothing runs at a
+        push; a call of version v + 1 may only run at >= v + 1: ``route_needs_dispatch_version``),
+        so every pull rule that lets an idle instance pull at once pulls as greedy does.
+        Not exact: staleness > 0 (fallback reservations, moves across buffers), redundant
+        rollout, fine-grain chunks, ``seamless_train_version``, and a status threshold that
+        could hold an idle instance back (``kv_cache``, or a threshold <= 0)."""
+        idle_pulls = (self.sync_strategy == "greedy" or not self.partial_rollout_enable
+                      or self.sync_threshold is None
+                      or (self.sync_indicator == "request_num" and self.sync_threshold > 0))
+        return (self.staleness == 0 and not self.redundant_rollout_enable and not self.train_chunks()
+                and self.seamless_train_version == 0 and idle_pulls)

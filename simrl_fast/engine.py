@@ -52,6 +52,7 @@ import numpy as np  # noqa: E402
 from simrl_fast.costs import check_static  # noqa: E402
 from simrl_fast.lowering import (  # noqa: E402
     FastPathNoProgress,
+    FastPathUnsupported,
     Params,
     Static,
     WorkloadArrays,
@@ -270,11 +271,30 @@ def run_params(params: list[Params] | Params, wa, chunk: int | None = None, max_
             params = _take(stacked, order) if isinstance(params, Params) else [params[i] for i in order]
             wa = [wa[i] for i in order] if per else wa
     res = _run_growing(params, wa, per, w0, chunk, max_groups, static, on_chunk, devices, order)
+    _check_collapse(params, wa, res, order)
     if order is None:
         return res
     inv = np.empty_like(order)
     inv[order] = np.arange(total)
     return _take(res, inv)
+
+
+def _check_collapse(params, wa, res: FastResults, order) -> None:
+    """The record's ``collapse_zero_variance_groups`` failsafe stops SimPy once that many groups since
+    the last batch were dropped for zero reward variance; the scan does not stop. A run in which
+    fewer zero-variance groups finished in all can never have fired it (its result is exact);
+    otherwise the configuration is refused, named, after the fact."""
+    collapse = np.asarray(params.collapse if isinstance(params, Params) else [p.collapse for p in params])
+    for m in np.nonzero(collapse > 0)[0]:
+        w = wa[m] if isinstance(wa, list) else wa
+        gf = res.group_finish[m]
+        gids = np.nonzero(np.isfinite(gf))[0]
+        n_zero = int(np.sum(w.zero_var[gids % w.zero_var.shape[0]]))
+        if n_zero >= collapse[m]:
+            raise FastPathUnsupported(
+                f"simrl_fast does not support configuration {int(order[m]) if order is not None else int(m)}: the "
+                f"collapse failsafe (collapse_zero_variance_groups={int(collapse[m])}) may have fired ({n_zero} "
+                "groups with zero reward variance finished in the run); use the SimPy engine")
 
 
 def _run_growing(params, wa, per: bool, w0, chunk, max_groups, static, on_chunk, devices, order) -> FastResults:

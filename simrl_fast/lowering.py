@@ -45,13 +45,20 @@ FEATURES = {
     "cost.strict": "false when a rollout or training model has a fitted validity domain (queries are not checked)",
     "cost.weight_sync": "any model; publish_time(instances) is taken once and must be > 0",
     "policy": "any policy whose lower() is fast_path_exact=1 within these PolicyParams values",
-    "policy.inflight_rule": "continue, keep_pause, abort_resume, abort_restart, drain (global sync)",
+    "policy.inflight_rule": "continue, keep_pause, abort_resume, abort_restart, drain, swap_in_place (as continue: "
+                            "the kernel's outputs never read a call's newest version) (global sync)",
     "policy.staleness_enforcement": "any (the engine acts on drop_at_completion; the others are the record's own rules)",
     "policy.drop_zero_variance": "0 or 1 (no retry)",
     "policy.buffer_capacity_groups": "-1 (unbounded), or a capacity admission keeps from overflowing",
-    "policy.batch": "batch_min_groups == batch_max_groups; batch_order 0 (FIFO), or 1 (dispatch window) when "
-                    "no group can be dropped; no batch_shrink_by_drops",
-    "policy.admission": "any admit_* field except admit_return_evicted",
+    "policy.batch": "batch_order 0 (FIFO: batch_min_groups..batch_max_groups, every buffered group up to the "
+                    "max once the min is buffered), or 1 (dispatch window, min == max) when no group can be "
+                    "dropped; no batch_shrink_by_drops",
+    "policy.admission": "any admit_* field except admit_return_evicted; admit_max_batches_ahead -1 or >= 1 (never "
+                        "binds: one batch at a time); admit_queue_blocks_groups >= batch_min_groups",
+    "policy.collapse_zero_variance_groups": "any; a run in which that many zero-variance groups finish is "
+                                            "refused after it ran (the failsafe may have fired)",
+    "policy.route_needs_dispatch_version": "any under global sync (a no-op there)",
+    "policy.fail_on_version_crossing": "-1 (no group failed at a publication)",
     "policy.max_dispatch_age": "-1 (none)",
     "run.time_horizon_s": "inf",
     "workload.knobs.length_growth_per_step / length_drift_knots": "unset (no length drift)",
@@ -66,6 +73,12 @@ RULE_CONTINUE, RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART, RULE_DRAI
                       InflightRule.ABORT_RESTART, InflightRule.DRAIN)
 )
 _KERNEL_RULES = (RULE_CONTINUE, RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART, RULE_DRAIN)
+# swap_in_place (ART in_flight_lora) publishes as continue does (a transfer without a pause, then
+# version + 1); it only also moves running requests to the new version, which changes their newest
+# version (a call's version_end) but not a group's oldest, the only version the kernel's outputs
+# depend on (staleness), and clears a prefix cache the kernel only accepts as a no-op.
+RULE_SWAP_IN_PLACE = code(InflightRule.SWAP_IN_PLACE)
+_KERNEL_RULE = {**{r: r for r in _KERNEL_RULES}, RULE_SWAP_IN_PLACE: RULE_CONTINUE}
 # The engine acts only on drop_at_completion (and evict_stale_on_publish); consumption and policy
 # enforcements are the policy's own rules, which an exact record carries in its other fields.
 _KERNEL_ENFORCEMENTS = tuple(code(e) for e in Enforcement)
@@ -81,11 +94,15 @@ class FastPathNoProgress(RuntimeError):
     (e.g. every group is dropped). A diagnosis, where a loop would otherwise never end."""
 
 
-def _reject(feature: str, detail: str = "") -> None:
+def _feature(feature: str, detail: str = "") -> str:
     msg = f"simrl_fast does not support {feature}"
     if detail:
         msg += f" ({detail})"
-    raise FastPathUnsupported(msg + "; use the SimPy engine")
+    return msg + "; use the SimPy engine"
+
+
+def _reject(feature: str, detail: str = "") -> None:
+    raise FastPathUnsupported(_feature(feature, detail))
 
 
 class Static(NamedTuple):
@@ -142,6 +159,9 @@ class Params(NamedTuple):
     count_since_pub: np.ndarray  # int32: admit_count_since_publish
     buf_cap: np.ndarray  # float64: admit_buffer_cap_groups (inf: none)
     batch_window: np.ndarray  # int32: 1 = batch_order 1 (dispatch window), 0 = FIFO
+    batch_max: np.ndarray  # int32: batch_max_groups (a FIFO batch takes min(buffered, batch_max) once >= batch)
+    queue_block: np.ndarray  # float64: admit_queue_blocks_groups (inf: none)
+    collapse: np.ndarray  # int32: collapse_zero_variance_groups (0: none; checked after the run)
 
 
 class WorkloadArrays(NamedTuple):
@@ -181,50 +201,71 @@ def _reward_std(w, g: int) -> float:
 
 
 def lower_policy(policy, ctx: LoweringContext) -> PolicyParams:
-    """The policy's PolicyParams, checked against the feature set."""
+    """The policy's PolicyParams, checked against the feature set (the first reason is raised)."""
     pp = policy.lower(ctx)
-    name = f"policy {policy.kind!r}"
+    reasons = policy_rejections(pp, f"policy {policy.kind!r}")
+    if reasons:
+        raise FastPathUnsupported(reasons[0])
+    return pp
+
+
+def policy_rejections(pp: PolicyParams, name: str) -> list[str]:
+    """Every reason the fast path refuses the record ``pp`` (of ``name``), in the order checked."""
+    out: list[str] = []
     if not pp.fast_path_exact:
-        _reject(f"{name}", "its lower() has fast_path_exact=0: its rules do not fit PolicyParams")
+        out.append(_feature(f"{name}", "its lower() has fast_path_exact=0: its rules do not fit PolicyParams"))
     if pp.sync_per_instance:
-        _reject("per-instance weight sync (policy.sync_scope=per_instance)", name)
+        out.append(_feature("per-instance weight sync (policy.sync_scope=per_instance)", name))
     if pp.colocated:
-        _reject("colocated placement", name)
+        out.append(_feature("colocated placement", name))
     rules = list(InflightRule)
-    if pp.inflight_rule not in _KERNEL_RULES:
+    if pp.inflight_rule not in _KERNEL_RULE:
         rule = rules[pp.inflight_rule].value if 0 <= pp.inflight_rule < len(rules) else pp.inflight_rule
-        _reject(f"inflight_rule={rule}", name)
+        out.append(_feature(f"inflight_rule={rule}", name))
     if pp.staleness_enforcement not in _KERNEL_ENFORCEMENTS:
         inv = {code(e): e.value for e in Enforcement}
-        _reject(f"policy.staleness_enforcement={inv.get(pp.staleness_enforcement, pp.staleness_enforcement)}", name)
+        enf = inv.get(pp.staleness_enforcement, pp.staleness_enforcement)
+        out.append(_feature(f"policy.staleness_enforcement={enf}", name))
     if pp.drop_zero_variance not in (0, 1):
-        _reject("re-dispatch of zero-variance groups (drop_zero_variance=2)", name)
+        out.append(_feature("re-dispatch of zero-variance groups (drop_zero_variance=2)", name))
     if pp.buffer_capacity_groups != -1 and not _overflow_unreachable(pp):
-        _reject("a bounded buffer (buffer_capacity_groups) that admission does not keep from overflowing", name)
-    if pp.batch_min_groups != pp.batch_max_groups:
-        _reject("variable batch sizes (batch_min_groups != batch_max_groups)", name)
+        out.append(_feature("a bounded buffer (buffer_capacity_groups) that admission does not keep from "
+                            "overflowing", name))
+    if pp.batch_min_groups != pp.batch_max_groups and pp.batch_order != 0:
+        out.append(_feature("variable batch sizes (batch_min_groups != batch_max_groups) outside FIFO batches", name))
+    if pp.admit_max_batches_ahead == 0:
+        # it closes when a batch is taken: SimPy's order of trainer and dispatcher in one instant matters
+        out.append(_feature("admission closed while a batch is trained or published (admit_max_batches_ahead=0)",
+                            name))
+    if pp.admit_queue_blocks_groups < pp.batch_min_groups:
+        # with Q >= min the trainer never waits while buffered > Q, so its order against the dispatcher
+        # in an instant cannot matter
+        out.append(_feature("an output queue smaller than the batch minimum (admit_queue_blocks_groups < "
+                            "batch_min_groups)", name))
+    if pp.fail_on_version_crossing >= 0:
+        out.append(_feature("groups failed and re-dispatched at a publication (fail_on_version_crossing)", name))
     if pp.batch_shrink_by_drops:
-        _reject("batches shrunk by drops (batch_shrink_by_drops=1)", name)
+        out.append(_feature("batches shrunk by drops (batch_shrink_by_drops=1)", name))
     if pp.batch_order == 2:
-        _reject("oldest-dispatch-first batches (batch_order=2)", name)
+        out.append(_feature("oldest-dispatch-first batches (batch_order=2)", name))
     if pp.batch_order == 1 and _can_drop(pp):
         # without drops batch k is exactly the groups dispatched k-th (k*B .. k*B+B-1)
-        _reject("dispatch-window batches (batch_order=1) with a rule that drops groups", name)
+        out.append(_feature("dispatch-window batches (batch_order=1) with a rule that drops groups", name))
     if pp.max_dispatch_age >= 0:
-        _reject("drops by dispatch age (max_dispatch_age)", name)
+        out.append(_feature("drops by dispatch age (max_dispatch_age)", name))
     if pp.admit_return_evicted:
-        _reject("admission slots returned by evicted groups (admit_return_evicted=1)", name)
+        out.append(_feature("admission slots returned by evicted groups (admit_return_evicted=1)", name))
     if math.isinf(pp.admit_concurrency_groups) and math.isinf(pp.admit_budget_base_groups):
-        _reject("unbounded admission (no concurrency cap and no budget)", name)
+        out.append(_feature("unbounded admission (no concurrency cap and no budget)", name))
     if pp.admit_block_while_training and not (
         pp.admit_budget_base_groups == pp.admit_budget_per_version_groups == pp.batch_min_groups
         and not pp.admit_count_dispatched
     ):
         # Only the sync shape (closed whenever a batch can form) is order-independent at equal times.
-        _reject("admit_block_while_training with a budget other than (version + 1) * batch", name)
+        out.append(_feature("admit_block_while_training with a budget other than (version + 1) * batch", name))
     if pp.evict_stale_on_publish and pp.staleness_bound < 0:
-        _reject("eviction at publication without a staleness bound", name)
-    return pp
+        out.append(_feature("eviction at publication without a staleness bound", name))
+    return out
 
 
 def _can_drop(pp: PolicyParams) -> bool:
@@ -457,7 +498,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         _reject("a weight publication time of 0")
     tr = _training_terms(cfg, costs)
     if tr.kind == 1:
-        _check_training_memory(costs.training, wa, int(pp.batch_min_groups))
+        _check_training_memory(costs.training, wa, int(pp.batch_max_groups))
     ro = _rollout_form(cfg, costs)
     if pp.drop_zero_variance and wa.zero_var.all():
         raise FastPathNoProgress(
@@ -473,13 +514,14 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         conc=np.float64(pp.admit_concurrency_groups), budget_base=np.float64(pp.admit_budget_base_groups),
         budget_per_version=np.float64(pp.admit_budget_per_version_groups),
         count_dispatched=np.int32(pp.admit_count_dispatched), block_training=np.int32(pp.admit_block_while_training),
-        rule=np.int32(pp.inflight_rule), stale_bound=np.int32(stale_bound),
+        rule=np.int32(_KERNEL_RULE[pp.inflight_rule]), stale_bound=np.int32(stale_bound),
         drop_stale=np.int32(pp.staleness_enforcement == code(Enforcement.DROP_AT_COMPLETION) and stale_bound >= 0),
         evict_stale=np.int32(pp.evict_stale_on_publish), drop_zero_var=np.int32(pp.drop_zero_variance),
         batch=np.int32(pp.batch_min_groups),
         budget_per_batch=np.float64(pp.admit_budget_per_batch_groups),
         count_since_pub=np.int32(pp.admit_count_since_publish), buf_cap=np.float64(pp.admit_buffer_cap_groups),
-        batch_window=np.int32(pp.batch_order == 1),
+        batch_window=np.int32(pp.batch_order == 1), batch_max=np.int32(pp.batch_max_groups),
+        queue_block=np.float64(pp.admit_queue_blocks_groups), collapse=np.int32(pp.collapse_zero_variance_groups),
     )
     static = static_for([params], wa)
     return static, params, wa
@@ -487,7 +529,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
 
 def group_bound(p: Params) -> int:
     """Groups one run is expected to dispatch (dropped groups beyond it are detected as overflow)."""
-    steps, batch = int(p.steps), int(p.batch)
+    steps, batch = int(p.steps), max(int(p.batch), int(p.batch_max))
     budget = (float(p.budget_base) + float(p.budget_per_version) * max(steps - 1, 0)
               + float(p.budget_per_batch) * steps)
     if int(p.count_since_pub):  # the count restarts at each of the run's publications
@@ -507,7 +549,7 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
     chunk = 256
     return Static(
         instances=K, slots=max(int(p.max_seqs) for p in params), group_size=n, groups=G, max_groups=mg,
-        steps=steps, max_batch=max(int(p.batch) for p in params), chunk=chunk,
+        steps=steps, max_batch=max(max(int(p.batch), int(p.batch_max)) for p in params), chunk=chunk,
         max_chunks=int(2 * actions / chunk) + 4,
         formulas=(1 if any(int(p.ro_kind) == 1 for p in params) else 0)
         | (2 if any(int(p.tr_kind) == 1 for p in params) else 0),

@@ -79,7 +79,8 @@ def can_dispatch(st, p):
     """GroupBook.dispatcher's loop condition: the admission rule of PolicyParams (simrl.policy.record.admits).
 
     Batches taken (``admit_budget_per_batch_groups``) = steps published + the one being trained or
-    published; a batch being formed is finished before anything else acts (`select`)."""
+    published; a batch being formed is finished before anything else acts (`select`). Buffered groups
+    past ``admit_queue_blocks_groups`` hold a concurrency slot each (max(0, buffered - inf) = 0)."""
     since = jnp.where(p.count_since_pub == 1, st.count_off, 0)
     count = jnp.where(p.count_dispatched == 1, st.dispatched + since, st.accepted + st.n_running)
     tr = st.trainer
@@ -87,7 +88,8 @@ def can_dispatch(st, p):
     f = lambda v: v.astype(jnp.float64)  # noqa: E731
     budget = p.budget_base + p.budget_per_version * f(st.version) + p.budget_per_batch * f(taken)
     return (
-        ~st.dispatch_paused & (f(st.n_running) < p.conc) & (f(count) < budget) & (f(st.buf_live) < p.buf_cap)
+        ~st.dispatch_paused & (f(st.n_running) + jnp.maximum(f(st.buf_live) - p.queue_block, 0.0) < p.conc)
+        & (f(count) < budget) & (f(st.buf_live) < p.buf_cap)
         & ~((p.block_training == 1) & st.training) & (tr.phase != T_DONE) & ~st.overflow
     )
 

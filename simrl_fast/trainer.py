@@ -6,7 +6,8 @@ or stop dispatch and drain) or the end of a publication (version + 1, resume pau
 instances, evict stale buffered groups, open the next step). `trainer_react` is what the
 trainer does when woken in the same instant: start the drained publication once no group is
 in flight, and take the first ``batch`` buffered groups (FIFO, or the step's dispatch window laid
-out in the buffer by `instance.buffer_slot`) as the next training batch.
+out in the buffer by `instance.buffer_slot`) as the next training batch; a FIFO batch with
+``batch_max`` > ``batch`` takes every buffered group up to ``batch_max``.
 """
 
 from __future__ import annotations
@@ -166,10 +167,13 @@ def trainer_react(st, p, w, static, on, pub):
     live = (forming & (pos >= st.buf_head) & (pos < st.buf_tail) & (status == G_BUFFERED)
             & ~evicted(status, minv, p, st.version, pub))
     k = tr.taken
+    # FIFO takes every buffered group up to batch_max (batch_min = batch were buffered): buf_live + taken
+    # is the buffer when forming began (nothing else acts until the batch is formed)
+    target = jnp.where(p.batch_window == 1, p.batch, jnp.minimum(st.buf_live + k, p.batch_max))
     rank = k + jnp.cumsum(live.astype(i32), dtype=i32) - 1  # batch position of each live entry
-    take = live & (rank < p.batch)
+    take = live & (rank < target)
     n_take = jnp.sum(take.astype(i32), dtype=i32)
-    full = forming & (k + n_take == p.batch)
+    full = forming & (k + n_take == target)
     # the next entry: after the batch's last group when it is complete, else after the window
     head = jnp.where(full, jnp.max(jnp.where(take, pos, -1)) + 1, start + W)
     wg = g0 % ng
@@ -183,7 +187,7 @@ def trainer_react(st, p, w, static, on, pub):
         fwd = jnp.where(take[:, None], fwd, 0.0)
         fwd_sum = jax.lax.scan(lambda c, x: (c + x, None), fwd_sum, fwd.reshape(-1))[0]
         fwd_max = jnp.maximum(fwd_max, jnp.max(fwd))
-    dur = train_time(p, static, p.batch * static.group_size, seqtok, fwd_sum, fwd_max)
+    dur = train_time(p, static, target * static.group_size, seqtok, fwd_sum, fwd_max)
     go = drain_go | full
     trainer = tr._replace(
         phase=jnp.where(full, T_TRAIN, jnp.where(drain_go, T_PUBLISH, tr.phase)),

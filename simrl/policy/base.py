@@ -274,6 +274,7 @@ class Policy:
             sync_per_instance=int(sync.scope is SyncScope.PER_INSTANCE),
             clear_cache_on_sync=int(sync.clear_prefix_cache),
             colocated=int(sync.placement is Placement.COLOCATED),
+            disaggregated=int(sync.placement is Placement.DISAGGREGATED),
             staleness_bound=-1 if stale.bound is None else int(stale.bound),
             staleness_enforcement=code(stale.enforcement),
             evict_stale_on_publish=int(stale.evict_on_publish),

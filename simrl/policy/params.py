@@ -16,10 +16,23 @@ admission (a group may start when all hold):
     that publication's evictions), so it is the groups dispatched since plus those (verl
     fully_async's ``staleness_samples``); and buffered groups < ``admit_buffer_cap_groups`` (a
     bounded output queue: verl's MessageQueue, TRL's ``queue_maxsize``); and, if
-    ``admit_block_while_training`` = 1, not while training.
+    ``admit_block_while_training`` = 1, not while training; and, if ``admit_max_batches_ahead``
+    = S >= 0, batches taken by the trainer - publications seen <= S (ART's ``_wait_for_policy``:
+    policy version >= next training step - S; a publication is seen when its ``on_publish`` runs).
+    With a finite ``admit_queue_blocks_groups`` = Q, buffered groups beyond Q each hold a
+    concurrency slot: the concurrency test is running + max(0, buffered - Q) < concurrency (a
+    rollout worker blocked putting its group into a full output queue, ART's ``queue_maxsize``).
 
 in flight: ``inflight_rule`` (`code` of an `InflightRule`), ``sync_per_instance`` (0/1),
-``clear_cache_on_sync`` (0/1), ``colocated`` (0/1).
+``clear_cache_on_sync`` (0/1), ``colocated`` (0/1), ``disaggregated`` (0/1: the policy itself
+declares disaggregated placement, whatever ``deployment.placement`` says; 0 with ``colocated`` = 0:
+the deployment's); ``route_needs_dispatch_version`` (0/1): a call
+runs only on an instance holding at least its group's dispatch version (PSRL's routing with
+per-instance pulls; a no-op under global sync, where every instance holds the published version);
+``fail_on_version_crossing`` = k >= 0: at each publication every running group with an unfinished
+trajectory that already generated under an older version fails, and is dispatched again from
+scratch (ahead of new prompts) while its retries < k, else aborted and dropped (Dressage without
+partial rollout; -1: never).
 
 filtering: ``staleness_bound`` (-1: none), ``staleness_enforcement`` (`code` of an `Enforcement`;
 ``drop_at_completion``: a group staler than the bound when it finishes is dropped and returns
@@ -31,6 +44,9 @@ staler than the bound are dropped; they keep counting as accepted),
 when it finishes and evicted from the buffer at each publication: the age is counted from the
 dispatch stamp, not from the oldest token as ``staleness_bound`` is; verl V1's span check, TRL
 async's sample age). The record's filter checks zero variance first, then the dispatch age.
+``collapse_zero_variance_groups`` = n > 0 (with ``drop_zero_variance``): the run stops with an
+error when the n-th group since the last batch is dropped for zero reward variance (ART's
+"MODEL COLLAPSE DETECTED" failsafe); 0: never.
 
 batch: ``batch_min_groups`` <= groups taken <= ``batch_max_groups``, by ``batch_order``:
     0 FIFO: the first ``batch_max_groups`` buffered groups, once ``batch_min_groups`` are buffered;
@@ -92,6 +108,12 @@ class PolicyParams:
     max_dispatch_age: int = -1
     batch_order: int = 0
     batch_shrink_by_drops: int = 0
+    admit_max_batches_ahead: int = -1
+    admit_queue_blocks_groups: float = math.inf
+    collapse_zero_variance_groups: int = 0
+    fail_on_version_crossing: int = -1
+    route_needs_dispatch_version: int = 0
+    disaggregated: int = 0
 
     def __attrs_post_init__(self):
         if self.admit_count_since_publish and not self.admit_count_dispatched:
@@ -105,6 +127,12 @@ class PolicyParams:
             raise ValueError("batch_order=1 (dispatch window) needs batch_min_groups == batch_max_groups")
         if self.batch_shrink_by_drops and self.batch_order != 0:
             raise ValueError("batch_shrink_by_drops=1 needs batch_order=0 (FIFO)")
+        if self.colocated and self.disaggregated:
+            raise ValueError("colocated=1 and disaggregated=1 contradict each other")
+        if self.collapse_zero_variance_groups and not self.drop_zero_variance:
+            raise ValueError("collapse_zero_variance_groups > 0 needs drop_zero_variance >= 1")
+        if self.fail_on_version_crossing >= 0 and self.admit_count_since_publish:
+            raise ValueError("fail_on_version_crossing >= 0 cannot be combined with admit_count_since_publish=1")
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in attrs.asdict(self).items()}

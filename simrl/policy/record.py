@@ -17,6 +17,7 @@ from functools import lru_cache
 import attrs
 
 from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
+from simrl.policy.errors import PolicyError
 from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.rules import Enforcement, InflightRule, Placement, Staleness, Sync, SyncScope
 
@@ -36,6 +37,8 @@ class RecordState:
     batches_taken: int = 0  # batches the trainer has taken (admit_budget_per_batch_groups)
     count_offset: int = 0  # running + buffered - dispatched at the last publication (admit_count_since_publish)
     dropped_since_batch: int = 0  # groups the record's filter dropped since the last batch (batch_shrink_by_drops)
+    publications: int = 0  # publications whose on_publish ran (admit_max_batches_ahead)
+    zero_variance_since_batch: int = 0  # zero-variance drops since the last batch (collapse_zero_variance_groups)
 
 
 _NO_STATE = RecordState()
@@ -52,9 +55,24 @@ def admits(p: PolicyParams, st: PipelineState, rs: RecordState | None = None) ->
         count = st.groups_dispatched - st.groups_dropped
     else:
         count = st.groups_accepted + st.n_running
+    if p.admit_max_batches_ahead >= 0 and rs.batches_taken - rs.publications > p.admit_max_batches_ahead:
+        return False
     budget = (p.admit_budget_base_groups + p.admit_budget_per_version_groups * st.version
               + p.admit_budget_per_batch_groups * rs.batches_taken)
-    return st.n_running < p.admit_concurrency_groups and count < budget and len(st.buffer) < p.admit_buffer_cap_groups
+    blocked = max(0, len(st.buffer) - p.admit_queue_blocks_groups)  # 0 when the queue is unbounded (inf)
+    return (st.n_running + blocked < p.admit_concurrency_groups and count < budget
+            and len(st.buffer) < p.admit_buffer_cap_groups)
+
+
+def collapse_message(limit: int) -> str:
+    """The record's ``collapse_zero_variance_groups`` failsafe, as the run's error."""
+    return (f"MODEL COLLAPSE DETECTED: {limit} groups in a row since the last batch had zero reward variance "
+            f"(collapse_zero_variance_groups={limit})")
+
+
+def crossed(g: GroupRecord, version: int) -> bool:
+    """Whether an unfinished trajectory of g already generated under a version older than ``version``."""
+    return any(t.finish_time is None and t.min_version is not None and t.min_version < version for t in g.trajs)
 
 
 def dispatch_aged(p: PolicyParams, g: GroupRecord, version: int) -> bool:
@@ -80,7 +98,8 @@ class RecordPolicy(Policy):
         p = self.params
         return Sync(rule=_RULES[p.inflight_rule],
                     scope=SyncScope.PER_INSTANCE if p.sync_per_instance else SyncScope.GLOBAL,
-                    placement=Placement.COLOCATED if p.colocated else None,
+                    placement=(Placement.COLOCATED if p.colocated
+                               else Placement.DISAGGREGATED if p.disaggregated else None),
                     clear_prefix_cache=bool(p.clear_cache_on_sync))
 
     @property
@@ -105,6 +124,10 @@ class RecordPolicy(Policy):
         if p.drop_zero_variance and group.reward_std() == 0.0:
             retry = p.drop_zero_variance == 2 and (p.max_retries <= 0 or group.retries < p.max_retries)
             verdict = Verdict.RETRY if retry else Verdict.DROP
+            if p.collapse_zero_variance_groups:
+                st.policy_state.zero_variance_since_batch += 1
+                if st.policy_state.zero_variance_since_batch >= p.collapse_zero_variance_groups:
+                    raise PolicyError(collapse_message(p.collapse_zero_variance_groups))
         elif dispatch_aged(p, group, st.version):
             verdict = Verdict.DROP
         if verdict is not Verdict.ACCEPT:
@@ -113,7 +136,14 @@ class RecordPolicy(Policy):
 
     def on_publish(self, st: PipelineState) -> PublishActions:
         p = self.params
+        st.policy_state.publications += 1
         aged = tuple(g.gid for g in st.buffer if dispatch_aged(p, g, st.version))
+        if p.fail_on_version_crossing >= 0:
+            failed = [g for g in st.running.values() if crossed(g, st.version)]
+            k = p.fail_on_version_crossing
+            return PublishActions(abort_running=tuple(g.gid for g in failed if g.retries >= k),
+                                  requeue_running=tuple(g.gid for g in failed if g.retries < k),
+                                  drop_buffered=aged)
         if p.admit_count_since_publish:
             # the engine's staleness evictions of this publication are applied after this hook
             evict = p.evict_stale_on_publish and p.staleness_bound >= 0
@@ -146,7 +176,11 @@ class RecordPolicy(Policy):
             return None
         rs.batches_taken += 1
         rs.dropped_since_batch = 0
+        rs.zero_variance_since_batch = 0
         return batch
+
+    def eligible(self, instance_version: int, group: GroupRecord) -> bool:
+        return not self.params.route_needs_dispatch_version or instance_version >= group.dispatch_version
 
     def lower(self, ctx: LoweringContext) -> PolicyParams:
         return self.params

@@ -44,12 +44,15 @@ def test_supported_configuration_lowers_to_numbers():
     ("router.active_cap=4", "router.active_cap=4"),
     ("run.time_horizon_s=100", "time_horizon_s"),
     ("policy=psrl", "policy 'psrl'"),
-    ("policy=art", "policy 'art'"),
+    ("policy=prime_rl", "policy 'prime_rl'"),
+    ("policy=dressage", "fail_on_version_crossing"),
+    ("policy=art", "admit_max_batches_ahead=0"),
     ("cost.training_knobs.optimizer_cpu_offload=true", "optimizer_cpu_offload=true (trainer offload"),
 ])
 def test_unsupported_features_are_rejected_by_name(override, feature):
+    extra = ["policy.max_steps_off_policy=0"] if override == "policy=art" else []
     with pytest.raises(FastPathUnsupported, match="simrl_fast does not support") as exc:
-        lowered(override)
+        lowered(override, *extra)
     assert feature in str(exc.value) and "SimPy" in str(exc.value)
 
 
@@ -103,8 +106,8 @@ DEFAULTS = {
     "sync": None, "bounded_async": None, "areal": None, "skyrl": None, "verl": None, "openrlhf": None,
     "nemo_rl": None, "roll": None,
     "trl": "colocated placement", "slime": "colocated placement", "verl_v1": "colocated placement",
-    "art": "fast_path_exact=0", "dressage": "fast_path_exact=0", "prime_rl": "fast_path_exact=0",
-    "psrl": "fast_path_exact=0",
+    "art": None, "dressage": "fail_on_version_crossing", "prime_rl": "fast_path_exact=0",
+    "psrl": "per-instance weight sync",
 }
 
 
@@ -144,9 +147,19 @@ def test_a_bounded_queue_is_accepted_only_where_admission_keeps_it_from_overflow
     ({"admit_return_evicted": 1, "admit_count_dispatched": 0, "admit_count_since_publish": 0,
       "buffer_capacity_groups": -1}, "returned by evicted groups"),
     ({"batch_order": 1, "drop_zero_variance": 1}, "dispatch-window batches (batch_order=1) with a rule that drops"),
+    ({"admit_max_batches_ahead": 0}, "admit_max_batches_ahead=0"),
+    ({"admit_queue_blocks_groups": 31.0, "batch_min_groups": 32, "batch_max_groups": 32}, "admit_queue_blocks_groups < "),
+    ({"fail_on_version_crossing": 2, "admit_count_since_publish": 0}, "fail_on_version_crossing"),
+    ({"batch_order": 1, "batch_min_groups": 4, "batch_max_groups": 4, "buffer_capacity_groups": -1,
+      "evict_stale_on_publish": 0}, None),  # control: a dispatch window is accepted
+    ({"batch_min_groups": 4, "batch_max_groups": 40, "admit_max_batches_ahead": 1,
+      "admit_queue_blocks_groups": 4.0, "route_needs_dispatch_version": 1}, None),  # ART's shape is accepted
 ])
 def test_record_extensions_the_kernel_lacks_are_rejected_by_name(change, feature):
     rec = attrs.evolve(_verl_record(), **change)
+    if feature is None:
+        assert lower_policy(ParamsPolicy(rec), LoweringContext(group_size=4, instances=2)) == rec
+        return
     with pytest.raises(FastPathUnsupported, match=re.escape(feature)):
         lower_policy(ParamsPolicy(rec), LoweringContext(group_size=4, instances=2))
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from simhelpers import linear_costs, random_workload
 
 from simrl.config import load_config
-from simrl.engine.sim import build_simulation, summarise
+from simrl.engine.sim import SimulationError, build_simulation, summarise
 from simrl.policy.params import LoweringContext
 from simrl.policy.record import ParamsPolicy
 from simrl.policy.registry import policy_kinds
@@ -58,6 +58,24 @@ MODES = [
     ["policy=slime", "policy.mode=train_async", "policy.rollout_batch_size=5"],
     ["policy=areal", "policy.dynamic_bs=true", "policy.should_accept_fn=nonzero_std",
      "policy.consumer_batch_size=4", "policy.max_head_offpolicyness=1"],
+    # art: the version gate as batches ahead of publications, put-blocked workers, the collapse
+    # failsafe; dressage: version-crossing retries and the output-queue watermark; psrl (staleness
+    # 0): per-version buffers as a budget, routing only to instances that pulled the dispatch version
+    ["policy=art", "policy.max_steps_off_policy=0", "policy.min_batch_size=2", "policy.max_batch_size=5",
+     "policy.num_rollout_workers=5"],
+    ["policy=art", "policy.min_batch_size=2", "policy.max_batch_size=3", "policy.queue_maxsize=2",
+     "policy.num_rollout_workers=5", "policy.rollout_weight_update_mode=in_flight_lora"],
+    ["policy=dressage", "policy.rollout_batch_size=3", "policy.async_max_active_groups=6",
+     "policy.dressage_staleness_keep_versions=1", "policy.rollout_max_retries=1"],
+    ["policy=dressage", "policy.rollout_batch_size=5", "policy.rollout_mode=partial_async", "policy.global_batch_size=6",
+     "policy.async_output_queue_size=4", "policy.rollout_max_retries=0", "policy.async_max_active_groups=10"],
+    ["policy=psrl", "policy.staleness_buffer_entries=3", "policy.dynamic_sampling_filter=true"],
+    ["policy=psrl", "policy.staleness_buffer_entries=4", "policy.partial_rollout_enable=false",
+     "policy.enable_multi_priority_queue=true"],
+    # a placement the policy declares wins over the deployment's (record field `disaggregated`)
+    ["policy=art", "deployment.placement=colocated", "policy.min_batch_size=2"],
+    ["policy=trl", "policy.mode=async", "deployment.placement=colocated", "policy.per_device_train_batch_size=4",
+     "policy.num_processes=2"],
 ]
 CASES = [[f"policy={k}"] for k in policy_kinds() if not k.startswith("_")] + MODES
 
@@ -104,7 +122,64 @@ def test_an_exact_lowering_simulates_like_the_policy(case, sc):
 def test_the_test_covers_every_claimed_exact_kind():
     ctx = LoweringContext(group_size=4, instances=2)
     claimed = {c[0].split("=")[1] for c in CASES if load_config(overrides=c).policy.lower(ctx).fast_path_exact}
-    assert claimed >= {"sync", "bounded_async", "areal", "skyrl", "trl", "verl", "verl_v1", "openrlhf", "nemo_rl", "roll", "slime"}
+    assert claimed >= {"sync", "bounded_async", "areal", "skyrl", "trl", "verl", "verl_v1", "openrlhf", "nemo_rl", "roll", "slime",
+                       "art", "dressage", "psrl"}
+
+
+def test_every_preset_but_prime_rl_is_exact_at_its_defaults():
+    # prime_rl's AIMD permits (KV usage read at polls, time windows, cancellations) have no field
+    ctx = LoweringContext(group_size=4, instances=2)
+    exact = {k: load_config(overrides=[f"policy={k}"]).policy.lower(ctx).fast_path_exact
+             for k in policy_kinds() if not k.startswith("_")}
+    assert {k for k, e in exact.items() if not e} == {"prime_rl"}
+
+
+#: each record extension of art, dressage and psrl, on a scenario where it decides something:
+#: removing it from the lowered record changes the run (so the exactness cases exercise it)
+EXTENSIONS = [
+    (["policy=art", "policy.max_steps_off_policy=0", "policy.min_batch_size=2", "policy.max_batch_size=5",
+      "policy.num_rollout_workers=5"], 3.0, "admit_max_batches_ahead", -1),
+    (["policy=art", "policy.min_batch_size=2", "policy.max_batch_size=3", "policy.queue_maxsize=2",
+      "policy.num_rollout_workers=5"], 30.0, "admit_queue_blocks_groups", float("inf")),
+    (["policy=dressage", "policy.rollout_batch_size=3", "policy.async_max_active_groups=6",
+      "policy.rollout_max_retries=1"], 3.0, "fail_on_version_crossing", -1),
+    (["policy=dressage", "policy.rollout_batch_size=3", "policy.async_max_active_groups=6",
+      "policy.rollout_max_retries=1"], 3.0, "fail_on_version_crossing", 0),
+    (["policy=psrl", "policy.staleness_buffer_entries=3"], 3.0, "route_needs_dispatch_version", 0),
+]
+
+
+@pytest.mark.parametrize("case, step_s, field, off", EXTENSIONS, ids=lambda x: x if isinstance(x, str) else None)
+def test_each_new_extension_is_exact_and_decides_something(case, step_s, field, off):
+    cfg = load_config(overrides=[*case, "run.training_steps=3", "deployment.rollout.instances=2"])
+    record = cfg.policy.lower(LoweringContext(group_size=4, instances=2))
+    assert record.fast_path_exact
+    wl = random_workload(groups=24, n=4, seed=3, completion=(50, 1500))
+    costs = linear_costs(step_s=step_s, sync_s=0.5)
+    want, sim_a = run(cfg, wl, costs)
+    got, sim_b = run(attrs.evolve(cfg, policy=ParamsPolicy(record)), wl, costs)
+    assert (want.steps, sim_a.events) == (got.steps, sim_b.events)
+    _, sim_c = run(attrs.evolve(cfg, policy=ParamsPolicy(attrs.evolve(record, **{field: off}))), wl, costs)
+    assert sim_c.events != sim_a.events
+
+
+def test_the_collapse_failsafe_stops_the_record_where_it_stops_art():
+    # 2 x min_batch_size = 4 zero-variance discards between two batches: both stop at the same
+    # event; the preset's error is ART's text, the record's names its field
+    cfg = load_config(overrides=["policy=art", "policy.discard_queue_multiplier=2", "policy.min_batch_size=2"])
+    record = cfg.policy.lower(LoweringContext(group_size=4, instances=2))
+    assert record.collapse_zero_variance_groups == 4
+    wl = random_workload(groups=24, n=4, seed=3, completion=(50, 1500), zero_variance=0.8)
+    costs = linear_costs(step_s=3.0, sync_s=0.5)
+    sims = []
+    for pol in (cfg.policy, ParamsPolicy(record)):
+        sim = build_simulation(attrs.evolve(cfg, policy=pol), wl, costs)
+        with pytest.raises(SimulationError, match="MODEL COLLAPSE DETECTED") as err:
+            sim.run()
+        sims.append((sim, str(err.value)))
+    (a, msg_a), (b, msg_b) = sims
+    assert a.events == b.events and len(a.events) > 0
+    assert "discard_queue_multiplier" in msg_a and "collapse_zero_variance_groups=4" in msg_b
 
 
 def test_a_record_that_differs_from_the_policy_is_caught():

@@ -1,0 +1,28 @@
+"""docs/fastpath.md holds the table `simrl_fast.coverage` prints: every reason each preset at its
+defaults is refused by the fast path (numpy only, no jax)."""
+
+from pathlib import Path
+
+from simrl_fast.coverage import coverage, presets, table
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "fastpath.md"
+BEGIN, END = "<!-- coverage table: python -m simrl_fast.coverage -->\n", "<!-- end of coverage table -->"
+
+
+def test_the_docs_hold_the_generated_table():
+    text = DOC.read_text()
+    assert BEGIN in text and END in text, f"{DOC}: the coverage table markers are missing"
+    held = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    assert held == table(), "docs/fastpath.md is stale: paste the output of `python -m simrl_fast.coverage`"
+
+
+def test_every_reason_is_listed_not_only_the_first():
+    # verl_v1 at its defaults: colocated, and three record fields the kernel lacks
+    c = coverage("verl_v1")
+    assert c.config[0] == "deployment.placement=colocated (the policy's mode)"
+    assert any("kv_policy=on_demand" in r for r in c.config) and any("chunked prefill" in r for r in c.config)
+    assert [r.split(" (")[0] for r in c.policy] == ["colocated placement", "oldest-dispatch-first batches",
+                                                     "drops by dispatch age", "admission slots returned by evicted groups"]
+    # once the configuration reasons are fixed, the presets with an exact, supported record run
+    runs = {k for k in presets() if coverage(k).fixed == "runs"}
+    assert runs == {"sync", "bounded_async", "areal", "skyrl", "verl", "openrlhf", "nemo_rl", "roll", "art"}
