@@ -91,3 +91,46 @@ def test_prepare_rows_and_files_are_those_of_whole_loads(tmp_path, monkeypatch):
     for f in names:
         if f != "timing.json":
             assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes(), f
+
+
+def test_points_lowered_like_their_skeleton_equal_their_own_lowering(tmp_path):
+    """Cost knobs drawn per point (groups of one cost object each): every Params row, engine and
+    fallback reason is that of `lower` point by point, for every lowering mode of `route`; a draw
+    the fast path refuses (a + b = 0 in the linear rollout form) falls back with `lower`'s reason."""
+    pytest.importorskip("jax")
+    from test_sweep_lowering import _check_against_reference
+
+    axes = [*AXES, {"name": "seqs", "key": "deployment.rollout.max_num_seqs", "grid": [2, 4]},
+            {"name": "kv", "key": "deployment.rollout.kv_capacity_tokens", "grid": [60, 100000]}]
+    space = load_space(str(_space(tmp_path, axes=axes, checks=[])))
+    points = space.points()
+    ref = _check_against_reference(space, points)
+    assert sorted(e for e, _, _ in ref.values()) == ["fast"] * 24 + ["simpy"] * 24
+    # a skeleton whose third point's rollout form is refused: a = b = 0
+    zero = {"name": "zero", "key": "cost.rollout_knobs.c", "random": {"low": 1e-9, "high": 2e-9}}
+    spec_axes = [AXES[0], {"linked": [{"name": "a", "key": "cost.rollout_knobs.a", "values": [0.004, 0.005, 0.0]},
+                                      {"name": "b", "key": "cost.rollout_knobs.b", "values": [1e-5, 2e-5, 0.0]}]},
+                 zero]
+    space = load_space(str(_space(tmp_path, axes=spec_axes, samples=2)))
+    ref = _check_against_reference(space, space.points())
+    simpy = [v for e, v, _ in ref.values() if e == "simpy"]
+    assert len(simpy) == 4 and all("a + b = 0" in v for v in simpy)
+
+
+def test_lower_like_is_lower_for_another_draw(tmp_path):
+    pytest.importorskip("jax")
+    from simrl_fast.grid import lower_like, same_params
+    from simrl_fast.lowering import lower, lower_workload
+
+    space = load_space(str(_space(tmp_path)))
+    jobs, workloads, cache = prepare(space, space.points())
+    first, other = jobs[0], jobs[2]  # inst=1, rule=continue: draws 0 and 2
+    assert first.cfg.deployment is other.cfg.deployment and first.cfg.cost != other.cfg.cost
+    w = workloads[first.workload_key]
+    wa = lower_workload(w)
+    row = lower(first.cfg, w, cache.costs(first.cfg), wa=wa)[1]
+    want = lower(other.cfg, w, cache.costs(other.cfg), wa=wa)[1]
+    got = lower_like(row, other.cfg, w, cache.costs(other.cfg), wa)
+    assert same_params(got, want) and not same_params(row, want)
+    assert float(got.a) == other.cfg.cost.rollout_knobs["a"] and float(got.sync_s) == pytest.approx(
+        other.cfg.cost.weight_sync_knobs["publish_s"])
