@@ -134,3 +134,77 @@ def test_lower_like_is_lower_for_another_draw(tmp_path):
     assert same_params(got, want) and not same_params(row, want)
     assert float(got.a) == other.cfg.cost.rollout_knobs["a"] and float(got.sync_s) == pytest.approx(
         other.cfg.cost.weight_sync_knobs["publish_s"])
+
+
+def _table_text_before(rows, columns):
+    """`output.table_text` as it was: csv.DictWriter of `_fmt` of each cell, row by row."""
+    import csv
+    import io
+
+    from simrl_explore.output import _fmt
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: _fmt(r.get(c, "")) for c in columns})
+    return buf.getvalue()
+
+
+def test_the_columnar_table_is_the_row_by_row_one():
+    import math
+    import random
+
+    import numpy as np
+
+    from simrl_explore.output import table_text
+
+    rng = random.Random(3)
+    rows = []
+    for i in range(400):
+        x = rng.uniform(-1, 1) * 10 ** rng.randint(-14, 20)
+        rows.append({"point": i, "x": x, "np": np.float64(x / 3), "gone": x if i % 3 else "",
+                     "nan": math.nan if i % 5 == 0 else x * 7, "flag": bool(i % 2), "n": rng.randint(-10**12, 10**12),
+                     "mixed": [1, 2.5, "a,b", 'say "hi"', None, "line\nbreak", True][i % 7],
+                     "reason": "memory: training peak 81.2 GiB per GPU > 80 GiB (8 GPUs, tp=2)" if i % 4 else ""})
+    rows.append({"point": 400, "x": math.inf, "np": -math.inf, "gone": 0.0, "nan": -0.0, "flag": False,
+                 "n": 2**70, "mixed": 1e16, "reason": "ok"})
+    cols = ["point", "x", "np", "gone", "nan", "flag", "n", "mixed", "reason", "absent"]
+    assert table_text(rows, cols) == _table_text_before(rows, cols)
+    assert table_text(rows[:0], cols) == _table_text_before(rows[:0], cols)
+    one = [{"r": ""}, {"r": "x"}, {"r": 1.5}]
+    assert table_text(one, ["r"]) == _table_text_before(one, ["r"])
+
+
+def test_parquet_column_by_column_is_the_row_by_row_file(tmp_path):
+    import math
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from simrl_explore.output import write_parquet
+
+    def before(rows, columns):  # write_parquet's tables as they were built, row by row
+        cols = {c: [] for c in columns}
+        for r in rows:
+            for c in columns:
+                v = r.get(c)
+                cols[c].append(None if v == "" or (isinstance(v, float) and math.isnan(v)) else v)
+        arrays = {}
+        for c, vals in cols.items():
+            try:
+                arrays[c] = pa.array(vals)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                arrays[c] = pa.array([None if v is None else str(v) for v in vals])
+        buf = pa.BufferOutputStream()
+        pq.write_table(pa.table(arrays), buf, compression="zstd")
+        return buf.getvalue().to_pybytes()
+
+    rows = [{"point": i, "x": [0.5, math.nan, 2.0][i % 3], "s": ["a", "", "b"][i % 3], "m": [1, "x", 2.5][i % 3],
+             "ok": bool(i % 2)} for i in range(30)]
+    cols = ["point", "x", "s", "m", "ok", "absent"]
+    assert write_parquet(str(tmp_path / "a.parquet"), rows, cols)
+    write_parquet(str(tmp_path / "b.parquet"), rows, cols)
+    got = (tmp_path / "a.parquet").read_bytes()
+    assert got == (tmp_path / "b.parquet").read_bytes() == before(rows, cols)
+    assert pq.read_table(tmp_path / "a.parquet").column("x").null_count == 10
