@@ -208,3 +208,42 @@ def test_parquet_column_by_column_is_the_row_by_row_file(tmp_path):
     got = (tmp_path / "a.parquet").read_bytes()
     assert got == (tmp_path / "b.parquet").read_bytes() == before(rows, cols)
     assert pq.read_table(tmp_path / "a.parquet").column("x").null_count == 10
+
+
+def _inert_before(res):
+    """`SweepResult.inert_axes` as it was: dicts of the other axes' values, row by row."""
+    names = [a.name for a in res.space.axes]
+    cols = ["step_time_s", "trained_tokens_per_s", "staleness_mean"]
+    out = []
+    for a in names:
+        groups = {}
+        for r in res.ok():
+            key = tuple(r.get(n) for n in names if n != a)
+            groups.setdefault(key, {})[r.get(a)] = tuple(round(float(r[c]), 9) for c in cols)
+        compared = [g for g in groups.values() if len(g) > 1]
+        if compared and all(len(set(g.values())) == 1 for g in compared):
+            out.append(a)
+    return out
+
+
+def test_inert_axes_by_arrays_are_those_of_the_dicts(tmp_path):
+    import random
+    from collections import Counter
+
+    from simrl_explore.sweep import SweepResult
+
+    space = load_space(str(_space(tmp_path)))  # axes inst, rule, a, b, train_a, publish_s
+    rng = random.Random(5)
+    for trial in range(60):
+        rows = []
+        for i in range(rng.randint(0, 40)):
+            v = {"inst": rng.choice([1, 2, 2.0, True]), "rule": rng.choice(["continue", "drain", None]),
+                 "a": rng.choice([0.1, 0.2]), "b": rng.choice([1, 2, 3]), "train_a": 0.5,
+                 "publish_s": rng.choice([1.0, 1.0 + 1e-12, 2.0])}
+            inert = trial % 3 and rng.random() < 0.9
+            t = 1.0 + (0 if inert else v["b"] * 0.25)
+            rows.append({"point": i, **v, "status": rng.choice(["ok", "ok", "ok", "failed"]), "step_time_s": t,
+                         "trained_tokens_per_s": 2.0 / t, "staleness_mean": 0.0})
+        res = SweepResult(space=space, rows=rows, recheck=[], timings={}, engines=Counter(), fallbacks=Counter(),
+                          dropped=Counter())
+        assert res.inert_axes() == _inert_before(res), trial
