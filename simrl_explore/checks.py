@@ -39,16 +39,37 @@ def _layout_key(cfg: SimConfig, *sections: str) -> str:
     return json.dumps(parts, sort_keys=True, default=str)
 
 
+def _json(obj) -> str:
+    return json.dumps(converter.unstructure(obj), sort_keys=True, default=str)
+
+
 class LayoutCache:
     """Cost models and check verdicts, computed once per distinct layout."""
 
     def __init__(self):
-        self.rollout: dict[str, Any] = {}
+        self.rollout: dict[Any, Any] = {}
         self.training_mem: dict[tuple, str | None] = {}
+        # the key's parts by section object (a sweep's points share their deployment section, and a
+        # point's costs are asked for by the checks and again by the lowering): id -> (object, json)
+        self._parts: dict[int, tuple[Any, str]] = {}
+
+    def _part(self, obj, make) -> str:
+        hit = self._parts.get(id(obj))
+        if hit is None or hit[0] is not obj:
+            hit = self._parts[id(obj)] = (obj, make(obj))
+        return hit[1]
+
+    def layout_key(self, cfg: SimConfig) -> tuple[str, str]:
+        """What the costs depend on: the model, the rollout and training sections and the cost
+        section, as JSON (equal keys, equal costs)."""
+        dep = self._part(cfg.deployment, lambda d: json.dumps(
+            [d.model, converter.unstructure(d.rollout), converter.unstructure(d.training)], sort_keys=True,
+            default=str))
+        return dep, self._part(cfg.cost, _json)
 
     def costs(self, cfg: SimConfig):
         """The run's `Costs` (built by `simrl.cost.build.build_costs`), or the error building them."""
-        key = _layout_key(cfg, "rollout", "training")
+        key = self.layout_key(cfg)
         if key not in self.rollout:
             from simrl.cost.build import build_costs
 

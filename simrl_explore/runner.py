@@ -83,6 +83,71 @@ def check_keys(space: Space) -> None:
             node = node[p]
 
 
+_COST_KNOBS = ("rollout_knobs", "training_knobs", "weight_sync_knobs", "colocated_knobs")
+
+
+def _knob_override(ov: str) -> tuple[str, str, str] | None:
+    """(section, name, raw value) of a ``cost.<section>_knobs.NAME=VALUE`` override, else None."""
+    key, eq, raw = ov.partition("=")
+    parts = key.strip().split(".")
+    if eq and len(parts) == 3 and parts[0] == "cost" and parts[1] in _COST_KNOBS and parts[2]:
+        return parts[1], parts[2], raw
+    return None
+
+
+class PointLoader:
+    """``load(overrides)`` of a sweep's points, with each distinct combination of the points'
+    non-knob overrides loaded (parsed, structured, checked) once.
+
+    A point's cost-knob overrides (``cost.rollout_knobs.a=0.005``: the cost families' free-form
+    constructor arguments, `CostConfig`) are then set on a copy of that configuration's
+    `CostConfig`, each value read as `load_config` reads it (`simrl.config._parse_value`) and
+    checked as it checks knobs (plain and finite, `_plain_error`); nothing else reads them while
+    loading (`check_deployment` checks the deployment, not the costs). The result equals
+    ``load(overrides)`` (tests/explore/test_sweep_setup.py); where anything is off (a knob key
+    another override also sets, a value that does not parse or check, a skeleton that does not
+    load) the point is loaded whole by ``load``, so its error message is the one it always was.
+    Points of one skeleton share its frozen sections (deployment, policy, workload, run); each
+    gets its own `CostConfig` and knob dicts."""
+
+    def __init__(self, load: Callable[[list[str]], Any]):
+        self.load = load
+        self.skeletons: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, overrides: list[str]) -> Any:
+        from simrl.config import _parse_value, _plain_error
+
+        knobs, rest = [], []
+        for ov in overrides:
+            k = _knob_override(ov)
+            (rest if k is None else knobs).append(ov if k is None else k)
+        if not knobs:
+            return self.load(overrides)
+        rest_keys = [ov.partition("=")[0].strip() for ov in rest]
+        if any(k == "cost" or any(k == f"cost.{sec}" or k.startswith(f"cost.{sec}.")
+                                              for sec, _, _ in knobs) for k in rest_keys):
+            return self.load(overrides)
+        key = tuple(rest)
+        cfg0 = self.skeletons.get(key)
+        if cfg0 is None:
+            try:
+                cfg0 = self.skeletons[key] = self.load(rest)
+            except ConfigError:
+                return self.load(overrides)
+        sections: dict[str, dict] = {}
+        try:
+            for sec, name, raw in knobs:
+                d = sections.get(sec)
+                if d is None:
+                    d = sections[sec] = dict(getattr(cfg0.cost, sec))
+                d[name] = _parse_value(f"cost.{sec}.{name}", raw)
+        except ConfigError:
+            return self.load(overrides)
+        if any(_plain_error(d) is not None for d in sections.values()):
+            return self.load(overrides)
+        return attrs.evolve(cfg0, cost=attrs.evolve(cfg0.cost, **sections))
+
+
 def prepare(space: Space, points: list[Point]) -> tuple[list[Job], dict[str, Any], LayoutCache]:
     """Configurations, workloads and feasibility of every point (no simulation)."""
     from simrl.engine.sim import load_workload
@@ -92,10 +157,11 @@ def prepare(space: Space, points: list[Point]) -> tuple[list[Job], dict[str, Any
     jobs = []
     try:  # the base file and set parsed and applied once (load_config per point where it is invalid)
         base = ConfigBase(space.base_config, list(space.base_set))
-        load = base.load
+        load = PointLoader(base.load)
     except ConfigError:
         def load(more):
             return load_config(space.base_config, [*space.base_set, *more])
+    keys: dict[int, tuple[Any, str, Any]] = {}  # id(cfg.workload) -> (the object, kept alive; key; seed)
     for pt in points:
         job = Job(pt)
         jobs.append(job)
@@ -107,7 +173,10 @@ def prepare(space: Space, points: list[Point]) -> tuple[list[Job], dict[str, Any
         except ConfigError as exc:
             job.row = {"status": "dropped", "reason": f"config: {_first_line(exc)}"}
             continue
-        key = _workload_key(cfg)
+        hit = keys.get(id(cfg.workload))  # points loaded from one skeleton share its workload section
+        if hit is None or hit[0] is not cfg.workload or hit[2] != cfg.run.seed:
+            hit = keys[id(cfg.workload)] = (cfg.workload, _workload_key(cfg), cfg.run.seed)
+        key = hit[1]
         if key not in workloads:
             workloads[key] = load_workload(cfg)
         why = run_checks(cfg, workloads[key], space.checks, cache)
@@ -135,6 +204,12 @@ def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, en
     group by the grid only where that takes fewer `lower` calls than its points (a group of one
     point, or one whose every point is a distinct combination, goes point by point: the grid's
     fixed cost per call is ~4 ms).
+    Before that, points that differ only in their cost knobs (one skeleton of `PointLoader`: e.g.
+    cost coefficients drawn per point, each point its own cost objects, so groups of one) are
+    lowered two per skeleton as above and the others by `simrl_fast.grid.lower_like` from the
+    first (its cost checks and cost fields; the rest of the row copied), after checking that
+    `lower_like` gives the second point's row byte for byte (else the skeleton's points are lowered
+    in full); a point `lower_like` refuses is lowered in full, for `lower`'s message.
     ``lowering="point"``: every point by `lower(..., wa=wa)` (~0.06 ms a point on this 2-core machine).
     """
     engine = engine or space.engine
@@ -143,12 +218,17 @@ def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, en
     if engine == "simpy":
         return fast, [j for j in jobs if j.cfg is not None]
     from simrl_explore.surrogate import Surrogates
+    from simrl_fast.grid import lower_like, same_params
     from simrl_fast.lowering import FastPathUnsupported, lower, lower_workload
 
     surrogates = Surrogates()
     was: dict[str, Any] = {}  # the workload lowered once per workload (most of a point's lowering)
     groups: dict[tuple, tuple[Any, list[tuple[Job, dict]]]] = {}
     lowered: dict[int, Any] = {}  # point index -> Params, or the FastPathUnsupported raised
+    # points that differ only in cost knobs (`PointLoader` shares the other sections): the first two
+    # of each such skeleton are lowered as any point, the others by `grid.lower_like` from the first
+    skeletons: dict[tuple, list[tuple[Job, Any]]] = {}
+    derived: list[tuple[Job, Any, dict, list]] = []
 
     def fallback(job: Job, exc: FastPathUnsupported) -> None:
         if engine == "fast":
@@ -169,6 +249,15 @@ def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, en
         except FastPathUnsupported as exc:
             lowered[job.point.index] = exc
             continue
+        if lowering != "point":  # points of one skeleton: two lowered in full, the others like them
+            c = job.cfg
+            skey = (job.workload_key, id(c.deployment), id(c.policy), id(c.router), id(c.run), id(c.workload),
+                    c.cost.rollout, c.cost.training, c.cost.weight_sync, c.cost.offload_bytes_per_s, c.cost.strict)
+            sk = skeletons.setdefault(skey, [])
+            if len(sk) >= 2:
+                derived.append((job, costs, info, sk))
+                continue
+            sk.append((job, costs))
         keys = tuple(ov.partition("=")[0] for ov in job.point.overrides)
         gkey = (job.workload_key, id(costs.rollout), id(costs.training), id(costs.weight_sync), keys)
         groups.setdefault(gkey, (costs, []))[1].append((job, info))
@@ -190,6 +279,28 @@ def route(space: Space, jobs: list[Job], workloads: dict, cache: LayoutCache, en
         for job, info in members:
             if not isinstance(lowered[job.point.index], FastPathUnsupported):
                 job.row.update(info)
+
+    agree: dict[int, bool] = {}  # id(skeleton) -> its second point's full lowering == lower_like's
+    for job, costs, info, sk in derived:
+        (first, _), (second, costs2) = sk
+        w, wa = workloads[job.workload_key], was[job.workload_key]
+        row, row2 = lowered[first.point.index], lowered[second.point.index]
+        if id(sk) not in agree:
+            try:
+                agree[id(sk)] = (not isinstance(row, FastPathUnsupported) and not isinstance(row2, FastPathUnsupported)
+                                 and same_params(lower_like(row, second.cfg, w, costs2, wa), row2))
+            except FastPathUnsupported:
+                agree[id(sk)] = False
+        try:
+            lowered[job.point.index] = (lower_like(row, job.cfg, w, costs, wa) if agree[id(sk)]
+                                        else lower(job.cfg, w, costs, wa=wa)[1])
+        except FastPathUnsupported:  # lowered in full: the message `lower` gives
+            try:
+                lowered[job.point.index] = lower(job.cfg, w, costs, wa=wa)[1]
+            except FastPathUnsupported as exc:
+                lowered[job.point.index] = exc
+        if not isinstance(lowered[job.point.index], FastPathUnsupported):
+            job.row.update(info)
 
     for job in jobs:  # in point order, as the per-point path fills them
         if job.cfg is None:

@@ -163,8 +163,9 @@ class Space:
         """Every point, in a deterministic order (grid rows outer, samples inner)."""
         out: list[Point] = []
         keyed = {a.name: a.key for a in self.axes}
+        samples = self._sample_rows()  # drawn once: the same draws cross every grid row
         for g in self._grid_rows():
-            for s in self._sample_rows():
+            for s in samples:
                 env: dict[str, Any] = {**self.constants, **g, **s}
                 dropped = None
                 for d in self.derived:

@@ -74,14 +74,33 @@ class SweepResult:
         feasibility, but the search cannot tell their values apart."""
         names = [a.name for a in self.space.axes]
         cols = ["step_time_s", "trained_tokens_per_s", "staleness_mean"]
+        ok = self.ok()
+        if not ok or not names:
+            return []
+
+        def codes(values) -> np.ndarray:  # equal values (Python ==, as dict keys), equal codes
+            seen: dict = {}
+            return np.fromiter((seen.setdefault(v, len(seen)) for v in values), np.int64, len(ok))
+
+        axis = np.stack([codes([r.get(n) for r in ok]) for n in names], axis=1)  # [rows, axes]
+        outcome = codes([tuple(round(float(r[c]), 9) for c in cols) for r in ok])
         out = []
-        for a in names:
-            groups: dict[tuple, dict] = {}
-            for r in self.ok():
-                key = tuple(r.get(n) for n in names if n != a)
-                groups.setdefault(key, {})[r.get(a)] = tuple(round(float(r[c]), 9) for c in cols)
-            compared = [g for g in groups.values() if len(g) > 1]
-            if compared and all(len(set(g.values())) == 1 for g in compared):
+        for i, a in enumerate(names):
+            # rows grouped by the other axes' values; within a group, the last row of each value of
+            # `a` counts (as a dict of value -> outcome keeps it)
+            group = np.zeros(len(ok), np.int64)
+            for j in range(len(names)):  # one code per combination of the other axes' codes
+                if j != i:
+                    pair = group * (int(axis[:, j].max()) + 1) + axis[:, j]
+                    group = np.unique(pair, return_inverse=True)[1].reshape(-1)
+            cell = group * (int(axis[:, i].max()) + 1) + axis[:, i]
+            _, last_rev = np.unique(cell[::-1], return_index=True)
+            keep = len(ok) - 1 - last_rev
+            g, res = group[keep], outcome[keep]
+            n_vals = np.bincount(g)  # distinct values of `a` per group (one kept row each)
+            n_res = np.bincount(np.unique(np.stack([g, res], axis=1), axis=0)[:, 0])
+            compared = n_vals > 1
+            if compared.any() and np.all(n_res[compared] == 1):
                 out.append(a)
         return out
 

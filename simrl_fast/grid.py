@@ -33,6 +33,11 @@ from simrl_fast.lowering import (
     Params,
     Static,
     WorkloadArrays,
+    _check_training_memory,
+    _reject,
+    _rollout_form,
+    _training_terms,
+    check_supported,
     lower,
     lower_workload,
     static_for,
@@ -52,6 +57,42 @@ COST_COLUMNS = {
     "cost.training.a": "train_a", "cost.training.per_token": "train_per_token",
     "cost.weight_sync.publish_s": "sync_s",
 }
+
+
+def lower_like(row: Params, cfg, workload, costs, wa: WorkloadArrays) -> Params:
+    """``lower(cfg, workload, costs, wa=wa)[1]`` for a configuration that differs from the one
+    lowered to ``row`` only in its cost models and cost knobs (`CostConfig.*_knobs`; in srl-sweep,
+    points of one skeleton, e.g. cost coefficients drawn per point): `lower`'s checks
+    (`check_supported`, the KV capacity, the publication time, the training memory) and its cost
+    fields (KV capacity, the rollout form or record, the training terms or record, the publication
+    time) computed as `lower` computes them, every other field copied from ``row`` (they read the
+    policy, router, run and deployment sections only). Raises `FastPathUnsupported` where `lower`
+    would. srl-sweep also lowers a second point of each skeleton in full and compares
+    (`simrl_explore.runner.route`), so a cost-dependent field added to `lower` and not here
+    shows as a mismatch, not as a wrong row."""
+    check_supported(cfg, workload, costs)
+    r = cfg.deployment.rollout
+    kv_cap = r.kv_capacity_tokens or int(costs.rollout.kv_capacity_tokens())
+    need = int((wa.prompt.astype(np.int64) + wa.completion).max())
+    if need > kv_cap:
+        _reject("a call larger than the KV capacity", f"{need} > {kv_cap} tokens; SimPy stops with an error")
+    sync_s = float(costs.weight_sync.publish_time(r.instances))
+    if not sync_s > 0:
+        _reject("a weight publication time of 0")
+    tr = _training_terms(cfg, costs)
+    if tr.kind == 1:
+        _check_training_memory(costs.training, wa, int(row.batch_max))
+    ro = _rollout_form(cfg, costs)
+    return row._replace(kv_cap=np.int64(kv_cap), ro_kind=np.int32(ro.kind), ro=ro.ro, tr_kind=np.int32(tr.kind),
+                        tr=tr.tr, a=np.float64(ro.form.a), b=np.float64(ro.form.b), c=np.float64(ro.form.c),
+                        p=np.float64(ro.form.p), train_a=np.float64(tr.a), train_per_token=np.float64(tr.per_token),
+                        sync_s=np.float64(sync_s))
+
+
+def same_params(a: Params, b: Params) -> bool:
+    """Field by field, the same dtype and bytes."""
+    return all(np.asarray(x).dtype == np.asarray(y).dtype and np.asarray(x).tobytes() == np.asarray(y).tobytes()
+               for x, y in zip(a, b, strict=True))
 
 
 def _fmt(v) -> str:
