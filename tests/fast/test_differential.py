@@ -119,3 +119,34 @@ def test_more_random_configurations_match_simpy(seed):
 @pytest.mark.slow
 def test_other_workload_shape_matches_simpy():
     run_batch(seed=9, count=100, groups=7, n=8, steps=4, edges=False)
+
+
+#: the coverage table's fixes (docs/fastpath.md): the three configuration features fkv's area lacks
+FIXES = ["deployment.rollout.kv_policy=reserve", "deployment.rollout.max_num_batched_tokens=0",
+         "deployment.rollout.prefix_caching=false"]
+
+
+@pytest.mark.slow
+def test_colocated_presets_at_their_defaults_match_simpy():
+    """trl and slime at their defaults (sync, colocated: the default scenario's roofline rollout,
+    analytical training and the built ColocatedCost phases); verl_v1 stays refused by its record."""
+    from simrl.config import load_config
+    from simrl.cost.build import build_costs
+    from simrl.engine.sim import load_workload
+    from simrl_fast import FastPathUnsupported, lower
+
+    cases = []
+    for kind in ("trl", "slime"):
+        cfg = load_config(overrides=[f"policy={kind}", *FIXES])
+        costs = build_costs(cfg)
+        assert costs.colocated is not None and costs.offload_before_s() > 0
+        cases.append(Case([f"policy={kind}", *FIXES], load_workload(cfg), costs, kind))
+    for c in cases:
+        c.run_simpy()
+        assert c.report.diagnosis is None and all(s.offload_s == c.costs.offload_s for s in c.report.steps)
+    res = run_fast(cases)
+    for m, c in enumerate(cases):
+        compare(c, res, m)
+    cfg = load_config(overrides=["policy=verl_v1", *FIXES])
+    with pytest.raises(FastPathUnsupported, match="oldest-dispatch-first batches"):
+        lower(cfg, load_workload(cfg), build_costs(cfg))
