@@ -32,7 +32,7 @@ class StepObservation:
     groups: int
     staleness_histogram: tuple[tuple[int, int], ...]
     trained_completion_tokens: int
-    trainer_busy_s: float  # train_end - batch_ready (no offload in the fast path's placement)
+    trainer_busy_s: float  # train_end - train_start (colocated: the pause and offload before training excluded)
 
     TIMES = ("wait_start", "batch_ready", "train_end", "publish_end", "trainer_busy_s")
 

@@ -67,5 +67,5 @@ def fast_metrics(res, m: int, gpus: int) -> dict:
     """`step_metrics` of configuration ``m`` of a `simrl_fast` `FastResults`."""
     k = int(res.steps_done[m])
     st = res.stale[m, :k]
-    return step_metrics(res.wait_start[m, :k], res.batch_ready[m, :k], res.train_end[m, :k], res.publish_end[m, :k],
+    return step_metrics(res.wait_start[m, :k], res.train_start[m, :k], res.train_end[m, :k], res.publish_end[m, :k],
                         st[st >= 0], res.completion_tokens[m, :k], int(res.steps[m]), gpus)

@@ -5,8 +5,7 @@ tests/fast/test_coverage.py checks that the docs hold exactly the table printed 
 
 `check_supported` raises at its first unsupported feature. To see the next ones, each reason it
 gives is removed by the override in `FIXES` that sets that feature to its supported value, and
-the check runs again; a placement the policy itself declares (colocated modes) is removed by
-checking the configuration with the policy's record as a `ParamsPolicy` without ``colocated``.
+the check runs again.
 The policy's own reasons are `lowering.policy_rejections` of its lowered record (all of them).
 Numpy only (no jax), like `lowering`.
 """
@@ -19,9 +18,7 @@ from simrl.config import load_config
 from simrl.cost.build import build_costs
 from simrl.engine.sim import load_workload
 from simrl.policy.params import LoweringContext
-from simrl.policy.record import ParamsPolicy
 from simrl.policy.registry import policy_kinds
-from simrl.policy.rules import Placement
 from simrl_fast.lowering import (
     FastPathNoProgress,
     FastPathUnsupported,
@@ -68,16 +65,11 @@ def coverage(kind: str, overrides: tuple[str, ...] = ()) -> Coverage:
     record = cfg.policy.lower(ctx)
     policy = tuple(short(m).removesuffix(f" (policy {kind!r})") for m in policy_rejections(record, f"policy {kind!r}"))
     config, fixes = [], []
-    if cfg.policy.sync_spec.placement is Placement.COLOCATED:
-        config.append("deployment.placement=colocated (the policy's mode)")
     while True:
         cfg = load_config(overrides=[*base, *fixes])
         costs = build_costs(cfg)
-        checked = cfg
-        if cfg.policy.sync_spec.placement is Placement.COLOCATED:
-            checked = attrs.evolve(cfg, policy=ParamsPolicy(attrs.evolve(record, colocated=0)))
         try:
-            check_supported(checked, wl, costs)
+            check_supported(cfg, wl, costs)
             break
         except FastPathUnsupported as exc:
             msg = short(str(exc))

@@ -174,6 +174,9 @@ def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[
         if kind is not None and np.any(kind != 0):
             raise FastPathUnsupported(f"grid column {key}: the cost model is not a linear form (roofline or "
                                       "analytical); its coefficients are not swept")
+        if field == "sync_s" and np.any(params.colocated != 0):
+            raise FastPathUnsupported(f"grid column {key} with colocated placement: the publication is "
+                                      "Costs.offload_after_s, lowered per configuration; sweep it point by point")
         x = cols[key].astype(np.float64)
         bad = ~np.isfinite(x) | (x < 0)
         if bad.any():

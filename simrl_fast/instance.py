@@ -33,15 +33,13 @@ from simrl_fast.state import (
     PAUSED,
     RESUME,
     START,
-    T_PAUSING,
-    T_PUBLISH,
     admit_max,
     pack,
     tie,
     unpack_fin,
     unpack_rid,
 )
-from simrl_fast.trainer import window_buffered
+from simrl_fast.trainer import pause_acked, window_buffered
 
 
 def call_lengths(w, r, n, G):
@@ -214,14 +212,7 @@ def instance_action(st, p, w, static, on, i, new_now):
         minv=Gs.minv.at[tie(g_h, Gm, minv_f)].min(st.version, mode="drop"),
         buf=Gs.buf.at[jnp.where(acc, slot, Gm)].set(g_f, mode="drop"),
     )
-    ack = on & do_pause
-    acks = tr.acks - ack
-    publish = ack & (acks == 0) & (tr.phase == T_PAUSING)
-    trainer = tr._replace(
-        acks=acks, phase=jnp.where(publish, T_PUBLISH, tr.phase),
-        timer_t=jnp.where(publish, new_now + p.sync_s, tr.timer_t),
-        timer_prev=jnp.where(publish, new_now, tr.timer_prev), timer_seq=jnp.where(publish, seq, tr.timer_seq),
-    )
+    trainer, publish = pause_acked(tr, p, new_now, seq, on & do_pause)
     return st._replace(
         inst=inst, groups=groups, trainer=trainer,
         out=st.out._replace(fin_rid=jnp.where(fin_on, r_f, st.out.fin_rid), fin_group=st.out.fin_group | complete,

@@ -30,7 +30,9 @@ FEATURES = {
     "deployment.rollout.kv_policy": "reserve",
     "deployment.rollout.max_num_batched_tokens": "0 (unchunked prefill)",
     "deployment.rollout.prefix_caching": "false (or a workload without shared prompts)",
-    "deployment.placement": "disaggregated",
+    "deployment.placement": "disaggregated, or colocated (every instance paused at its next iteration boundary "
+                            "when a batch is taken, under the sync rule, keep_pause for drain; offload_before_s, the "
+                            "step, offload_after_s, then version + 1 and resume: Costs' phase times, taken once)",
     "router.name": "least_requests, round_robin",
     "router.active_cap": "0",
     "cost.rollout": "a model with a linear form a + b*batch + c*kv + p*prefill (linear_coefficients(): "
@@ -162,6 +164,11 @@ class Params(NamedTuple):
     batch_max: np.ndarray  # int32: batch_max_groups (a FIFO batch takes min(buffered, batch_max) once >= batch)
     queue_block: np.ndarray  # float64: admit_queue_blocks_groups (inf: none)
     collapse: np.ndarray  # int32: collapse_zero_variance_groups (0: none; checked after the run)
+    # colocated placement (Trainer.run's colocated branch, Weights.colocated_publish)
+    colocated: np.ndarray  # int32: 1 = rollout paused for every step (the policy's or the deployment's placement)
+    off_before: np.ndarray  # float64: Costs.offload_before_s() (pause acknowledged -> training starts)
+    off_after: np.ndarray  # float64: Costs.offload_after_s(instances) (training ends -> version + 1 and resume)
+    offload_s: np.ndarray  # float64: Costs.offload_s (StepRecord.offload_s of a colocated step)
 
 
 class WorkloadArrays(NamedTuple):
@@ -216,8 +223,6 @@ def policy_rejections(pp: PolicyParams, name: str) -> list[str]:
         out.append(_feature(f"{name}", "its lower() has fast_path_exact=0: its rules do not fit PolicyParams"))
     if pp.sync_per_instance:
         out.append(_feature("per-instance weight sync (policy.sync_scope=per_instance)", name))
-    if pp.colocated:
-        out.append(_feature("colocated placement", name))
     rules = list(InflightRule)
     if pp.inflight_rule not in _KERNEL_RULE:
         rule = rules[pp.inflight_rule].value if 0 <= pp.inflight_rule < len(rules) else pp.inflight_rule
@@ -293,9 +298,8 @@ def check_supported(cfg, workload, costs) -> None:
                 "set it to 0")
     if r.prefix_caching and np.any(workload.group_shared_prompt_tokens[~_salted_groups(workload)] > 0):
         _reject("deployment.rollout.prefix_caching=true with group-shared prompts")
-    placement = cfg.policy.sync_spec.placement or cfg.deployment.placement
-    if placement != "disaggregated":
-        _reject(f"deployment.placement={placement}")
+    if _colocated(cfg):
+        _colocated_checks(cfg, costs)
     if cfg.router.name not in ROUTERS:
         _reject(f"router.name={cfg.router.name}")
     if cfg.router.active_cap:
@@ -317,6 +321,37 @@ def check_supported(cfg, workload, costs) -> None:
             _reject(f"cost.training_knobs.{knob}=true (trainer offload phases)")
     _rollout_form(cfg, costs)
     _training_terms(cfg, costs)
+
+
+def _colocated(cfg) -> bool:
+    """The run's placement as the SimPy engine takes it (simrl.engine.core: the policy's declared
+    placement, else ``deployment.placement``)."""
+    from simrl.policy.rules import Placement
+
+    return (cfg.policy.sync_spec.placement or Placement(cfg.deployment.placement)) is Placement.COLOCATED
+
+
+def _colocated_checks(cfg, costs) -> None:
+    """What colocated placement adds to the feature set: the SimPy trainer's colocated branch only.
+    A streaming trainer, trainer offload phases, reward time and periodic validation are rejected
+    for every placement (`check_supported`), per-instance sync by `policy_rejections`."""
+    from simrl.policy.rules import SyncScope
+
+    if cfg.policy.sync_spec.scope is not SyncScope.GLOBAL:
+        _reject("deployment.placement=colocated with per-instance weight sync (policy.sync_scope=per_instance)")
+    if tuple(cfg.policy.train_chunks()):
+        _reject("deployment.placement=colocated with a policy that trains in chunks of its own")
+    for what, s in (("offload_before_s", costs.offload_before_s()),
+                    ("offload_after_s", costs.offload_after_s(cfg.deployment.rollout.instances))):
+        if not (math.isfinite(s) and s >= 0):
+            _reject(f"a colocated {what} of {s!r}", "expected a finite time >= 0")
+
+
+def _colocated_rule(rule: int) -> int:
+    """`Weights.colocated_rule` in kernel codes: the pause before a colocated step keeps running
+    requests (keep_pause for drain, continue and swap_in_place, whose pause_all aborts nothing) or
+    aborts them (abort_resume, abort_restart)."""
+    return rule if rule in (RULE_ABORT_RESUME, RULE_ABORT_RESTART) else RULE_KEEP_PAUSE
 
 
 def _salted_groups(w) -> np.ndarray:
@@ -492,6 +527,13 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
     sync_s = float(costs.weight_sync.publish_time(r.instances))
     if not sync_s > 0:
         _reject("a weight publication time of 0")
+    colocated = _colocated(cfg)
+    rule = _KERNEL_RULE[pp.inflight_rule]
+    off_before = off_after = offload_s = 0.0
+    if colocated:
+        rule = _colocated_rule(rule)
+        off_before, off_after = float(costs.offload_before_s()), float(costs.offload_after_s(r.instances))
+        offload_s = float(costs.offload_s)
     tr = _training_terms(cfg, costs)
     if tr.kind == 1:
         _check_training_memory(costs.training, wa, int(pp.batch_max_groups))
@@ -510,7 +552,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         conc=np.float64(pp.admit_concurrency_groups), budget_base=np.float64(pp.admit_budget_base_groups),
         budget_per_version=np.float64(pp.admit_budget_per_version_groups),
         count_dispatched=np.int32(pp.admit_count_dispatched), block_training=np.int32(pp.admit_block_while_training),
-        rule=np.int32(_KERNEL_RULE[pp.inflight_rule]), stale_bound=np.int32(stale_bound),
+        rule=np.int32(rule), stale_bound=np.int32(stale_bound),
         drop_stale=np.int32(pp.staleness_enforcement == code(Enforcement.DROP_AT_COMPLETION) and stale_bound >= 0),
         evict_stale=np.int32(pp.evict_stale_on_publish), drop_zero_var=np.int32(pp.drop_zero_variance),
         batch=np.int32(pp.batch_min_groups),
@@ -518,6 +560,8 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         count_since_pub=np.int32(pp.admit_count_since_publish), buf_cap=np.float64(pp.admit_buffer_cap_groups),
         batch_window=np.int32(pp.batch_order == 1), batch_max=np.int32(pp.batch_max_groups),
         queue_block=np.float64(pp.admit_queue_blocks_groups), collapse=np.int32(pp.collapse_zero_variance_groups),
+        colocated=np.int32(colocated), off_before=np.float64(off_before), off_after=np.float64(off_after),
+        offload_s=np.float64(offload_s),
     )
     static = static_for([params], wa)
     return static, params, wa

@@ -17,6 +17,6 @@ def from_fast(res: FastResults, m: int) -> Observables:
             publish_end=float(res.publish_end[m, j]), groups=len(gids),
             staleness_histogram=histogram(res.stale[m, j, : len(gids)]),
             trained_completion_tokens=int(res.completion_tokens[m, j]),
-            trainer_busy_s=float(res.train_end[m, j] - res.batch_ready[m, j]),
+            trainer_busy_s=float(res.train_end[m, j] - res.train_start[m, j]),
         ))
     return Observables(steps=tuple(steps), complete=bool(k >= int(res.steps[m])))

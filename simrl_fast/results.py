@@ -1,7 +1,7 @@
 """What the fast engine returns per configuration (numpy), and summaries matching the report's.
 
-Per step: wait_start, batch_ready (= train_start), train_end, publish_end, batch gids and
-staleness, trained tokens; per call (by dispatch serial rid = gid * n + sample): finish time
+Per step: wait_start, batch_ready, train_start (= batch_ready unless colocated), train_end,
+publish_end, batch gids and staleness, trained tokens, offload_s (colocated); per call (by dispatch serial rid = gid * n + sample): finish time
 and instance; per configuration: makespan, flags. `summary(m)` gives the report totals the
 sweep writes (makespan, mean step time, trained tokens/s, staleness mean and max).
 """
@@ -17,13 +17,15 @@ class FastResults(NamedTuple):
     steps: np.ndarray  # [M] int32: training steps requested
     steps_done: np.ndarray  # [M] int32
     wait_start: np.ndarray  # [M, P] f64
-    batch_ready: np.ndarray  # [M, P] f64 (train_start: disaggregated placement)
+    batch_ready: np.ndarray  # [M, P] f64
+    train_start: np.ndarray  # [M, P] f64 (= batch_ready; colocated: after the pause and offload_before_s)
     train_end: np.ndarray  # [M, P] f64
     publish_end: np.ndarray  # [M, P] f64
     gids: np.ndarray  # [M, P, B] int32 (-1 padding)
     stale: np.ndarray  # [M, P, B] int32 (-1 padding)
     completion_tokens: np.ndarray  # [M, P] int64
     seq_tokens: np.ndarray  # [M, P] int64
+    offload_s: np.ndarray  # [M, P] f64: StepRecord.offload_s (colocated: Costs.offload_s; else 0)
     call_finish: np.ndarray  # [M, R] f64 (nan: not finished)
     call_inst: np.ndarray  # [M, R] int32 (-1: not routed)
     group_finish: np.ndarray  # [M, Gm] f64
@@ -40,8 +42,9 @@ class FastResults(NamedTuple):
         call_finish, call_inst, group_finish = per_call
         return cls(
             steps=np.asarray(steps), steps_done=np.asarray(st.trainer.step), wait_start=lg.wait_start,
-            batch_ready=lg.batch_ready, train_end=lg.train_end, publish_end=lg.publish_end, gids=lg.gids,
-            stale=lg.stale, completion_tokens=lg.completion_tokens, seq_tokens=lg.seq_tokens,
+            batch_ready=lg.batch_ready, train_start=lg.train_start, train_end=lg.train_end,
+            publish_end=lg.publish_end, gids=lg.gids, stale=lg.stale, completion_tokens=lg.completion_tokens,
+            seq_tokens=lg.seq_tokens, offload_s=lg.offload_s,
             call_finish=call_finish, call_inst=call_inst, group_finish=group_finish,
             groups_dispatched=st.dispatched, groups_accepted=st.accepted, stuck=st.stuck, overflow=st.overflow, actions=st.actions,
         )

@@ -36,8 +36,8 @@ def unpack_rid(key):
 IDLE, BUSY, PAUSED, START, RESUME = 0, 1, 2, 3, 4
 # group status (where a GroupRecord lives)
 G_FREE, G_RUNNING, G_BUFFERED, G_DROPPED, G_TRAINED, G_EVICTED = 0, 1, 2, 3, 4, 5
-# trainer phases (Trainer.run / Weights.publish)
-T_WAIT, T_TRAIN, T_PUBLISH, T_PAUSING, T_DRAIN, T_DONE = 0, 1, 2, 3, 4, 5
+# trainer phases (Trainer.run / Weights.publish; T_OFFLOAD: colocated, the timeout of offload_before_s)
+T_WAIT, T_TRAIN, T_PUBLISH, T_PAUSING, T_DRAIN, T_DONE, T_OFFLOAD = 0, 1, 2, 3, 4, 5, 6
 
 
 class InstState(NamedTuple):
@@ -116,13 +116,15 @@ class TrainerState(NamedTuple):
     timer_seq: jnp.ndarray  # int32: its insertion order
     acks: jnp.ndarray  # int32: pause acknowledgements still awaited (pause_all)
     taken: jnp.ndarray  # int32: groups of the batch being formed taken so far (form_batch, one per step)
+    dur: jnp.ndarray  # f64: the formed batch's training step time (colocated: trained after the pause and offload)
 
 
 class StepLog(NamedTuple):
     """Per training step (`StepRecord`), P rows."""
 
     wait_start: jnp.ndarray  # [P] f64
-    batch_ready: jnp.ndarray  # [P] f64 (= train_start: disaggregated)
+    batch_ready: jnp.ndarray  # [P] f64
+    train_start: jnp.ndarray  # [P] f64 (= batch_ready, disaggregated; colocated: after the pause and offload_before_s)
     train_end: jnp.ndarray  # [P] f64
     publish_end: jnp.ndarray  # [P] f64
     gids: jnp.ndarray  # [P, B] int32: StepRecord.gids (-1 padding)
@@ -131,6 +133,7 @@ class StepLog(NamedTuple):
     seq_tokens: jnp.ndarray  # [P] int64: trained prompt + completion tokens
     fwd_sum: jnp.ndarray  # [P] f64: forward FLOPs of the trained samples, summed in batch order (analytical training)
     fwd_max: jnp.ndarray  # [P] f64: the largest of them
+    offload_s: jnp.ndarray  # [P] f64: StepRecord.offload_s (Costs.offload_s when colocated, else 0)
 
 
 class SimState(NamedTuple):
@@ -188,10 +191,11 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
     calls = CallState(queue=i32(-1, (K, R + admit_max(static) + 1)))
     groups = GroupState(status=i32(G_FREE, Gm), done=i32(0, Gm), minv=i32(BIG, Gm), buf=i32(-1, Gm))
     trainer = TrainerState(phase=i32(T_WAIT), step=i32(0), timer_t=f64(jnp.inf), timer_prev=f64(jnp.inf),
-                           timer_seq=i32(BIG), acks=i32(0), taken=i32(0))
-    log = StepLog(wait_start=f64(jnp.nan, P).at[0].set(0.0), batch_ready=f64(jnp.nan, P), train_end=f64(jnp.nan, P),
-                  publish_end=f64(jnp.nan, P), gids=i32(-1, (P, B)), stale=i32(-1, (P, B)),
-                  completion_tokens=i64(0, P), seq_tokens=i64(0, P), fwd_sum=f64(0.0, P), fwd_max=f64(0.0, P))
+                           timer_seq=i32(BIG), acks=i32(0), taken=i32(0), dur=f64(0.0))
+    log = StepLog(wait_start=f64(jnp.nan, P).at[0].set(0.0), batch_ready=f64(jnp.nan, P), train_start=f64(jnp.nan, P),
+                  train_end=f64(jnp.nan, P), publish_end=f64(jnp.nan, P), gids=i32(-1, (P, B)), stale=i32(-1, (P, B)),
+                  completion_tokens=i64(0, P), seq_tokens=i64(0, P), fwd_sum=f64(0.0, P), fwd_max=f64(0.0, P),
+                  offload_s=f64(0.0, P))
     return SimState(
         inst=inst, calls=calls, out=empty_out(static.group_size), groups=groups, trainer=trainer, log=log, now=f64(0.0), seq=i32(0), version=i32(0),
         training=jnp.array(False), accepted=i32(0), n_running=i32(0), dispatched=i32(0), routed=i32(0),

@@ -25,6 +25,7 @@ from simrl_fast.state import (
     START,
     T_DONE,
     T_DRAIN,
+    T_OFFLOAD,
     T_PUBLISH,
     T_TRAIN,
     T_WAIT,
@@ -100,7 +101,7 @@ def select(st, p, static):
     K = static.instances
     active = jnp.arange(K) < p.n_inst
     ev_ok = active & ((ins.phase == BUSY) | (ins.phase == RESUME))
-    timer_on = (tr.phase == T_TRAIN) | (tr.phase == T_PUBLISH)
+    timer_on = (tr.phase == T_TRAIN) | (tr.phase == T_PUBLISH) | (tr.phase == T_OFFLOAD)
     t_all = jnp.concatenate([jnp.where(ev_ok, ins.ev_t, jnp.inf), jnp.where(timer_on, tr.timer_t, jnp.inf)[None]])
     prev_all = jnp.concatenate([ins.ev_prev, tr.timer_prev[None]])
     start_all = jnp.concatenate([jnp.where(ins.phase == BUSY, ins.st_t, ins.ev_prev), tr.timer_prev[None]])

@@ -2,12 +2,20 @@
 
 `timer_action` fires the trainer's pending timeout: the end of a training step (then the
 in-flight rule: schedule the publication, request a pause at every instance's next boundary,
-or stop dispatch and drain) or the end of a publication (version + 1, resume paused
-instances, evict stale buffered groups, open the next step). `trainer_react` is what the
-trainer does when woken in the same instant: start the drained publication once no group is
-in flight, and take the first ``batch`` buffered groups (FIFO, or the step's dispatch window laid
-out in the buffer by `instance.buffer_slot`) as the next training batch; a FIFO batch with
-``batch_max`` > ``batch`` takes every buffered group up to ``batch_max``.
+or stop dispatch and drain), the end of a publication (version + 1, resume paused
+instances, evict stale buffered groups, open the next step), or, colocated, the end of
+``offload_before_s`` (training starts). `trainer_react` is what the trainer does when woken in the
+same instant: start the drained publication once no group is in flight, and take the first
+``batch`` buffered groups (FIFO, or the step's dispatch window laid out in the buffer by
+`instance.buffer_slot`) as the next training batch; a FIFO batch with ``batch_max`` > ``batch``
+takes every buffered group up to ``batch_max``.
+
+Colocated placement (`Trainer.run`'s colocated branch, `Weights.colocated_rule` /
+`colocated_publish`): taking a batch requests a pause at every instance (`request_pause`, under
+``Params.rule``, which lowering sets to the colocated rule); once all have acknowledged
+(`pause_acked`) the trainer waits ``off_before`` (T_OFFLOAD), trains (the step time computed when
+the batch was taken, ``TrainerState.dur``), then waits ``off_after`` (T_PUBLISH, no further pause)
+and publishes: version + 1 and every paused instance resumes, as a pausing rule's publication.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from simrl_fast.lowering import (
     RULE_KEEP_PAUSE,
 )
 from simrl_fast.state import (
+    BIG,
     BUSY,
     G_BUFFERED,
     G_EVICTED,
@@ -35,6 +44,7 @@ from simrl_fast.state import (
     START,
     T_DONE,
     T_DRAIN,
+    T_OFFLOAD,
     T_PAUSING,
     T_PUBLISH,
     T_TRAIN,
@@ -78,33 +88,63 @@ def batch_ready(st, p, static):
     return jnp.where(p.batch_window == 1, window, fifo)
 
 
+def request_pause(ins, p, static, pause, now, prev, seq):
+    """`Weights.pause_all`'s requests (`Instance.request_pause`) at every active instance when
+    ``pause``, during an event with heap key (now, prev, prev, seq): a busy instance pauses at its
+    first boundary processed after that event; an idle, woken or resumed one (its process runs
+    later in this instant, and pauses at the top of its loop) is paused at once. Returns the
+    instances and the acknowledgements still awaited (the busy ones)."""
+    active = jnp.arange(static.instances) < p.n_inst
+    busy = active & (ins.phase == BUSY) & pause
+    quiet = active & ((ins.phase == IDLE) | (ins.phase == START) | (ins.phase == RESUME)) & pause
+    j = first_after(ins.clock, ins.t1, ins.alpha, ins.beta, ins.st_t, ins.st_seq, now, prev, prev, seq)
+    pause_it = jnp.where(busy, ins.it + j, ins.pause_it)
+    ev_it, ev_t, ev_prev = event_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.fin_min, ins.adm_it, pause_it)
+    inst = ins._replace(
+        phase=jnp.where(quiet, PAUSED, ins.phase), pause_it=pause_it, ev_it=jnp.where(busy, ev_it, ins.ev_it),
+        ev_t=jnp.where(busy, ev_t, jnp.where(quiet, jnp.inf, ins.ev_t)), ev_prev=jnp.where(busy, ev_prev, ins.ev_prev),
+    )
+    return inst, jnp.sum(busy.astype(jnp.int32))
+
+
+def pause_acked(tr, p, now, seq, ack):
+    """An instance took its requested pause (``ack``): the last acknowledgement (`pause_all`'s
+    ``all_of``) schedules the publication (now + ``sync_s``), or colocated the offload before
+    training (now + ``off_before``), with insertion order ``seq``. Returns (trainer, scheduled)."""
+    acks = tr.acks - ack
+    go = ack & (acks == 0) & (tr.phase == T_PAUSING)
+    col = p.colocated == 1
+    return tr._replace(
+        acks=acks, phase=jnp.where(go, jnp.where(col, T_OFFLOAD, T_PUBLISH), tr.phase),
+        timer_t=jnp.where(go, now + jnp.where(col, p.off_before, p.sync_s), tr.timer_t),
+        timer_prev=jnp.where(go, now, tr.timer_prev), timer_seq=jnp.where(go, seq, tr.timer_seq),
+    ), go
+
+
 def timer_action(st, p, static, on):
     tr, ins, log = st.trainer, st.inst, st.log
     now, step = st.now, tr.step
     te = on & (tr.phase == T_TRAIN)
     pub = on & (tr.phase == T_PUBLISH)
+    off = on & (tr.phase == T_OFFLOAD)  # colocated: offload_before_s is over, training starts
+    col = p.colocated == 1
     active = jnp.arange(static.instances) < p.n_inst
 
-    # -- end of a training step: the in-flight rule -------------------------------------------
+    # -- end of a training step: the in-flight rule (colocated: rollout is paused already) -----
     pausing_rule = (p.rule == RULE_KEEP_PAUSE) | (p.rule == RULE_ABORT_RESUME) | (p.rule == RULE_ABORT_RESTART)
-    pause = te & pausing_rule
-    busy = active & (ins.phase == BUSY) & pause
-    quiet = active & ((ins.phase == IDLE) | (ins.phase == START)) & pause
-    j = first_after(ins.clock, ins.t1, ins.alpha, ins.beta, ins.st_t, ins.st_seq, now, tr.timer_prev, tr.timer_prev,
-                    tr.timer_seq)
-    pause_it = jnp.where(busy, ins.it + j, ins.pause_it)
-    ev_it, ev_t, ev_prev = event_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.fin_min, ins.adm_it, pause_it)
-    n_busy = jnp.sum(busy.astype(jnp.int32))
-    to_publish = (te & (p.rule == RULE_CONTINUE)) | (pause & (n_busy == 0))
+    pause = te & pausing_rule & ~col
+    ins, n_busy = request_pause(ins, p, static, pause, now, tr.timer_prev, tr.timer_seq)
+    to_publish = (te & ((p.rule == RULE_CONTINUE) | col)) | (pause & (n_busy == 0))
     phase = jnp.where(to_publish, T_PUBLISH, tr.phase)
     phase = jnp.where(pause & (n_busy > 0), T_PAUSING, phase)
-    phase = jnp.where(te & (p.rule == RULE_DRAIN), T_DRAIN, phase)
+    phase = jnp.where(te & (p.rule == RULE_DRAIN) & ~col, T_DRAIN, phase)
+    phase = jnp.where(off, T_TRAIN, phase)
 
     # -- end of a publication ----------------------------------------------------------------
     version = st.version + pub
     resume = pub & pausing_rule & active & (ins.phase == PAUSED)
     rank = jnp.cumsum(resume.astype(jnp.int32)) - 1
-    seq0 = st.seq + to_publish
+    seq0 = st.seq + to_publish + off
     new_step = step + pub
     done = new_step >= p.steps
     phase = jnp.where(pub, jnp.where(done, T_DONE, T_WAIT), phase)
@@ -113,19 +153,19 @@ def timer_action(st, p, static, on):
     n_evict = jnp.sum(jnp.where(ev_v, st.buf_minv, 0), dtype=jnp.int32)
 
     inst = ins._replace(
-        phase=jnp.where(resume, RESUME, jnp.where(quiet, PAUSED, ins.phase)),
-        pause_it=pause_it,
-        ev_it=jnp.where(busy, ev_it, ins.ev_it),
-        ev_t=jnp.where(busy, ev_t, jnp.where(resume, now, jnp.where(quiet, jnp.inf, ins.ev_t))),
-        ev_prev=jnp.where(busy, ev_prev, jnp.where(resume, now, ins.ev_prev)),
+        phase=jnp.where(resume, RESUME, ins.phase),
+        ev_t=jnp.where(resume, now, ins.ev_t),
+        ev_prev=jnp.where(resume, now, ins.ev_prev),
         ev_seq=jnp.where(resume, seq0 + rank, ins.ev_seq),
     )
+    timed = to_publish | off
     trainer = tr._replace(
         phase=phase, step=new_step, acks=jnp.where(pause, n_busy, tr.acks),
-        timer_t=jnp.where(to_publish, now + p.sync_s, tr.timer_t),
-        timer_prev=jnp.where(to_publish, now, tr.timer_prev), timer_seq=jnp.where(to_publish, st.seq, tr.timer_seq),
+        timer_t=jnp.where(to_publish, now + jnp.where(col, p.off_after, p.sync_s), jnp.where(off, now + tr.dur, tr.timer_t)),
+        timer_prev=jnp.where(timed, now, tr.timer_prev), timer_seq=jnp.where(timed, st.seq, tr.timer_seq),
     )
     log = log._replace(
+        train_start=_set(log.train_start, step, now, off),
         train_end=_set(log.train_end, step, now, te),
         publish_end=_set(log.publish_end, step, now, pub),
         wait_start=_set(log.wait_start, new_step, now, pub & ~done),
@@ -188,19 +228,30 @@ def trainer_react(st, p, w, static, on, pub):
         fwd_sum = jax.lax.scan(lambda c, x: (c + x, None), fwd_sum, fwd.reshape(-1))[0]
         fwd_max = jnp.maximum(fwd_max, jnp.max(fwd))
     dur = train_time(p, static, target * static.group_size, seqtok, fwd_sum, fwd_max)
-    go = drain_go | full
+    # colocated: the batch taken, every instance pauses (the trainer was woken after every event of
+    # this instant, so a busy instance pauses at its first boundary after now); training waits for
+    # the acknowledgements, then offload_before_s (at once when no instance is busy)
+    col = p.colocated == 1
+    colo = full & col
+    inst, n_busy = request_pause(st.inst, p, static, colo, now, now, BIG)
+    train = full & ~col
+    offload = colo & (n_busy == 0)
+    go = drain_go | train | offload
     trainer = tr._replace(
-        phase=jnp.where(full, T_TRAIN, jnp.where(drain_go, T_PUBLISH, tr.phase)),
-        timer_t=jnp.where(full, now + dur, jnp.where(drain_go, now + p.sync_s, tr.timer_t)),
+        phase=jnp.where(train, T_TRAIN, jnp.where(drain_go, T_PUBLISH, jnp.where(
+            offload, T_OFFLOAD, jnp.where(colo, T_PAUSING, tr.phase)))),
+        timer_t=jnp.where(train, now + dur, jnp.where(drain_go, now + p.sync_s,
+                                                      jnp.where(offload, now + p.off_before, tr.timer_t))),
         timer_prev=jnp.where(go, now, tr.timer_prev), timer_seq=jnp.where(go, st.seq, tr.timer_seq),
-        taken=jnp.where(full, 0, k + n_take),
+        taken=jnp.where(full, 0, k + n_take), acks=jnp.where(colo, n_busy, tr.acks), dur=jnp.where(full, dur, tr.dur),
     )
     P, B = static.steps, static.max_batch
     row = jnp.where(take, step, P)
     col = jnp.where(take, rank, B)
     any_take = n_take > 0
     log = log._replace(
-        batch_ready=_set(log.batch_ready, step, now, full),
+        batch_ready=_set(log.batch_ready, step, now, full), train_start=_set(log.train_start, step, now, train),
+        offload_s=_set(log.offload_s, step, p.offload_s, colo),
         gids=log.gids.at[row, col].set(gid, mode="drop"),
         stale=log.stale.at[row, col].set(st.version - minv, mode="drop"),
         completion_tokens=_set(log.completion_tokens, step, comp, any_take),
@@ -209,7 +260,7 @@ def trainer_react(st, p, w, static, on, pub):
     )
     status = G.status.at[jnp.where(take, g0, Gm)].set(G_TRAINED, mode="drop")
     return st._replace(
-        trainer=trainer, log=log, groups=G._replace(status=status), seq=st.seq + go,
+        inst=inst, trainer=trainer, log=log, groups=G._replace(status=status), seq=st.seq + go,
         training=st.training | full, buf_head=jnp.where(forming, head, st.buf_head),
         buf_live=st.buf_live - n_take,
         buf_minv=st.buf_minv.at[jnp.where(take, minv, st.buf_minv.shape[0])].add(-1, mode="drop"),

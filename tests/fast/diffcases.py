@@ -23,6 +23,10 @@ BASE = ["deployment.rollout.max_num_batched_tokens=0", "deployment.rollout.prefi
         "deployment.rollout.kv_policy=reserve", "deployment.placement=disaggregated", "router.active_cap=0"]
 
 
+#: BASE with colocated placement (the policy's own declared placement still wins, as in SimPy)
+COLOCATED = [*(o for o in BASE if not o.startswith("deployment.placement=")), "deployment.placement=colocated"]
+
+
 class Case:
     """One configuration: overrides, workload and cost models, and the SimPy outcome."""
 
@@ -105,9 +109,10 @@ def compare(case: Case, res, m: int, rel: float = 1e-9) -> dict:
         return err
 
     for j, s in enumerate(rep.steps):
-        for name, ref in (("wait_start", s.wait_start), ("batch_ready", s.batch_ready),
+        for name, ref in (("wait_start", s.wait_start), ("batch_ready", s.batch_ready), ("train_start", s.train_start),
                           ("train_end", s.train_end), ("publish_end", s.publish_end)):
             worst["time"] = max(worst["time"], close(float(getattr(res, name)[m, j]), ref, f"step {j + 1} {name}"))
+        assert float(res.offload_s[m, j]) == s.offload_s, f"{where} step {j + 1} offload_s"
         gids = tuple(int(g) for g in res.gids[m, j] if g >= 0)
         assert gids == s.gids, f"{where} step {j + 1} gids {gids} != {s.gids}"
         stale = tuple(int(x) for x in res.stale[m, j, : len(gids)])

@@ -10,8 +10,11 @@ import pytest
 
 pytest.importorskip("jax")
 
-from diffcases import BASE, Case, compare, random_case, run_fast  # noqa: E402
+import attrs  # noqa: E402
+from diffcases import BASE, COLOCATED, Case, compare, random_case, run_fast  # noqa: E402
 from simhelpers import linear_costs, random_workload  # noqa: E402
+
+from workloads.types import build_workload, single_turn_group  # noqa: E402
 
 GROUPS, N, STEPS = 10, 4, 3
 
@@ -37,6 +40,37 @@ def edge_cases(rng):
                     linear_costs(b=0.0, c=0.0, p=0.0), "constant iterations (exact ties)"))
     out.append(Case([*common, *ba, "deployment.rollout.instances=2", "policy.inflight_rule=continue"], wl,
                     linear_costs(a=2**-7, b=2**-12, c=0.0, p=2**-14, step_s=2.0, sync_s=0.5), "dyadic times"))
+    return out + colocated_cases(wl)
+
+
+def colocated_cases(wl):
+    """Colocated placement: the pause at the batch under the colocated rule of each in-flight rule,
+    offload before and after (Costs built in code: offload_s / 2, then offload_s / 2 + publish), the
+    presets whose default mode is colocated with small batches, a zero offload, and a batch already
+    buffered when a publication ends (the resumed instances pause again before running)."""
+    common = [*COLOCATED, f"run.training_steps={STEPS}"]
+    ba = ["policy=bounded_async", "policy.batch_groups=2", "policy.max_staleness=1"]
+    off = lambda x, **kw: attrs.evolve(linear_costs(kv_tokens=10**6, **kw), offload_s=x)  # noqa: E731
+    out = []
+    for j, rule in enumerate(("continue", "keep_pause", "abort_resume", "abort_restart", "drain", "swap_in_place")):
+        out.append(Case([*common, *ba, f"policy.inflight_rule={rule}", f"deployment.rollout.max_num_seqs={[1, 3][j % 2]}",
+                         "deployment.rollout.instances=2"], wl, off(3.0), f"colocated {rule}"))
+    out.append(Case([*common, "policy=sync", "policy.batch_groups=3", "deployment.rollout.instances=3"], wl,
+                    off(0.0, sync_s=0.25), "colocated sync, no offload"))
+    # groups of equal short lengths admitted together finish at one boundary, so more than a batch is
+    # buffered when the trainer takes one, while every third group (long) is still running: the resumed
+    # instance pauses again with its (aborted) requests before running an iteration
+    same = build_workload("colocated", 0, [
+        single_turn_group(g, N, 50 + g, [300 if g % 3 == 2 else 40] * N, [float(i % 2) for i in range(N)])
+        for g in range(GROUPS)])
+    for rule in ("keep_pause", "abort_restart"):
+        out.append(Case([*common, "policy=bounded_async", "policy.batch_groups=1", "policy.max_staleness=3",
+                         f"policy.inflight_rule={rule}", "deployment.rollout.instances=1", "run.training_steps=8"], same,
+                        off(0.5, step_s=0.5, sync_s=0.1), f"colocated {rule}, a batch buffered at the publication"))
+    out.append(Case([*common, "policy=trl", "policy.per_device_train_batch_size=4", "policy.num_processes=2",
+                     "deployment.rollout.instances=2"], wl, off(2.0), "colocated trl (sync: drain as keep_pause)"))
+    out.append(Case([*common, "policy=slime", "policy.rollout_batch_size=3", "deployment.rollout.instances=3"], wl,
+                    off(1.0, c=0.0), "colocated slime (sync)"))
     return out
 
 
@@ -64,6 +98,16 @@ def test_random_and_edge_configurations_match_simpy():
     m = edge["c=0 round robin, calls on instances 1..3"]
     assert set(res.call_inst[m][res.call_inst[m] >= 0].tolist()) == {0, 1, 2, 3}
     assert any(max(s.staleness, default=0) > 0 for c in cases for s in c.report.steps)  # async cases occur
+    # colocated: every step pays the offload; with a batch buffered when a publication ends the next
+    # pause starts at once (batch_ready = the publish end), and the aborting rules abort
+    col = [c for c in cases if c.label.startswith("colocated")]
+    assert all(s.offload_s == c.costs.offload_s and s.train_start > s.batch_ready for c in col
+               for s in c.report.steps if c.costs.offload_s > 0)
+    for c in col:
+        if "buffered" in c.label:
+            assert any(b.batch_ready == a.publish_end for a, b in zip(c.report.steps, c.report.steps[1:], strict=False))
+        if "abort" in c.label:
+            assert c.report.totals["aborts"] > 0, c.label
 
 
 @pytest.mark.slow
@@ -75,3 +119,34 @@ def test_more_random_configurations_match_simpy(seed):
 @pytest.mark.slow
 def test_other_workload_shape_matches_simpy():
     run_batch(seed=9, count=100, groups=7, n=8, steps=4, edges=False)
+
+
+#: the coverage table's fixes (docs/fastpath.md): the three configuration features fkv's area lacks
+FIXES = ["deployment.rollout.kv_policy=reserve", "deployment.rollout.max_num_batched_tokens=0",
+         "deployment.rollout.prefix_caching=false"]
+
+
+@pytest.mark.slow
+def test_colocated_presets_at_their_defaults_match_simpy():
+    """trl and slime at their defaults (sync, colocated: the default scenario's roofline rollout,
+    analytical training and the built ColocatedCost phases); verl_v1 stays refused by its record."""
+    from simrl.config import load_config
+    from simrl.cost.build import build_costs
+    from simrl.engine.sim import load_workload
+    from simrl_fast import FastPathUnsupported, lower
+
+    cases = []
+    for kind in ("trl", "slime"):
+        cfg = load_config(overrides=[f"policy={kind}", *FIXES])
+        costs = build_costs(cfg)
+        assert costs.colocated is not None and costs.offload_before_s() > 0
+        cases.append(Case([f"policy={kind}", *FIXES], load_workload(cfg), costs, kind))
+    for c in cases:
+        c.run_simpy()
+        assert c.report.diagnosis is None and all(s.offload_s == c.costs.offload_s for s in c.report.steps)
+    res = run_fast(cases)
+    for m, c in enumerate(cases):
+        compare(c, res, m)
+    cfg = load_config(overrides=["policy=verl_v1", *FIXES])
+    with pytest.raises(FastPathUnsupported, match="oldest-dispatch-first batches"):
+        lower(cfg, load_workload(cfg), build_costs(cfg))

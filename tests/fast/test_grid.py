@@ -69,3 +69,21 @@ def test_grid_from_built_configurations_equals_loading_them():
         assert np.asarray(getattr(got, f)).tobytes() == np.asarray(getattr(want, f)).tobytes(), f
     with pytest.raises(ValueError, match="3 configurations for 4 grid points"):
         lower_grid(wl, costs, cols, configs=cfgs[:3])
+
+
+def test_colocated_grid_rows_equal_lowering_each_point():
+    # the offload after training depends on the instances (built in code: offload_s / 2 + publish)
+    import attrs
+
+    wl = random_workload(groups=6, n=2, seed=3, completion=(5, 60))
+    costs = attrs.evolve(linear_costs(kv_tokens=50_000), offload_s=2.0)
+    base = [*BASE, "deployment.placement=colocated"]
+    cols = {"deployment.rollout.instances": [1, 3, 2], "policy.inflight_rule": ["drain", "abort_restart", "continue"],
+            "deployment.rollout.max_num_seqs": [4, 8, 4]}
+    _, params, _ = lower_grid(wl, costs, cols, base=base)
+    for m in range(3):
+        _, want, _ = lower(load_config(overrides=[*base, *(f"{k}={v[m]}" for k, v in cols.items())]), wl, costs)
+        assert all(np.array_equal(getattr(params, f)[m], getattr(want, f)) for f in Params._fields), m
+    assert params.colocated.tolist() == [1, 1, 1] and params.off_after.tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(FastPathUnsupported, match="publish_s with colocated placement"):
+        lower_grid(wl, costs, {"cost.weight_sync.publish_s": [0.5, 1.0]}, base=base)

@@ -15,7 +15,15 @@ from simrl.config import load_config
 from simrl.cost.linear import LinearRollout
 from simrl.policy.params import LoweringContext
 from simrl.policy.record import ParamsPolicy
-from simrl_fast.lowering import FastPathUnsupported, lower, lower_policy
+from simrl_fast.lowering import (
+    RULE_ABORT_RESTART,
+    RULE_ABORT_RESUME,
+    RULE_DRAIN,
+    RULE_KEEP_PAUSE,
+    FastPathUnsupported,
+    lower,
+    lower_policy,
+)
 
 OK = ["deployment.rollout.max_num_batched_tokens=0", "deployment.rollout.prefix_caching=false",
       "deployment.rollout.kv_policy=reserve", "policy=bounded_async", "policy.batch_groups=4",
@@ -39,7 +47,6 @@ def test_supported_configuration_lowers_to_numbers():
     ("deployment.rollout.kv_policy=on_demand", "kv_policy=on_demand"),
     ("deployment.rollout.max_num_batched_tokens=8192", "max_num_batched_tokens=8192"),
     ("deployment.rollout.prefix_caching=true", "prefix_caching=true"),
-    ("deployment.placement=colocated", "placement=colocated"),
     ("router.name=kv_cache_aware", "router.name=kv_cache_aware"),
     ("router.active_cap=4", "router.active_cap=4"),
     ("run.time_horizon_s=100", "time_horizon_s"),
@@ -105,7 +112,7 @@ def test_every_group_dropped_is_diagnosed_at_lowering():
 DEFAULTS = {
     "sync": None, "bounded_async": None, "areal": None, "skyrl": None, "verl": None, "openrlhf": None,
     "nemo_rl": None, "roll": None,
-    "trl": "colocated placement", "slime": "colocated placement", "verl_v1": "colocated placement",
+    "trl": None, "slime": None, "verl_v1": "oldest-dispatch-first batches",
     "art": None, "dressage": "fail_on_version_crossing", "prime_rl": "fast_path_exact=0",
     "psrl": "per-instance weight sync",
 }
@@ -164,9 +171,41 @@ def test_record_extensions_the_kernel_lacks_are_rejected_by_name(change, feature
         lower_policy(ParamsPolicy(rec), LoweringContext(group_size=4, instances=2))
 
 
-def test_colocated_refit_knobs_are_rejected_with_the_colocated_placement():
-    # The colocated phases (sleep/wake, refit, trainer offload; simrl.cost.colocated) exist only in
-    # SimPy: their knobs come with the placement the fast path rejects by name.
-    with pytest.raises(FastPathUnsupported, match="placement=colocated"):
-        lowered("deployment.placement=colocated", "cost.colocated_knobs.refit=megatron",
-                "cost.colocated_knobs.refit_transport=ipc", "cost.colocated_knobs.sleep_level=2")
+def test_colocated_placement_lowers_its_phase_times_and_the_colocated_rule():
+    # Costs built in code (no ColocatedCost): offload_before_s = offload_s / 2 = 1.5, offload_after_s
+    # = offload_s / 2 + publish_time = 1.5 + 1.0 = 2.5 (simrl.cost.build.Costs)
+    costs = attrs.evolve(linear_costs(sync_s=1.0), offload_s=3.0)
+    _, p, _ = lowered("deployment.placement=colocated", "policy.inflight_rule=drain", costs=costs)
+    assert int(p.colocated) == 1 and float(p.off_before) == 1.5 and float(p.off_after) == 2.5
+    assert float(p.offload_s) == 3.0 and float(p.sync_s) == 1.0
+    assert int(p.rule) == RULE_KEEP_PAUSE  # Weights.colocated_rule: drain pauses as keep_pause
+    for rule, want in (("continue", RULE_KEEP_PAUSE), ("swap_in_place", RULE_KEEP_PAUSE),
+                       ("abort_resume", RULE_ABORT_RESUME), ("abort_restart", RULE_ABORT_RESTART)):
+        _, p, _ = lowered("deployment.placement=colocated", f"policy.inflight_rule={rule}", costs=costs)
+        assert int(p.rule) == want, rule
+    _, p, _ = lowered("policy.inflight_rule=drain", costs=costs)  # disaggregated: untouched
+    assert int(p.colocated) == 0 and int(p.rule) == RULE_DRAIN and float(p.off_after) == 0.0
+
+
+def test_colocated_phase_times_are_the_cost_models_own():
+    # built costs: the phases of simrl.cost.colocated (refit knobs included), taken bit for bit
+    from simrl.cost.build import build_costs
+
+    ov = ["deployment.placement=colocated", "cost.colocated_knobs.refit=megatron",
+          "cost.colocated_knobs.refit_transport=ipc", "cost.colocated_knobs.sleep_level=2"]
+    cfg = load_config(overrides=[*OK, *ov])
+    costs = build_costs(cfg)
+    _, p, _ = lower(cfg, random_workload(groups=8, n=4), costs)
+    assert float(p.off_before) == costs.colocated.before_s() > 0
+    assert float(p.off_after) == costs.colocated.after_s() > 0
+    assert float(p.offload_s) == costs.offload_s
+
+
+@pytest.mark.parametrize("extra, feature", [
+    (["deployment.training.trigger_parameter_sync_step=2"], "trigger_parameter_sync_step=2 (streaming trainer)"),
+    (["cost.training_knobs.optimizer_cpu_offload=true"], "(trainer offload phases)"),
+    (["policy=psrl"], "placement=colocated with per-instance weight sync"),
+])
+def test_what_colocated_placement_does_not_cover_is_rejected_by_name(extra, feature):
+    with pytest.raises(FastPathUnsupported, match=re.escape(feature)):
+        lowered("deployment.placement=colocated", *extra)
