@@ -195,14 +195,14 @@ def check_knob_types(section: str, family: str, cls: type, knobs: dict[str, Any]
             raise CostModelError(f"cost.{section}_knobs.{k}: {err} ({section} family {family!r})")
 
 
-def _knob_message(exc: BaseException) -> str:
+def _validator_text(exc: BaseException) -> str:
     """An attrs validator's message without its ``Attribute(...)`` tail."""
     if len(exc.args) > 1 and isinstance(exc.args[0], str):
         return exc.args[0]
     return str(exc)
 
 
-def _named(section: str, family: str, message: str, knobs: dict[str, Any]) -> str:
+def knob_message(section: str, family: str, message: str, knobs: dict[str, Any]) -> str:
     """``message`` prefixed with the config key of the knob it is about, where it names one."""
     for k in sorted(knobs, key=len, reverse=True):
         if re.match(rf"'?{re.escape(k)}\b'?", message) or f"'{k}'" in message:
@@ -221,9 +221,9 @@ def construct(section: str, family: str, cls: type, knobs: dict[str, Any], **lay
         msg = str(exc)
         if msg.startswith("cost."):
             raise
-        raise CostModelError(_named(section, family, msg, knobs)) from None
+        raise CostModelError(knob_message(section, family, msg, knobs)) from None
     except (TypeError, ValueError) as exc:
-        raise CostModelError(_named(section, family, _knob_message(exc), knobs)) from None
+        raise CostModelError(knob_message(section, family, _validator_text(exc), knobs)) from None
 
 
 # -- shared by the fitted rollout families -------------------------------------------------------
