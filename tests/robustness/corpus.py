@@ -148,6 +148,8 @@ CONFIG += [
     ("drift_knots_flat", cfg(workload={"knobs": {"length_drift_knots": [1, 2]}}), ["length_drift_knots"]),
     ("drift_knots_order", cfg(workload={"knobs": {"length_drift_knots": [[5, 1.0], [2, 2.0]]}}),
      ["length_drift_knots"]),
+    ("drift_growth_to_zero", cfg(workload={"knobs": {"length_growth_per_step": -0.6}}),
+     ["workload.knobs.length_growth_per_step", "run.training_steps"]),
     ("drift_both", cfg(workload={"knobs": {"length_growth_per_step": 0.1, "length_drift_knots": [[0, 1.0]]}}),
      ["length_drift_knots"]),
 ]
