@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -38,9 +39,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from simrl.strictio import YamlInputError, load_yaml_file  # noqa: E402
 
 CARDS_DIR = Path(__file__).resolve().parent / "fidelity_cards"
 CARD_KEYS = {"id", "system", "title", "source", "published", "mapping", "missing"}
@@ -72,6 +73,19 @@ def _need(mapping: Any, where: str, keys: set[str], required: set[str]) -> None:
         raise CardError(f"{where}: missing required key(s) {', '.join(missing)}")
 
 
+def _positive(val: Any) -> bool:
+    """A real number > 0: not a bool, not a string, finite (NaN and infinity are not figures)."""
+    return isinstance(val, int | float) and not isinstance(val, bool) and math.isfinite(val) and val > 0
+
+
+def _string(card: dict, key: str, where: str, optional: bool = False) -> None:
+    val = card.get(key)
+    if optional and val is None:
+        return
+    if not isinstance(val, str) or not val.strip():
+        raise CardError(f"{where}.{key}: expected a non-empty string, got {val!r}")
+
+
 def _overrides(value: Any, where: str) -> list[str]:
     if value is None:
         return []
@@ -86,8 +100,15 @@ def validate_card(card: Any, path: Path) -> dict:
     _need(card, name, CARD_KEYS, {"id", "system", "source", "published", "mapping", "missing"})
     if not isinstance(card["id"], str) or not card["id"]:
         raise CardError(f"{name}: id: expected a non-empty string")
+    _string(card, "system", f"{name}: ")
+    _string(card, "title", f"{name}: ", optional=True)
     src = card["source"]
     _need(src, f"{name}: source", SOURCE_KEYS, {"repo", "file"})
+    for key in ("file", "section", "url", "notes"):
+        _string(src, key, f"{name}: source", optional=key != "file")
+    sf = src.get("settings_from")
+    if sf is not None and (not isinstance(sf, list) or not all(isinstance(x, str) and x.strip() for x in sf)):
+        raise CardError(f"{name}: source.settings_from: expected a list of 'owner/name@commit path' strings, got {sf!r}")
     if not isinstance(src["repo"], str) or "/" not in src["repo"]:
         raise CardError(f"{name}: source.repo: expected 'owner/name', got {src['repo']!r}")
     if not (src.get("commit") or src.get("url")):
@@ -98,12 +119,16 @@ def validate_card(card: Any, path: Path) -> dict:
         raise CardError(f"{name}: source.commit: expected a hex commit id, got {commit!r}")
     pub = card["published"]
     _need(pub, f"{name}: published", PUBLISHED_KEYS, {"settings", "step_time_s"})
+    if not isinstance(pub["settings"], dict):
+        raise CardError(f"{name}: published.settings: expected a mapping of the published settings, "
+                        f"got {type(pub['settings']).__name__}")
     steps = pub["step_time_s"]
     if not isinstance(steps, dict) or len(steps) < 1:
         raise CardError(f"{name}: published.step_time_s: expected a mapping run -> seconds")
     for run, val in steps.items():
-        if not isinstance(val, int | float) or val <= 0:
-            raise CardError(f"{name}: published.step_time_s.{run}: expected seconds > 0, got {val!r}")
+        if not _positive(val):
+            raise CardError(f"{name}: published.step_time_s.{run}: expected seconds > 0 (a finite number), "
+                            f"got {val!r}")
     mp = card["mapping"]
     _need(mp, f"{name}: mapping", MAPPING_KEYS, {"workload", "base", "runs", "training_steps"})
     _overrides(mp["base"], f"{name}: mapping.base")
@@ -117,7 +142,7 @@ def validate_card(card: Any, path: Path) -> dict:
             raise CardError(f"{name}: published.step_time_s.{run}: no such run in mapping.runs "
                             f"({', '.join(runs)})")
     ts, wu = mp["training_steps"], mp.get("warmup_steps", 0)
-    if not isinstance(ts, int) or ts < 1 or not isinstance(wu, int) or not 0 <= wu < ts:
+    if type(ts) is not int or ts < 1 or type(wu) is not int or not 0 <= wu < ts:
         raise CardError(f"{name}: mapping: need integers training_steps >= 1 and 0 <= warmup_steps < "
                         f"training_steps, got {ts!r} / {wu!r}")
     lengths = mp.get("lengths")
@@ -132,15 +157,20 @@ def validate_card(card: Any, path: Path) -> dict:
         per_run = m if isinstance(m, dict) else {r: m for r in runs}
         for run in runs:
             val = per_run.get(run)
-            if not isinstance(val, int | float) or val <= 0:
-                raise CardError(f"{name}: mapping.lengths.{key}: expected tokens > 0 (one "
+            if not _positive(val):
+                raise CardError(f"{name}: mapping.lengths.{key}: expected tokens > 0 (one finite "
                                 f"number, or one per run), got {val!r} for run {run!r}")
         unknown_runs = sorted(set(per_run) - set(runs))
         if unknown_runs:
             raise CardError(f"{name}: mapping.lengths.{key}: no such run(s) {', '.join(unknown_runs)}")
-    for i, ratio in enumerate(pub.get("ratios") or []):
+    ratios = pub.get("ratios") or []
+    if not isinstance(ratios, list):
+        raise CardError(f"{name}: published.ratios: expected a list of ratios, got {type(ratios).__name__}")
+    for i, ratio in enumerate(ratios):
         where = f"{name}: published.ratios[{i}]"
         _need(ratio, where, RATIO_KEYS, {"name", "num", "den", "kind"})
+        if "value" in ratio and not _positive(ratio["value"]):
+            raise CardError(f"{where}.value: expected a ratio > 0 (a finite number), got {ratio['value']!r}")
         if ratio["kind"] not in RATIO_KINDS:
             raise CardError(f"{where}.kind: expected one of {', '.join(RATIO_KINDS)}, got {ratio['kind']!r}")
         for side in ("num", "den"):
@@ -158,11 +188,13 @@ def load_cards(directory: Path = CARDS_DIR, only: list[str] | None = None) -> li
     """Every ``*.yaml`` card in ``directory``, validated, sorted by file name."""
     cards, seen = [], set()
     for path in sorted(Path(directory).glob("*.yaml")):
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            raise CardError(f"{path.name}: not valid YAML: {exc}") from None
+        try:  # strict: duplicate keys, non-UTF-8 and NUL bytes refused, named by line
+            data = load_yaml_file(path)
+        except YamlInputError as exc:
+            raise CardError(f"{path.name}:{exc.line}: {exc.message}" if exc.line else f"{path.name}: {exc.message}") \
+                from None
         card = validate_card(data, path)
+        check_runs(card, path)
         if card["id"] in seen:
             raise CardError(f"{path.name}: id {card['id']!r} used by another card")
         seen.add(card["id"])
@@ -177,6 +209,20 @@ def load_cards(directory: Path = CARDS_DIR, only: list[str] | None = None) -> li
 
 
 # -- configuration ---------------------------------------------------------------------------
+
+def check_runs(card: dict, path: Path) -> None:
+    """Every run's overrides make a valid configuration and cost models (`srl`'s own checks),
+    before anything is simulated: a typo in a card is a CardError naming the file and run."""
+    from simrl.config import ConfigError, load_config
+    from simrl.cost.base import CostModelError
+    from simrl.cost.build import build_costs
+
+    for run in card["mapping"]["runs"]:
+        try:
+            build_costs(load_config(None, run_overrides(card, run)))
+        except (ConfigError, CostModelError, ValueError) as exc:
+            raise CardError(f"{path.name}: mapping.runs.{run} (with mapping.base): {exc}") from None
+
 
 def run_overrides(card: dict, run: str) -> list[str]:
     """The override list of one run: fixed output switches, the card's base, the run's own."""
@@ -355,13 +401,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON (- for stdout only)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = ap.parse_args(argv)
+    if not args.cards.is_dir():
+        print(f"error: --cards {args.cards}: not a directory of card YAML files", file=sys.stderr)
+        return 2
+    if args.json and args.json != "-":
+        out = Path(args.json)
+        if out.is_dir() or not out.parent.is_dir():
+            print(f"error: --json {args.json}: expected a file path in an existing directory", file=sys.stderr)
+            return 2
     try:
         cards = load_cards(args.cards, args.only)
     except CardError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if not cards:
+        print(f"error: --cards {args.cards}: no *.yaml cards", file=sys.stderr)
+        return 2
     progress = None if args.quiet else (lambda msg: print(f"simulating {msg}", file=sys.stderr, flush=True))
-    result = evaluate(cards, progress)
+    try:
+        result = evaluate(cards, progress)
+    except (CardError, RuntimeError) as exc:  # a run that cannot be simulated (named by its card)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.json == "-":
         print(json.dumps(result, indent=1, sort_keys=True))
         return 0

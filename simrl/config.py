@@ -530,9 +530,22 @@ def apply_override(data: dict, dotted: str) -> None:
     node[parts[-1]] = value
 
 
+def _drift_errors(cfg: SimConfig) -> list[str]:
+    """A linear length drift (``workload.knobs.length_growth_per_step``) whose factor reaches zero
+    within the run: every later response would be silently clamped to one token."""
+    g = cfg.workload.knobs.get("length_growth_per_step")
+    if isinstance(g, int | float) and not isinstance(g, bool) and math.isfinite(g) and g < 0:
+        steps = cfg.run.training_steps
+        if 1.0 + g * steps <= 0:
+            return [f"workload.knobs.length_growth_per_step: {g:g} per step makes the response-length factor "
+                    f"1 + {g:g} x step reach {1.0 + g * steps:g} by step {steps} (run.training_steps); "
+                    f"lengths must stay > 0: use > {-1.0 / steps:g} or length_drift_knots"]
+    return []
+
+
 def check_deployment(cfg: SimConfig) -> None:
     """Cross-field checks against the model and hardware (`simrl.deployment_check`)."""
-    errs = deployment_errors(cfg)
+    errs = deployment_errors(cfg) + _drift_errors(cfg)
     if errs:
         raise ConfigError("impossible deployment:\n  " + "\n  ".join(errs))
 

@@ -21,6 +21,7 @@ Memory (weights, optimizer, KV) is checked by the cost models when they are buil
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from simrl.cost.architectures import ModelArch, model_arch, model_names
@@ -80,6 +81,12 @@ def _weights_fit(arch: ModelArch, cfg: SimConfig) -> list[str]:
     return errs
 
 
+def _is_file_ref(name: Any) -> bool:
+    """A model or GPU given as a file path (config.json, a folder holding one, a GPU YAML file)."""
+    text = str(name)
+    return text.endswith((".json", ".yaml", ".yml")) or os.path.sep in text and os.path.exists(text)
+
+
 def deployment_errors(cfg: SimConfig) -> list[str]:
     """Every cross-field problem of ``cfg.deployment``, as ``key.path: message`` lines."""
     dep = cfg.deployment
@@ -87,13 +94,18 @@ def deployment_errors(cfg: SimConfig) -> list[str]:
     errs: list[str] = []
     try:
         arch = model_arch(dep.model)
-    except CostModelError:
+    except CostModelError as exc:
+        if _is_file_ref(dep.model):  # a config.json given by path: say what is wrong in it
+            return [f"deployment.model: {exc}"]
         return [f"deployment.model: unknown model {dep.model!r}{did_you_mean(dep.model, model_names())}; "
                 f"known: {', '.join(model_names())}"]
     for key, name in (("deployment.rollout.gpu", r.gpu), ("deployment.training.gpu", t.gpu)):
         try:
             gpu_spec(name)
-        except CostModelError:
+        except CostModelError as exc:
+            if not isinstance(name, str) or _is_file_ref(name):  # figures or a file: say what is wrong in them
+                errs.append(f"{key}: {exc}")
+                continue
             errs.append(f"{key}: unknown GPU {name!r}{did_you_mean(name, gpu_names())}; known: {', '.join(gpu_names())}")
     errs += _heads(arch, r.tp, "deployment.rollout.tp", "vLLM", replicate_kv=True)
     errs += _heads(arch, t.tp, "deployment.training.tp", "Megatron", replicate_kv=False)

@@ -260,11 +260,12 @@ def _subst(v: Any) -> Any:
 
 
 def load_space(path: str) -> Space:
+    from simrl.strictio import YamlInputError, read_utf8
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise SpaceError(f"{path}: cannot read ({exc.strerror})") from None
+        text = read_utf8(path)  # non-UTF-8 and NUL bytes named by line
+    except YamlInputError as exc:
+        raise SpaceError(f"{path}:{exc.line}: {exc.message}" if exc.line else f"{path}: {exc.message}") from None
     try:
         data = yaml.load(text, Loader=_UniqueLoader)  # noqa: S506 - a SafeLoader subclass
     except SpaceError as exc:
@@ -291,6 +292,25 @@ def _unknown(d: dict, allowed: set[str], where: str) -> None:
     extra = sorted(set(d) - allowed, key=str)
     if extra:
         raise SpaceError(f"{where}.{extra[0]}: unknown key; expected one of: {', '.join(sorted(allowed))}")
+
+
+def _whole(value: Any, where: str, lo: int = 0) -> int:
+    """An exact integer (not a bool, not a float) in [lo, 2**63)."""
+    _need(type(value) is int and lo <= value < 2**63, where,
+          f"expected a whole number >= {lo} (not quoted, not true/false), got {value!r}")
+    return value
+
+
+def _flag(value: Any, where: str) -> bool:
+    """true or false, exactly (a string such as "false" is not silently true)."""
+    _need(type(value) is bool, where, f"expected true or false (without quotes), got {value!r}")
+    return value
+
+
+def _finite(value: Any, where: str) -> float:
+    _need(isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value), where,
+          f"expected a finite number, got {value!r}")
+    return float(value)
 
 
 def _identifier(name: Any, where: str) -> str:
@@ -320,14 +340,11 @@ def _parse_axis(raw: Any, where: str, link: int = -1) -> Axis:
     dist = raw[kind]
     _need(isinstance(dist, dict), f"{where}.{kind}", "expected {low, high, integer?, log?}")
     _unknown(dist, _DIST, f"{where}.{kind}")
-    for k in ("low", "high"):
-        _need(isinstance(dist.get(k), int | float) and not isinstance(dist.get(k), bool), f"{where}.{kind}.{k}",
-              "expected a number")
-    lo, hi = float(dist["low"]), float(dist["high"])
+    lo, hi = (_finite(dist.get(k), f"{where}.{kind}.{k}") for k in ("low", "high"))
     _need(lo < hi, f"{where}.{kind}", f"low={lo:g} must be below high={hi:g}")
-    log = bool(dist.get("log", False))
+    log = _flag(dist.get("log", False), f"{where}.{kind}.log")
     _need(not log or lo > 0, f"{where}.{kind}.low", "must be > 0 with log: true")
-    return Axis(name, key, kind, (), lo, hi, bool(dist.get("integer", False)), log)
+    return Axis(name, key, kind, (), lo, hi, _flag(dist.get("integer", False), f"{where}.{kind}.integer"), log)
 
 
 def _parse(data: Any, where: str, path: str | None) -> Space:
@@ -377,10 +394,10 @@ def _parse(data: Any, where: str, path: str | None) -> Space:
             keys[a.key] = a.name
     sampled = [a for a in axes if a.kind != "grid"]
     samples = data.get("samples", 0)
-    _need(isinstance(samples, int) and samples >= 0, f"{where}.samples", "expected a whole number >= 0")
+    _whole(samples, f"{where}.samples")
     _need(not sampled or samples > 0, f"{where}.samples", f"random / lhs axes ({sampled[0].name if sampled else ''}) need samples > 0")
     seed = data.get("seed", 0)
-    _need(isinstance(seed, int), f"{where}.seed", "expected an integer")
+    _whole(seed, f"{where}.seed")
 
     derived: list[Derived] = []
     for i, raw in enumerate(data.get("derived") or []):
@@ -416,9 +433,10 @@ def _parse(data: Any, where: str, path: str | None) -> Space:
     rank_by = data.get("rank_by", objectives[0])
     _need(rank_by in OBJECTIVES, f"{where}.rank_by", f"expected one of: {', '.join(OBJECTIVES)}")
     top_k = data.get("top_k", 5)
-    _need(isinstance(top_k, int) and top_k >= 0, f"{where}.top_k", "expected a whole number >= 0")
+    _whole(top_k, f"{where}.top_k")
     tol = data.get("recheck_tolerance", 0.05)
-    _need(isinstance(tol, int | float) and tol > 0, f"{where}.recheck_tolerance", "expected a number > 0 (relative)")
+    _need(_finite(tol, f"{where}.recheck_tolerance") > 0, f"{where}.recheck_tolerance",
+          "expected a finite number > 0 (relative)")
     engine = data.get("engine", "auto")
     _need(engine in ("auto", "fast", "simpy"), f"{where}.engine", "expected auto, fast or simpy")
     surrogate = data.get("surrogate", "linear")
@@ -431,6 +449,8 @@ def _parse(data: Any, where: str, path: str | None) -> Space:
             _need(plot[k] in names, f"{where}.plot.{k}", f"unknown variable {plot[k]!r}; known: {', '.join(names)}")
     if "color" in plot:
         _need(plot["color"] in OBJECTIVES, f"{where}.plot.color", f"expected one of: {', '.join(OBJECTIVES)}")
+    _need(isinstance(data.get("name", ""), str | None), f"{where}.name", "expected a string")
+    _need(isinstance(data.get("question", ""), str), f"{where}.question", "expected a string")
     name = data.get("name") or (os.path.splitext(os.path.basename(path))[0] if path else "sweep")
     return Space(
         name=str(name), path=path, base_config=base_config, base_set=base_set, constants=dict(consts),

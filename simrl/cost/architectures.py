@@ -15,7 +15,6 @@ turns a parsed config into a `ModelArch`. A new model is a new file, not a code 
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -352,6 +351,9 @@ def arch_from_hf_config(cfg: Mapping[str, Any], name: str, where: str | None = N
     heads = _req(cfg, "num_attention_heads", where)
     vocab = _req(cfg, "vocab_size", where)
     kv_heads = _opt(cfg, "num_key_value_heads", where, heads) or heads
+    if heads % kv_heads:
+        raise CostModelError(f"{where}.num_key_value_heads: {kv_heads} does not divide num_attention_heads={heads} "
+                             f"(each KV head serves a whole group of query heads)")
     head_dim = _opt(cfg, "head_dim", where, 0) or hidden // heads
     kw: dict[str, Any] = {}
     # MLA
@@ -459,12 +461,16 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelArch:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CostModelError(f"{p}: cannot read model config ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise CostModelError(f"{p}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    from workloads.strictio import load_json_file
+
+    def fail(line: int, field: str | None, message: str) -> CostModelError:
+        at = f"{p}:{line}" if line else str(p)
+        return CostModelError(f"{at}: {field + ': ' if field else ''}{message} (a Hugging Face config.json)")
+
+    # strict: duplicate keys, NaN / Infinity, non-UTF-8 and NUL bytes are errors naming the line
+    cfg = load_json_file(p, fail)
+    if not isinstance(cfg, dict):
+        raise CostModelError(f"{p}: expected a JSON object (a Hugging Face config.json), got {type(cfg).__name__}")
     if name is None:
         name = str(cfg.get("_name_or_path") or (p.parent.name if p.name == "config.json" else p.stem))
     return arch_from_hf_config(cfg, name, where=str(p))

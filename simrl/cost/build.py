@@ -42,6 +42,7 @@ from simrl.cost.family import (  # noqa: F401  (check_knobs / knob_names: the pl
     check_gpu,
     check_knobs,
     fitted_gpu,
+    knob_message,
     knob_names,
     run_layout,
 )
@@ -202,7 +203,14 @@ def _build_one(section: str, cfg: SimConfig) -> tuple[Any, CostSource]:
                 f"or the path of a fitted artifact (*.json){hint}"
             )
         fam = registry.family(section, spec)
-        model, art, fam_name, basis = fam.build(None, cfg), None, spec, fam.basis
+        try:
+            model = fam.build(None, cfg)
+        except CostModelError as exc:  # name the knob by its config key where the message names one
+            msg = str(exc)
+            if msg.startswith("cost.") or not knobs:
+                raise
+            raise CostModelError(knob_message(section, spec, msg, knobs)) from None
+        art, fam_name, basis = None, spec, fam.basis
     if not isinstance(model, _PROTOCOLS[section]):
         raise CostModelError(f"cost.{section}={spec!r} built a {type(model).__name__}, not a {section} cost model")
     model.domain.strict = cfg.cost.strict

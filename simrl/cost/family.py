@@ -22,6 +22,11 @@ This module also holds the knob helpers every knob-built family uses (`check_kno
 
 from __future__ import annotations
 
+import math
+import re
+import sys
+import types
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -132,15 +137,93 @@ def knob_names(cls: type, layout: set[str]) -> list[str]:
     return sorted(a.alias for a in attrs.fields(cls) if a.init and a.alias not in layout)
 
 
+def _knob_type_error(hint: Any, value: Any) -> str | None:
+    """What is wrong with ``value`` for a field annotated ``hint`` (None: nothing, or a type this
+    check does not know). Exact types, as the config loader's: a bool is not a number, a string
+    is not a number, a float is never truncated to an integer, NaN and infinity are refused."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        known = [a for a in args if a is not type(None)]
+        if len(known) != 1:
+            return None
+        hint = known[0]
+    if typing.get_origin(hint) is typing.Literal:
+        return None if value in args and type(value) in {type(a) for a in args} else \
+            f"expected one of {', '.join(repr(a) for a in args)}, got {value!r}"
+    shown = f"{value!r} ({type(value).__name__})"
+    quoted = "; write it without quotes" if isinstance(value, str) else ""
+    if hint is bool:
+        return None if type(value) is bool else f"expected true or false, got {shown}{quoted}"
+    if hint is int:
+        return None if type(value) is int else f"expected an integer, got {shown}{quoted}"
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"expected a number, got {shown}{quoted}"
+        return None if math.isfinite(value) else f"expected a finite number, got {value!r}"
+    if hint is str:
+        return None if isinstance(value, str) else f"expected a string, got {shown}"
+    return None
+
+
+def _field_hints(cls: type) -> dict[str, Any]:
+    """Each attrs field's annotation, resolved one by one (one unresolvable annotation, e.g. a
+    name imported only for type checking, leaves the others checked)."""
+    ns = {**vars(typing), **vars(sys.modules[cls.__module__]), **{"float": float, "int": int}}
+    out: dict[str, Any] = {}
+    for a in attrs.fields(cls):
+        hint = a.type
+        if isinstance(hint, str):
+            try:
+                hint = eval(hint, ns)  # noqa: S307 - the class's own annotation text
+            except Exception:  # noqa: BLE001 - not resolvable here: not checked here
+                continue
+        out[a.name] = hint
+    return out
+
+
+def check_knob_types(section: str, family: str, cls: type, knobs: dict[str, Any]) -> None:
+    """Raise `CostModelError` naming ``cost.<section>_knobs.<name>`` for the first knob whose value
+    does not have its field's annotated type (bool, int, float, str, optional, Literal)."""
+    hints = _field_hints(cls)
+    alias = {a.alias: a.name for a in attrs.fields(cls)}
+    for k in sorted(knobs):
+        hint = hints.get(alias.get(k, k))
+        err = _knob_type_error(hint, knobs[k]) if hint is not None else None
+        if err:
+            raise CostModelError(f"cost.{section}_knobs.{k}: {err} ({section} family {family!r})")
+
+
+def _validator_text(exc: BaseException) -> str:
+    """An attrs validator's message without its ``Attribute(...)`` tail."""
+    if len(exc.args) > 1 and isinstance(exc.args[0], str):
+        return exc.args[0]
+    return str(exc)
+
+
+def knob_message(section: str, family: str, message: str, knobs: dict[str, Any]) -> str:
+    """``message`` prefixed with the config key of the knob it is about, where it names one."""
+    for k in sorted(knobs, key=len, reverse=True):
+        if re.match(rf"'?{re.escape(k)}\b'?", message) or f"'{k}'" in message:
+            return f"cost.{section}_knobs.{k}: {message} ({section} family {family!r})"
+    return f"cost.{section}_knobs ({section} family {family!r}): {message}"
+
+
 def construct(section: str, family: str, cls: type, knobs: dict[str, Any], **layout: Any) -> Any:
-    """``cls(**layout, **knobs)`` with unknown knobs and bad values named by their config key."""
+    """``cls(**layout, **knobs)`` with unknown knobs, wrong types and bad values named by their
+    config key (``cost.<section>_knobs.<name>``)."""
     check_knobs(section, family, knobs, knob_names(cls, set(layout)))
+    check_knob_types(section, family, cls, knobs)
     try:
         return cls(**layout, **knobs)
-    except CostModelError:
-        raise
+    except CostModelError as exc:
+        msg = str(exc)
+        if msg.startswith("cost."):
+            raise
+        raise CostModelError(knob_message(section, family, msg, knobs)) from None
     except (TypeError, ValueError) as exc:
-        raise CostModelError(f"cost.{section}_knobs ({section} family {family!r}): {exc}") from None
+        raise CostModelError(knob_message(section, family, _validator_text(exc), knobs)) from None
 
 
 # -- shared by the fitted rollout families -------------------------------------------------------

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import yaml
 
 from simrl.cost.base import CostModelError
 from simrl.cost.catalog import data_path, parse_quantity
@@ -169,12 +168,7 @@ def _key(name: str) -> str:
 def load_gpu_table(path: str | Path, catalog: bool = True) -> dict[str, tuple[GPUSpec, list[str]]]:
     """Read and validate a YAML table ``{NAME: {figures...}}``; errors name the file and key."""
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CostModelError(f"{p}: cannot read GPU catalog ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise CostModelError(f"{p}: not valid YAML: {exc}") from None
+    data = _read_yaml(str(p))
     if not isinstance(data, dict) or not data:
         raise CostModelError(f"{p}: expected a mapping of GPU name -> figures")
     return {str(n): _spec_from_mapping(e, f"{p.name}:{n}", name=str(n), catalog=catalog) for n, e in data.items()}
@@ -225,12 +219,13 @@ def gpu_spec(name: str | GPUSpec | Mapping[str, Any]) -> GPUSpec:
 
 
 def _read_yaml(path: str) -> Any:
+    """A GPU file, strictly read: duplicate keys, non-UTF-8 and NUL bytes are errors naming the line."""
+    from simrl.strictio import YamlInputError, load_yaml_file
+
     try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CostModelError(f"{path}: cannot read GPU file ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise CostModelError(f"{path}: not valid YAML: {exc}") from None
+        return load_yaml_file(path)
+    except YamlInputError as exc:
+        raise CostModelError(f"{path}:{exc.line}: {exc.message}" if exc.line else f"{path}: {exc.message}") from None
 
 
 def _is_table(path: str) -> bool:

@@ -130,7 +130,12 @@ class WeightSync:
             if val is REQUIRED and not (name in ("bandwidth_bytes_per_s", "bucket_latency_s")
                                         and mode == "nccl"):  # nccl: derived
                 raise CostModelError(f"weight-sync mode {mode!r} needs the knob {name!r}")
-            if isinstance(val, bool) or val is None or name in _CHOICE_KNOBS:
+            if isinstance(defaults[name], bool) or isinstance(val, bool):  # a flag is true/false, a figure never is
+                if type(val) is not type(defaults[name]):
+                    want = "true or false" if isinstance(defaults[name], bool) else "a finite number >= 0"
+                    raise CostModelError(f"weight-sync knob {name!r} must be {want}, got {val!r}")
+                continue
+            if val is None or name in _CHOICE_KNOBS:
                 continue
             if not isinstance(val, int | float) or not math.isfinite(val) or val < 0:
                 raise CostModelError(f"weight-sync knob {name!r} must be a finite number >= 0, got {val!r}")

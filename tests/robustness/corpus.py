@@ -95,6 +95,111 @@ CONFIG = [
 ]
 
 
+def _tk(**knobs) -> str:
+    return cfg(cost={"training": "analytical", "training_knobs": knobs})
+
+
+def _rk(**knobs) -> str:
+    return cfg(cost={"rollout_knobs": knobs})
+
+
+def _co(**knobs) -> str:
+    return cfg(deployment={"placement": "colocated"}, cost={"colocated_knobs": knobs})
+
+
+# Knobs of the cost builders (simrl.cost.family.construct): each bad value is named by its config
+# key; wrong types by the field's annotation (a string is not a number, "false" is not false).
+CONFIG += [
+    ("knob_moe_host_str", _tk(moe_host_s_per_layer="abc"), ["cost.training_knobs.moe_host_s_per_layer", "number"]),
+    ("knob_moe_host_neg", _tk(moe_host_s_per_layer=-1.0), ["cost.training_knobs.moe_host_s_per_layer", ">= 0"]),
+    ("knob_moe_imbalance", _tk(moe_imbalance=0.5), ["cost.training_knobs.moe_imbalance", ">= 1"]),
+    ("knob_moe_imbalance_str", _tk(moe_imbalance="1.2"), ["cost.training_knobs.moe_imbalance", "without quotes"]),
+    ("knob_fsdp_float", _tk(fsdp_shard_size=2.5), ["cost.training_knobs.fsdp_shard_size", "integer"]),
+    ("knob_fsdp_zero", _tk(fsdp_shard_size=0), ["cost.training_knobs.fsdp_shard_size"]),
+    ("knob_fsdp_zero1", _tk(fsdp_shard_size=2), ["cost.training_knobs.fsdp_shard_size", "zero_stage=3"]),
+    ("knob_fsdp_divide", cfg(deployment={"training": {"zero_stage": 3}},
+                             cost={"training": "analytical", "training_knobs": {"fsdp_shard_size": 3}}),
+     ["cost.training_knobs.fsdp_shard_size", "divide"]),
+    ("knob_dp_balance", _tk(dp_balance="batchh"), ["cost.training_knobs.dp_balance", "minibatch"]),
+    ("knob_mini_batch_zero", _tk(mini_batch_samples=0), ["cost.training_knobs.mini_batch_samples"]),
+    ("knob_mini_batch_str", _tk(mini_batch_samples="8"), ["cost.training_knobs.mini_batch_samples", "integer"]),
+    ("knob_ppo_epochs_neg", _tk(ppo_epochs=-1), ["cost.training_knobs.ppo_epochs"]),
+    ("knob_ppo_epochs_bool", _tk(ppo_epochs=True), ["cost.training_knobs.ppo_epochs", "integer"]),
+    ("knob_critic_str", _tk(critic="false"), ["cost.training_knobs.critic", "true or false"]),
+    ("knob_mfu_str", _tk(mfu="0.4"), ["cost.training_knobs.mfu", "number"]),
+    ("knob_tile_float", _tk(moe_gemm_tile_rows=1.5), ["cost.training_knobs.moe_gemm_tile_rows"]),
+    ("knob_eager_str", _rk(enforce_eager="false"), ["cost.rollout_knobs.enforce_eager", "true or false"]),
+    ("knob_eager_int", _rk(enforce_eager=1), ["cost.rollout_knobs.enforce_eager", "true or false"]),
+    ("knob_launch_neg", _rk(eager_launch_s=-1e-6), ["cost.rollout_knobs.eager_launch_s"]),
+    ("knob_launch_str", _rk(eager_launch_s="0.5"), ["cost.rollout_knobs.eager_launch_s", "number"]),
+    ("knob_launch_list", _rk(eager_launch_s=[1]), ["cost.rollout_knobs.eager_launch_s", "number"]),
+    ("coloc_refit", _co(refit="fsdpp"), ["cost.colocated_knobs.refit"]),
+    ("coloc_dtype", _co(refit_dtype_bytes=3), ["cost.colocated_knobs.refit_dtype_bytes"]),
+    ("coloc_transport", _co(refit_transport=3), ["cost.colocated_knobs.refit_transport"]),
+    ("coloc_typo", _co(refti=1), ["cost.colocated_knobs.refti"]),
+    ("weight_sync_typo", cfg(cost={"weight_sync": "filesytem"}), ["cost.weight_sync", "filesystem"]),
+    ("trigger_sync_zero", cfg(deployment={"training": {"trigger_parameter_sync_step": 0}}),
+     ["deployment.training.trigger_parameter_sync_step"]),
+    ("test_freq_neg", cfg(deployment={"training": {"test_freq": -1}}), ["deployment.training.test_freq"]),
+    ("validation_nan", cfg(deployment={"training": {"validation_s": float("nan")}}),
+     ["deployment.training.validation_s"]),
+    ("reward_s_inf", cfg(deployment={"training": {"reward_s_per_trajectory": float("inf")}}),
+     ["deployment.training.reward_s_per_trajectory"]),
+    ("drift_knots_flat", cfg(workload={"knobs": {"length_drift_knots": [1, 2]}}), ["length_drift_knots"]),
+    ("drift_knots_order", cfg(workload={"knobs": {"length_drift_knots": [[5, 1.0], [2, 2.0]]}}),
+     ["length_drift_knots"]),
+    ("drift_growth_to_zero", cfg(workload={"knobs": {"length_growth_per_step": -0.6}}),
+     ["workload.knobs.length_growth_per_step", "run.training_steps"]),
+    ("drift_both", cfg(workload={"knobs": {"length_growth_per_step": 0.1, "length_drift_knots": [[0, 1.0]]}}),
+     ["length_drift_knots"]),
+]
+
+
+def _space(**over) -> str:
+    data = {"name": "t", "base": {"set": {"deployment.model": "qwen3-8b", "run.training_steps": 1}},
+            "axes": [{"name": "inst", "key": "deployment.rollout.instances", "grid": [1, 2]}],
+            "engine": "simpy", "surrogate": "off", "top_k": 0}
+    data.update(over)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _lhs(**dist) -> str:
+    return _space(axes=[{"name": "m", "key": "deployment.rollout.max_num_seqs", "lhs": dist}], samples=2)
+
+
+# `srl-sweep --space FILE`: refused while the space is read, before any point runs.
+SWEEP = [
+    ("empty", "", ["{in}", "top level"]),
+    ("latin1", "name: caf\xe9\n".encode("latin-1"), ["{in}:1", "UTF-8"]),
+    ("nul_byte", "name: a\x00\n", ["{in}:1", "NUL"]),
+    ("binary", BINARY, ["{in}:1"]),
+    ("bad_yaml", "axes: [1,\n", ["{in}", "YAML"]),
+    ("duplicate_key", "name: a\nname: b\n", ["{in}", "line 2", "repeated"]),
+    ("samples_bool", _space(samples=True), ["samples", "whole number"]),
+    ("seed_bool", _space(seed=True), ["seed", "whole number"]),
+    ("seed_huge", _space(seed=10**30), ["seed", "whole number"]),
+    ("top_k_bool", _space(top_k=True), ["top_k", "whole number"]),
+    ("tolerance_inf", _space(recheck_tolerance=float("inf")), ["recheck_tolerance", "finite"]),
+    ("tolerance_nan", _space(recheck_tolerance=float("nan")), ["recheck_tolerance", "finite"]),
+    ("lhs_log_string", _lhs(low=1, high=8, log="false"), ["lhs.log", "true or false"]),
+    ("lhs_integer_string", _lhs(low=1, high=8, integer="no"), ["lhs.integer", "true or false"]),
+    ("random_low_inf", _space(axes=[{"name": "m", "key": "deployment.rollout.max_num_seqs",
+                                     "random": {"low": float("-inf"), "high": 8}}], samples=2),
+     ["random.low", "finite"]),
+    ("lhs_low_bool", _lhs(low=True, high=8), ["lhs.low"]),
+    ("key_typo", _space(axes=[{"name": "i", "key": "deployment.rolout.instances", "grid": [1, 2]}]),
+     ["deployment.rolout"]),
+    ("set_typo", _space(base={"set": {"deployment.modle": "qwen3-8b"}}), ["deployment.modle", "did you mean"]),
+    ("top_typo", _space(axis=[]), ["axis", "unknown key"]),
+    ("axes_mapping", _space(axes={"a": 1}), ["axes", "list"]),
+    ("engine_enum", _space(engine="fastt"), ["engine"]),
+    ("checks_string", _space(checks="heads"), ["checks"]),
+    ("derived_syntax", _space(derived=[{"name": "x", "expr": "inst +"}]), ["derived[0].expr"]),
+    ("base_config_missing", _space(base={"config": "nope.yaml"}), ["nope.yaml", "cannot read"]),
+    ("name_list", _space(name=[1]), ["name", "string"]),
+]
+
+
 OVERRIDES = [
     ("ov_float_for_int", ["deployment.rollout.instances=2.7"], ["deployment.rollout.instances"]),
     ("ov_string_false", ['run.plots="false"'], ["run.plots"]),
@@ -366,4 +471,4 @@ OPTIONS = [
 def counts() -> dict[str, int]:
     return {"config": len(CONFIG), "overrides": len(OVERRIDES), "trace": len(TRACE), "splitwise": len(SPLITWISE),
             "observations": len(OBSERVATIONS), "realrun": len(REALRUN), "collect": len(COLLECT),
-            "psrl": len(PSRL), "options": len(OPTIONS)}
+            "psrl": len(PSRL), "options": len(OPTIONS), "sweep": len(SWEEP)}

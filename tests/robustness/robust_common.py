@@ -19,6 +19,7 @@ from simrl.cli.psrl_plot import cli as psrl_cli
 from simrl.cli.regress import cli as regress_cli
 from simrl.cli.workload import main as workload_cli
 from simrl.cost.observations import SCHEMA as OBS_SCHEMA
+from simrl_explore.cli_sweep import main as sweep_cli
 
 PROV = {"hardware": "H100", "source": "robustness test", "date": "2026-01-01"}
 
@@ -77,6 +78,7 @@ COMMANDS = {
     "realrun": (compare_cli, ["{in}", "{in}", "-o", "{out}"], ".jsonl"),
     "collect": (workload_cli, ["collect", "{in}", "-o", "{out}"], ".jsonl"),
     "psrl": (psrl_cli, ["{in}", "-o", "{out}"], ".log"),
+    "sweep": (sweep_cli, ["--space", "{in}", "-o", "{out}", "-q", "--jobs", "1"], ".yaml"),
 }
 
 

@@ -15,6 +15,7 @@ from corpus import (
     PSRL,
     REALRUN,
     SPLITWISE,
+    SWEEP,
     TRACE,
     _obs_file,
     counts,
@@ -55,3 +56,8 @@ def test_malformed_command_line_is_a_clean_error(tmp_path, name, prog, argv, exp
 def test_corpus_size():
     n = counts()
     assert n["config"] >= 30 and n["trace"] >= 20 and sum(n.values()) >= 150, n
+
+
+@pytest.mark.parametrize("name, content, expect", SWEEP, ids=[c[0] for c in SWEEP])
+def test_malformed_sweep_space_is_a_clean_error(tmp_path, name, content, expect):
+    run_input("sweep", content, tmp_path, expect, name)
