@@ -27,7 +27,7 @@ from simrl.policy.rules import Enforcement, InflightRule, code
 #: the declared feature set; anything else is rejected by `check_supported`
 FEATURES = {
     "workload": "single-call trajectories, equal group sizes, no tool latency",
-    "deployment.rollout.kv_policy": "reserve",
+    "deployment.rollout.kv_policy": "reserve, on_demand (preemption of the newest request, recomputed on re-admission)",
     "deployment.rollout.max_num_batched_tokens": "0 (unchunked prefill)",
     "deployment.rollout.prefix_caching": "false (or a workload without shared prompts)",
     "deployment.placement": "disaggregated",
@@ -70,6 +70,7 @@ _KERNEL_RULES = (RULE_CONTINUE, RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_R
 # enforcements are the policy's own rules, which an exact record carries in its other fields.
 _KERNEL_ENFORCEMENTS = tuple(code(e) for e in Enforcement)
 ROUTERS = {"least_requests": 0, "round_robin": 1}
+KV_POLICIES = {"reserve": 0, "on_demand": 1}
 
 
 class FastPathUnsupported(ValueError):
@@ -113,6 +114,7 @@ class Params(NamedTuple):
     n_inst: np.ndarray  # int32: active instances (<= Static.instances)
     max_seqs: np.ndarray  # int32: max_num_seqs
     kv_cap: np.ndarray  # int64: KV capacity per instance, tokens
+    od: np.ndarray  # int32: 1 = kv_policy on_demand (tokens take KV as generated; preemption), 0 = reserve
     ro_kind: np.ndarray  # int32: rollout formula (simrl_fast.costs: 0 the linear form a..p, 1 roofline)
     ro: np.ndarray  # [NR] float64: simrl.cost.formulas.RooflineParams (zeros under the linear form)
     tr_kind: np.ndarray  # int32: training formula (0 train_a + train_per_token * tokens, 1 analytical)
@@ -245,8 +247,8 @@ def _overflow_unreachable(pp: PolicyParams) -> bool:
 def check_supported(cfg, workload, costs) -> None:
     """Raise `FastPathUnsupported` for the first feature outside `FEATURES`."""
     r = cfg.deployment.rollout
-    if r.kv_policy != "reserve":
-        _reject(f"deployment.rollout.kv_policy={r.kv_policy} (preemption)")
+    if r.kv_policy not in KV_POLICIES:
+        _reject(f"deployment.rollout.kv_policy={r.kv_policy}")
     if r.max_num_batched_tokens != 0:
         _reject(f"deployment.rollout.max_num_batched_tokens={r.max_num_batched_tokens} (chunked prefill)",
                 "set it to 0")
@@ -466,6 +468,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
     stale_bound = int(pp.staleness_bound)
     params = Params(
         n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs), kv_cap=np.int64(kv_cap),
+        od=np.int32(KV_POLICIES[r.kv_policy]),
         ro_kind=np.int32(ro.kind), ro=ro.ro, tr_kind=np.int32(tr.kind), tr=tr.tr,
         a=np.float64(ro.form.a), b=np.float64(ro.form.b), c=np.float64(ro.form.c), p=np.float64(ro.form.p),
         train_a=np.float64(tr.a), train_per_token=np.float64(tr.per_token), sync_s=np.float64(sync_s),

@@ -32,6 +32,7 @@ class FastResults(NamedTuple):
     stuck: np.ndarray  # [M] bool: deadlocked before the last step (SimPy reports a diagnosis)
     overflow: np.ndarray  # [M] bool
     actions: np.ndarray  # [M] int32: scan steps that did something
+    preemptions: np.ndarray  # [M, K] int32: per instance, Instance.preemptions (on_demand KV)
 
     @classmethod
     def from_state(cls, st, steps, static, per_call) -> FastResults:
@@ -44,6 +45,7 @@ class FastResults(NamedTuple):
             stale=lg.stale, completion_tokens=lg.completion_tokens, seq_tokens=lg.seq_tokens,
             call_finish=call_finish, call_inst=call_inst, group_finish=group_finish,
             groups_dispatched=st.dispatched, groups_accepted=st.accepted, stuck=st.stuck, overflow=st.overflow, actions=st.actions,
+            preemptions=st.inst.preempt,
         )
 
     @classmethod
