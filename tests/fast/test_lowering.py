@@ -35,8 +35,15 @@ def test_supported_configuration_lowers_to_numbers():
     assert wa.prompt.shape == (8, 4)
 
 
+def test_both_kv_policies_lower():
+    assert int(lowered()[1].od) == 0
+    assert int(lowered("deployment.rollout.kv_policy=on_demand")[1].od) == 1
+    # on_demand does not lift the other KV-related rejections
+    with pytest.raises(FastPathUnsupported, match="max_num_batched_tokens=8192 \\(chunked prefill\\)"):
+        lowered("deployment.rollout.kv_policy=on_demand", "deployment.rollout.max_num_batched_tokens=8192")
+
+
 @pytest.mark.parametrize("override, feature", [
-    ("deployment.rollout.kv_policy=on_demand", "kv_policy=on_demand"),
     ("deployment.rollout.max_num_batched_tokens=8192", "max_num_batched_tokens=8192"),
     ("deployment.rollout.prefix_caching=true", "prefix_caching=true"),
     ("deployment.placement=colocated", "placement=colocated"),
