@@ -76,10 +76,11 @@ def kv_after(p, kv_used, nd, na, j):
     return jnp.where(p.od == 1, kv_used + jnp.asarray(j).astype(jnp.int64) * (nd + na).astype(jnp.int64), kv_used)
 
 
-def fits_routed(p, ins, j, prompt, length):
+def fits_routed(p, static, ins, j, prompt, length):
     """Whether a call routed now to a busy instance with an empty queue is admitted at its boundary
     ``it + j`` (``j``: `first_after` now, per instance): the instance's KV then, nothing finishing before."""
-    return fits(p, 1, ins.running, kv_after(p, ins.kv_used, ins.nd, ins.na, j), kv_need(p, prompt, length, 0))
+    kv = kv_after(p, ins.kv_used, ins.nd, ins.na, j) if static.on_demand else ins.kv_used
+    return fits(p, 1, ins.running, kv, kv_need(p, prompt, length, 0))
 
 
 def preempt_boundary(p, it, kv_used, nd, na):
@@ -100,12 +101,13 @@ def instance_action(st, p, w, static, on, i, new_now):
     ph = ins.phase[i]
     clock, it, nd, kd, na, pa = ins.clock[i], ins.it[i], ins.nd[i], ins.kd[i], ins.na[i], ins.pa[i]
     key = ins.slot_key[i]  # [S] int64: (finish iteration, rid) packed; KEY_EMPTY: free
-    sser = ins.slot_ser[i]  # [S] int32: admission serials
     running, kv_used, pause_it = ins.running[i], ins.kv_used[i], ins.pause_it[i]
     wq_pos, wq_len = ins.wq_pos[i], ins.wq_len[i]
     ser, ser0 = ins.ser[i], ins.ser0[i]
-    od = p.od == 1
-    in_plan = cont & ins.plan[i]  # this step is one turn of Instance.plan's preemption loop
+    OD = static.on_demand  # some configuration of the batch has on_demand KV (else none of its code is traced)
+    sser = ins.slot_ser[i] if OD else jnp.zeros(S, jnp.int32)  # [S] int32: admission serials
+    od = (p.od == 1) & OD
+    in_plan = cont & ins.plan[i] & OD  # this step is one turn of Instance.plan's preemption loop
 
     # -- 1. entry --------------------------------------------------------------------------
     busy_entry = ~cont & (ph == BUSY)
@@ -141,8 +143,11 @@ def instance_action(st, p, w, static, on, i, new_now):
     has_fin = unpack_fin(k1) == it
     s_f = jnp.min(jnp.where(key == k1, sidx, S))
     # Instance.plan's victim: the newest admitted running request (max admit_serial)
-    top = jnp.max(jnp.where(occ, sser, -1))
-    s_v = jnp.min(jnp.where(occ & (sser == top), sidx, S))
+    if OD:  # one reduction: serials are distinct, so (serial, slot) packed gives both
+        top_sv = jnp.max(jnp.where(occ, sser.astype(jnp.int64) * S + sidx, -1))
+        top, s_v = (top_sv // S).astype(jnp.int32), jnp.where(top_sv < 0, S, top_sv % S).astype(jnp.int32)
+    else:
+        top, s_v = jnp.int32(-1), jnp.int32(S)
     do_vic = in_plan & od & (running > 0)
     # the lowest key left once this step's finish or victim is gone (the second lowest after a finish)
     k2 = jnp.min(jnp.where(jnp.where(has_fin, key == k1, do_vic & (sidx == s_v)), KEY_EMPTY, key))
@@ -169,7 +174,8 @@ def instance_action(st, p, w, static, on, i, new_now):
     A = admit_max(static)
     # the waiting queue's first A + 1 calls: one contiguous window of this instance's queue row
     heads = jax.lax.dynamic_slice(C.queue, (i, wq_pos), (1, A + 1))[0]
-    gens = jax.lax.dynamic_slice(C.qgen, (i, wq_pos), (1, A + 1))[0].astype(jnp.int64)
+    gens = (jax.lax.dynamic_slice(C.qgen, (i, wq_pos), (1, A + 1))[0].astype(jnp.int64) if OD
+            else jnp.zeros(A + 1, jnp.int64))
     hp_v, hl_v = call_lengths(w, heads[:A], n, G)
     need_v = kv_need(p, hp_v, hl_v, gens[:A])
     kk = jnp.arange(A)
@@ -208,9 +214,12 @@ def instance_action(st, p, w, static, on, i, new_now):
     t1 = clock + dt0
     adm_keys = jnp.where(adm_v, pack(it + hl_v - gens[:A], heads[:A]), KEY_EMPTY)
     # the batch's own next event: its earliest finish, or the boundary where on_demand KV runs out
-    fin_min = jnp.minimum(unpack_fin(jnp.minimum(k2, jnp.min(adm_keys))), preempt_boundary(p, it, kv_used, nd, na))
-    # after a preemption the head (the preempted request) may fit at the very next boundary (KV only grows)
-    adm_it = jnp.where(start & fits(p, len2, running, kv_after(p, kv_used, nd, na, 1), need2), it + 1, BIG)
+    fin_min = unpack_fin(jnp.minimum(k2, jnp.min(adm_keys)))
+    adm_it = jnp.int32(BIG)
+    if OD:
+        fin_min = jnp.minimum(fin_min, preempt_boundary(p, it, kv_used, nd, na))
+        # after a preemption the head (the preempted request) may fit at the very next boundary (KV only grows)
+        adm_it = jnp.where(start & fits(p, len2, running, kv_after(p, kv_used, nd, na, 1), need2), it + 1, BIG)
     ev_it, ev_t, ev_prev = event_of(clock, it, t1, alpha, beta, fin_min, adm_it, BIG)
     phase = jnp.where(paused, PAUSED, jnp.where(start, BUSY, jnp.where(close, IDLE, BUSY)))
     # A woken or resumed instance begins a new run of iterations: its place in SimPy's heap order.
@@ -244,9 +253,10 @@ def instance_action(st, p, w, static, on, i, new_now):
         running=put(ins.running, running), kv_used=put(ins.kv_used, kv_used),
         psum=put(ins.psum, ins.psum[i] - jnp.where(has_fin, pr_f, 0) - jnp.where(do_vic, pr_v, 0) + adm_p),
         wq_pos=put(ins.wq_pos, wq_pos + n_adm - do_vic), wq_len=put(ins.wq_len, len2),
-        ser=put(ins.ser, ser + n_adm), ser0=put(ins.ser0, ser0), plan=put(ins.plan, need_pre),
-        preempt=put(ins.preempt, ins.preempt[i] + counted),
     )
+    if OD:
+        inst = inst._replace(ser=put(ins.ser, ser + n_adm), ser0=put(ins.ser0, ser0), plan=put(ins.plan, need_pre),
+                             preempt=put(ins.preempt, ins.preempt[i] + counted))
     # The [K, S] slot arrays: the finished (or preempted) slot takes the last occupied one (which is
     # freed unless an admission refills it) and the admitted calls fill slots run_f.., as element
     # scatters into the carried arrays (no row copy); abort_restart's new finish iterations rewrite the row.
@@ -257,22 +267,24 @@ def instance_action(st, p, w, static, on, i, new_now):
     clear = on & rem & (n_adm == 0)
     cols = jnp.concatenate([jnp.where(move, s_rm, S)[None], jnp.where(clear, last, S)[None],
                             jnp.where(on & adm_v, run_f + kk, S)])
-    rows = tie(jnp.full(cols.shape, i, jnp.int32), K, key_last.astype(jnp.int32) & 0, len_last, ser_last,
-               key_v.astype(jnp.int32) & 0, len_v, top)
+    reads = (ser_last, key_v.astype(jnp.int32) & 0, len_v, top) if OD else ()
+    rows = tie(jnp.full(cols.shape, i, jnp.int32), K, key_last.astype(jnp.int32) & 0, len_last, *reads)
     keys = ins.slot_key.at[jnp.where(on & rs, i, K)].set(key, mode="drop")
     inst = inst._replace(
         slot_key=keys.at[rows, cols].set(
             jnp.concatenate([key_last[None], jnp.full(1, KEY_EMPTY, jnp.int64), adm_keys]), mode="drop"),
         slot_len=ins.slot_len.at[rows, cols].set(
             jnp.concatenate([len_last[None], jnp.zeros(1, jnp.int32), hl_v.astype(jnp.int32)]), mode="drop"),
-        slot_ser=ins.slot_ser.at[rows, cols].set(
-            jnp.concatenate([ser_last[None], jnp.zeros(1, jnp.int32), (ser + 1 + kk).astype(jnp.int32)]),
-            mode="drop"),
     )
-    # Instance.preempt: the victim goes back to the head of the waiting queue, keeping its tokens
-    qrow = jnp.where(on & do_vic, tie(i, K, heads, gens.astype(jnp.int32)), K)
-    calls = C._replace(queue=C.queue.at[qrow, wq_pos - 1].set(r_v, mode="drop"),
-                       qgen=C.qgen.at[qrow, wq_pos - 1].set(gen_v.astype(jnp.int32), mode="drop"))
+    calls = C
+    if OD:
+        inst = inst._replace(slot_ser=ins.slot_ser.at[rows, cols].set(
+            jnp.concatenate([ser_last[None], jnp.zeros(1, jnp.int32), (ser + 1 + kk).astype(jnp.int32)]),
+            mode="drop"))
+        # Instance.preempt: the victim goes back to the head of the waiting queue, keeping its tokens
+        qrow = jnp.where(on & do_vic, tie(i, K, heads, gens.astype(jnp.int32)), K)
+        calls = C._replace(queue=C.queue.at[qrow, wq_pos - 1].set(r_v, mode="drop"),
+                           qgen=C.qgen.at[qrow, wq_pos - 1].set(gen_v.astype(jnp.int32), mode="drop"))
 
     # -- effects on calls, groups, the buffer and the trainer -------------------------------
     Gm = static.max_groups

@@ -102,6 +102,7 @@ class Static(NamedTuple):
     chunk: int  # scan length per outer while-loop turn
     max_chunks: int  # outer turns before giving up (a safety bound; deadlocks stop earlier)
     formulas: int = 3  # cost formulas the batch uses (bit 1: roofline rollout, bit 2: analytical training)
+    on_demand: bool = True  # some configuration of the batch has kv_policy=on_demand (else its code is not traced)
 
     @property
     def max_calls(self) -> int:
@@ -514,6 +515,7 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
         max_chunks=int(2 * actions / chunk) + 4,
         formulas=(1 if any(int(p.ro_kind) == 1 for p in params) else 0)
         | (2 if any(int(p.tr_kind) == 1 for p in params) else 0),
+        on_demand=any(int(p.od) == 1 for p in params),
     )
 
 

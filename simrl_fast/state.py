@@ -196,10 +196,12 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         ev_prev=f64(jnp.inf, K), ev_seq=i32(BIG, K), running=i32(0, K), kv_used=i64(0, K),
         wq_pos=i32(0, K), wq_len=i32(0, K),
         slot_key=i64(KEY_EMPTY, (K, S)), slot_len=i32(0, (K, S)), psum=i64(0, K),
-        slot_ser=i32(0, (K, S)), ser=i32(0, K), ser0=i32(0, K), plan=jnp.zeros(K, bool), preempt=i32(0, K),
+        # (a batch without on_demand KV carries no per-slot serials nor queued tokens: [K, 1] stubs)
+        slot_ser=i32(0, (K, S if static.on_demand else 1)), ser=i32(0, K), ser0=i32(0, K), plan=jnp.zeros(K, bool),
+        preempt=i32(0, K),
     )
     Q = R + admit_max(static) + 1
-    calls = CallState(queue=i32(-1, (K, Q)), qgen=i32(0, (K, Q)))
+    calls = CallState(queue=i32(-1, (K, Q)), qgen=i32(0, (K, Q if static.on_demand else 1)))
     groups = GroupState(status=i32(G_FREE, Gm), done=i32(0, Gm), minv=i32(BIG, Gm), buf=i32(-1, Gm))
     trainer = TrainerState(phase=i32(T_WAIT), step=i32(0), timer_t=f64(jnp.inf), timer_prev=f64(jnp.inf),
                            timer_seq=i32(BIG), acks=i32(0), taken=i32(0))

@@ -32,7 +32,8 @@ def _check(seed: int, kv_policy: str = "any") -> None:
     need = static_for([p], wa)
     # one shape for every example (random_case draws K <= 4, max_num_seqs <= 64, batches <= 4)
     mg = max(need.max_groups, 48)
-    fixed = static_for([p._replace(n_inst=np.int32(4), max_seqs=np.int32(64), batch=np.int32(4))], wa, mg)
+    fixed = static_for([p._replace(n_inst=np.int32(4), max_seqs=np.int32(64), batch=np.int32(4), od=np.int32(1))],
+                       wa, mg)
     res = run_params([p], [wa], static=fixed)
     _STATIC[fixed] = _STATIC.get(fixed, 0) + 1
     compare(case, res, 0)
