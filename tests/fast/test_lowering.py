@@ -156,3 +156,28 @@ def test_record_extensions_the_kernel_lacks_are_rejected_by_name(change, feature
     rec = attrs.evolve(_verl_record(), **change)
     with pytest.raises(FastPathUnsupported, match=re.escape(feature)):
         lower_policy(ParamsPolicy(rec), LoweringContext(group_size=4, instances=2))
+
+
+#: presets whose policy lowers exactly and whose placement is disaggregated at their defaults
+DISAGGREGATED_EXACT = ("areal", "nemo_rl", "openrlhf", "roll", "skyrl", "verl")
+
+
+@pytest.mark.parametrize("kind", DISAGGREGATED_EXACT)
+def test_presets_lower_at_their_defaults_but_chunked_prefill_and_the_shared_prefix_cache(kind):
+    """At full defaults every preset is rejected for chunked prefill first; with it and the prefix
+    cache off, these six lower with their default on_demand KV and roofline rollout cost."""
+    from simrl.cost.build import build_costs
+    from simrl.engine.sim import load_workload
+
+    cfg = load_config(overrides=[f"policy={kind}"])
+    wl, costs = load_workload(cfg), build_costs(cfg)
+    with pytest.raises(FastPathUnsupported, match="max_num_batched_tokens=8192 \\(chunked prefill\\)"):
+        lower(cfg, wl, costs)
+    cfg = load_config(overrides=[f"policy={kind}", "deployment.rollout.max_num_batched_tokens=0"])
+    with pytest.raises(FastPathUnsupported, match="prefix_caching=true with group-shared prompts"):
+        lower(cfg, wl, costs)
+    cfg = load_config(overrides=[f"policy={kind}", "deployment.rollout.max_num_batched_tokens=0",
+                                 "deployment.rollout.prefix_caching=false"])
+    assert cfg.deployment.rollout.kv_policy == "on_demand"
+    _, p, _ = lower(cfg, wl, costs)
+    assert int(p.od) == 1 and int(p.ro_kind) == 1
