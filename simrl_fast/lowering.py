@@ -27,7 +27,7 @@ from simrl.policy.rules import Enforcement, InflightRule, code
 #: the declared feature set; anything else is rejected by `check_supported`
 FEATURES = {
     "workload": "single-call trajectories, equal group sizes, no tool latency",
-    "deployment.rollout.kv_policy": "reserve",
+    "deployment.rollout.kv_policy": "reserve, on_demand (preemption of the newest request, recomputed on re-admission)",
     "deployment.rollout.max_num_batched_tokens": "0 (unchunked prefill)",
     "deployment.rollout.prefix_caching": "false (or a workload without shared prompts)",
     "deployment.placement": "disaggregated, or colocated (every instance paused at its next iteration boundary "
@@ -85,6 +85,7 @@ _KERNEL_RULE = {**{r: r for r in _KERNEL_RULES}, RULE_SWAP_IN_PLACE: RULE_CONTIN
 # enforcements are the policy's own rules, which an exact record carries in its other fields.
 _KERNEL_ENFORCEMENTS = tuple(code(e) for e in Enforcement)
 ROUTERS = {"least_requests": 0, "round_robin": 1}
+KV_POLICIES = {"reserve": 0, "on_demand": 1}
 
 
 class FastPathUnsupported(ValueError):
@@ -120,6 +121,7 @@ class Static(NamedTuple):
     chunk: int  # scan length per outer while-loop turn
     max_chunks: int  # outer turns before giving up (a safety bound; deadlocks stop earlier)
     formulas: int = 3  # cost formulas the batch uses (bit 1: roofline rollout, bit 2: analytical training)
+    on_demand: bool = True  # some configuration of the batch has kv_policy=on_demand (else its code is not traced)
 
     @property
     def max_calls(self) -> int:
@@ -132,6 +134,7 @@ class Params(NamedTuple):
     n_inst: np.ndarray  # int32: active instances (<= Static.instances)
     max_seqs: np.ndarray  # int32: max_num_seqs
     kv_cap: np.ndarray  # int64: KV capacity per instance, tokens
+    od: np.ndarray  # int32: 1 = kv_policy on_demand (tokens take KV as generated; preemption), 0 = reserve
     ro_kind: np.ndarray  # int32: rollout formula (simrl_fast.costs: 0 the linear form a..p, 1 roofline)
     ro: np.ndarray  # [NR] float64: simrl.cost.formulas.RooflineParams (zeros under the linear form)
     tr_kind: np.ndarray  # int32: training formula (0 train_a + train_per_token * tokens, 1 analytical)
@@ -291,8 +294,8 @@ def _overflow_unreachable(pp: PolicyParams) -> bool:
 def check_supported(cfg, workload, costs) -> None:
     """Raise `FastPathUnsupported` for the first feature outside `FEATURES`."""
     r = cfg.deployment.rollout
-    if r.kv_policy != "reserve":
-        _reject(f"deployment.rollout.kv_policy={r.kv_policy} (preemption)")
+    if r.kv_policy not in KV_POLICIES:
+        _reject(f"deployment.rollout.kv_policy={r.kv_policy}")
     if r.max_num_batched_tokens != 0:
         _reject(f"deployment.rollout.max_num_batched_tokens={r.max_num_batched_tokens} (chunked prefill)",
                 "set it to 0")
@@ -545,6 +548,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
     stale_bound = int(pp.staleness_bound)
     params = Params(
         n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs), kv_cap=np.int64(kv_cap),
+        od=np.int32(KV_POLICIES[r.kv_policy]),
         ro_kind=np.int32(ro.kind), ro=ro.ro, tr_kind=np.int32(tr.kind), tr=tr.tr,
         a=np.float64(ro.form.a), b=np.float64(ro.form.b), c=np.float64(ro.form.c), p=np.float64(ro.form.p),
         train_a=np.float64(tr.a), train_per_token=np.float64(tr.per_token), sync_s=np.float64(sync_s),
@@ -593,6 +597,7 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
         max_chunks=int(2 * actions / chunk) + 4,
         formulas=(1 if any(int(p.ro_kind) == 1 for p in params) else 0)
         | (2 if any(int(p.tr_kind) == 1 for p in params) else 0),
+        on_demand=any(int(p.od) == 1 for p in params),
     )
 
 

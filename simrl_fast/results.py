@@ -34,6 +34,7 @@ class FastResults(NamedTuple):
     stuck: np.ndarray  # [M] bool: deadlocked before the last step (SimPy reports a diagnosis)
     overflow: np.ndarray  # [M] bool
     actions: np.ndarray  # [M] int32: scan steps that did something
+    preemptions: np.ndarray  # [M, K] int32: per instance, Instance.preemptions (on_demand KV)
 
     @classmethod
     def from_state(cls, st, steps, static, per_call) -> FastResults:
@@ -47,6 +48,7 @@ class FastResults(NamedTuple):
             seq_tokens=lg.seq_tokens, offload_s=lg.offload_s,
             call_finish=call_finish, call_inst=call_inst, group_finish=group_finish,
             groups_dispatched=st.dispatched, groups_accepted=st.accepted, stuck=st.stuck, overflow=st.overflow, actions=st.actions,
+            preemptions=st.inst.preempt,
         )
 
     @classmethod

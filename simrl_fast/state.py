@@ -60,7 +60,8 @@ class InstState(NamedTuple):
     #                    gap (time since the boundary before) differs from the gap after it (`forks_of`)
     fk_back: jnp.ndarray  # [K] f64: the boundary before fk_t (when fk_t's timeout was scheduled)
     g_prev: jnp.ndarray  # [K] f64: the anchor's own gap (0: a new run, scheduled when woken)
-    fin_min: jnp.ndarray  # [K] int32: Instance.finish_heap[0] + 1 (BIG when empty)
+    fin_min: jnp.ndarray  # [K] int32: the next boundary the batch itself makes observable: min(Instance.finish_heap[0]
+    #                       + 1, the boundary whose Instance.plan preempts under on_demand KV); BIG: none
     adm_it: jnp.ndarray  # [K] int32: boundary that admits a request routed mid-iteration (BIG: none)
     pause_it: jnp.ndarray  # [K] int32: boundary that takes the requested pause (pause_ack set; BIG: none)
     ev_it: jnp.ndarray  # [K] int32: next observable boundary = min(fin_min, adm_it, pause_it)
@@ -68,7 +69,8 @@ class InstState(NamedTuple):
     ev_prev: jnp.ndarray  # [K] f64: time its timeout was scheduled (tie-break, SimPy heap order)
     ev_seq: jnp.ndarray  # [K] int32: st_seq (BUSY) or the wake's insertion order (START, RESUME)
     running: jnp.ndarray  # [K] int32: len(Instance.running)
-    kv_used: jnp.ndarray  # [K] int64: Instance.kv_used (reserved prompt + completion)
+    kv_used: jnp.ndarray  # [K] int64: Instance.kv_used at the anchor (reserve: prompt + completion per request;
+    #                       on_demand: prompt + generated, = kd + pa)
     wq_pos: jnp.ndarray  # [K] int32: position in CallState.queue of the head of Instance.waiting
     wq_len: jnp.ndarray  # [K] int32: len(Instance.waiting) (the tail is at wq_pos + wq_len - 1)
     slot_key: jnp.ndarray  # [K, S] int64: Instance.running as finish_heap keys: `pack`(Instance.it at which
@@ -76,6 +78,13 @@ class InstState(NamedTuple):
     #                        are always 0..running-1 (a finish moves the last one into its slot)
     slot_len: jnp.ndarray  # [K, S] int32: Request.completion_tokens (for abort_restart; stale when free)
     psum: jnp.ndarray  # [K] int64: prompt tokens of the running requests (re-prefilled by abort_restart)
+    # -- on_demand KV (Instance.plan's preemptions; simrl_fast.instance) --
+    slot_ser: jnp.ndarray  # [K, S] int32: Request.admit_serial of each running request (the newest is preempted)
+    ser: jnp.ndarray  # [K] int32: Instance.admit_serial (admissions so far)
+    ser0: jnp.ndarray  # [K] int32: admit_serial before the anchor's admissions: running requests above it are
+    #                    prefilling (0 after an abort: every resumed request re-prefills)
+    plan: jnp.ndarray  # [K] bool: the boundary is in Instance.plan's preemption loop (admission is over)
+    preempt: jnp.ndarray  # [K] int32: Instance.preemptions
 
 
 class CallState(NamedTuple):
@@ -83,7 +92,10 @@ class CallState(NamedTuple):
 
     queue: jnp.ndarray  # [K, R + admit_max + 1] int32: the calls routed to each instance, in routing order
     #                     (Instance.waiting is entries wq_pos .. wq_pos + wq_len - 1; admission reads one
-    #                     window of admit_max + 1 entries, which the padding keeps inside the row)
+    #                     window of admit_max + 1 entries, which the padding keeps inside the row); a preempted
+    #                     request is written back at wq_pos - 1 (Instance.waiting.appendleft)
+    qgen: jnp.ndarray  # [K, R + admit_max + 1] int32: Request.generated of each queue entry (tokens a preempted
+    #                    request keeps and re-prefills; 0 for a routed call)
 
 
 class StepOut(NamedTuple):
@@ -187,8 +199,12 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         ev_prev=f64(jnp.inf, K), ev_seq=i32(BIG, K), running=i32(0, K), kv_used=i64(0, K),
         wq_pos=i32(0, K), wq_len=i32(0, K),
         slot_key=i64(KEY_EMPTY, (K, S)), slot_len=i32(0, (K, S)), psum=i64(0, K),
+        # (a batch without on_demand KV carries no per-slot serials nor queued tokens: [K, 1] stubs)
+        slot_ser=i32(0, (K, S if static.on_demand else 1)), ser=i32(0, K), ser0=i32(0, K), plan=jnp.zeros(K, bool),
+        preempt=i32(0, K),
     )
-    calls = CallState(queue=i32(-1, (K, R + admit_max(static) + 1)))
+    Q = R + admit_max(static) + 1
+    calls = CallState(queue=i32(-1, (K, Q)), qgen=i32(0, (K, Q if static.on_demand else 1)))
     groups = GroupState(status=i32(G_FREE, Gm), done=i32(0, Gm), minv=i32(BIG, Gm), buf=i32(-1, Gm))
     trainer = TrainerState(phase=i32(T_WAIT), step=i32(0), timer_t=f64(jnp.inf), timer_prev=f64(jnp.inf),
                            timer_seq=i32(BIG), acks=i32(0), taken=i32(0), dur=f64(0.0))

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from simrl_fast.closed_form import N_FORKS, event_of, first_after, forks_of, tol
-from simrl_fast.instance import call_lengths, fits, instance_action
+from simrl_fast.instance import call_lengths, fits_routed, instance_action
 from simrl_fast.state import (
     BIG,
     BUSY,
@@ -202,7 +202,7 @@ def route_group(st, p, w, static, on, j_all):
     was_empty = ins.wq_len == 0
     wake = got & (ins.phase == IDLE)
     hp, hl = call_lengths(w, f_rid, n, G)
-    fit = got & (ins.phase == BUSY) & was_empty & fits(p, 1, ins.running, ins.kv_used, hp, hl)
+    fit = got & (ins.phase == BUSY) & was_empty & fits_routed(p, static, ins, j_all, hp, hl)
     adm_it = jnp.where(fit, ins.it + j_all, ins.adm_it)
     ev_it, ev_t, ev_prev = event_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.fin_min, adm_it, ins.pause_it)
     rank = jnp.sum((wake[None, :] & (first[None, :] < first[:, None])).astype(i32), axis=1)

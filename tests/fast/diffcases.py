@@ -38,11 +38,33 @@ class Case:
         sim = build_simulation(self.cfg, self.workload, self.costs)
         sim.run()
         self.report = summarise(sim)
+        self.preemptions = preemptions_until_done(sim)
         return self.report
 
 
-def random_case(rng: np.random.Generator, groups: int, n: int, steps: int) -> Case:
-    """A random configuration inside the declared feature set."""
+def preemptions_until_done(sim) -> list[int]:
+    """Per instance, the preemptions SimPy made before the final publication took effect.
+
+    SimPy stops at the `done` event, which fires after the events already due at that instant (an
+    instance resumed by the final publication runs its turn, and may preempt, first); the fast path
+    stops at the publication itself. What happens in that instant after it changes no compared
+    outcome (calls finishing then are not compared either), so the count stops at the final
+    ``publish_end`` event of the telemetry (all of them when the run did not finish)."""
+    events = sim.recorder.events
+    steps = sim.cfg.run.training_steps
+    end = next((k for k, e in enumerate(events) if e["kind"] == "publish_end" and e["step"] == steps), len(events))
+    out = [0] * len(sim.instances)
+    for e in events[:end]:
+        if e["kind"] == "preempt":
+            out[e["inst"]] += 1
+    return out
+
+
+def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_policy: str = "reserve") -> Case:
+    """A random configuration inside the declared feature set.
+
+    ``kv_policy``: ``reserve``, ``on_demand`` or ``any`` (drawn last, so the other draws of a seed do
+    not depend on it; small KV capacities make on_demand preempt)."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -78,7 +100,11 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int) -> Ca
     ov = [*BASE, *pol, f"deployment.rollout.instances={K}", f"deployment.rollout.max_num_seqs={S}",
           f"deployment.rollout.kv_capacity_tokens={kv}", f"router.name={rng.choice(['least_requests', 'round_robin'])}",
           f"run.training_steps={steps}"]
-    return Case(ov, wl, costs, label=f"K={K} S={S} kv={kv} c={c:.2g} p={p:.2g} {' '.join(pol)}")
+    if kv_policy == "any":
+        kv_policy = str(rng.choice(["reserve", "on_demand"]))
+    if kv_policy != "reserve":
+        ov.append(f"deployment.rollout.kv_policy={kv_policy}")
+    return Case(ov, wl, costs, label=f"K={K} S={S} kv={kv} {kv_policy} c={c:.2g} p={p:.2g} {' '.join(pol)}")
 
 
 def run_fast(cases: list[Case], chunk: int | None = None):
@@ -129,4 +155,8 @@ def compare(case: Case, res, m: int, rel: float = 1e-9) -> dict:
         assert int(res.call_inst[m, rid]) == c.instance, f"{where} call {rid} instance"
     fast_done = {int(r) for r in np.nonzero(res.call_finish[m] < end)[0]}
     assert fast_done == seen, f"{where} finished calls differ: {sorted(fast_done ^ seen)[:10]}"
+    # on_demand KV: the same preemptions on every instance (0 under reserve), up to the final publication
+    pre = case.preemptions
+    assert sum(pre) <= rep.totals["preemptions"] == sum(int(i["preemptions"]) for i in rep.instances)
+    assert res.preemptions[m, : len(pre)].tolist() == pre, f"{where} preemptions {res.preemptions[m]} != {pre}"
     return worst

@@ -1,8 +1,9 @@
 """SimPy vs JAX on random configurations inside the fast path's feature set, per step and per call.
 
-The default run draws one batch (one compile): random configurations plus edge cases
-(max_num_seqs=1, one instance, KV-bound, c=0, constant and dyadic iteration times where ties
-are exact). `-m slow` adds more seeds and another workload shape.
+The default run draws one batch (one compile): random configurations (reserve and on_demand KV)
+plus edge cases (max_num_seqs=1, one instance, KV-bound, c=0, constant and dyadic iteration times
+where ties are exact, on_demand KV that preempts under every in-flight rule). `-m slow` adds more
+seeds and another workload shape.
 """
 
 import numpy as np
@@ -40,6 +41,25 @@ def edge_cases(rng):
                     linear_costs(b=0.0, c=0.0, p=0.0), "constant iterations (exact ties)"))
     out.append(Case([*common, *ba, "deployment.rollout.instances=2", "policy.inflight_rule=continue"], wl,
                     linear_costs(a=2**-7, b=2**-12, c=0.0, p=2**-14, step_s=2.0, sync_s=0.5), "dyadic times"))
+    # on_demand KV with a capacity of 1-2 calls per instance: preemptions under every rule, with short
+    # training steps so that pauses land among them; exact ties (constant, dyadic times) included
+    od = [*[b.replace("kv_policy=reserve", "kv_policy=on_demand") for b in common], "deployment.rollout.max_num_seqs=16"]
+    for k, rule in enumerate(("continue", "keep_pause", "abort_resume", "abort_restart", "drain")):
+        kv = int(need * (1.0, 1.25, 1.5, 2.0, 1.0)[k])
+        out.append(Case([*od, *ba, f"policy.inflight_rule={rule}", "deployment.rollout.instances=2",
+                         f"deployment.rollout.kv_capacity_tokens={kv}"], wl,
+                        linear_costs(kv_tokens=kv, step_s=0.05, sync_s=0.02), f"on_demand {rule} kv={kv}"))
+    out.append(Case([*od, *ba, "deployment.rollout.instances=3", "policy.inflight_rule=abort_resume",
+                     f"deployment.rollout.kv_capacity_tokens={need}"], wl,
+                    linear_costs(kv_tokens=need, a=2**-7, b=0.0, c=0.0, p=0.0, step_s=2**-3, sync_s=2**-4),
+                    "on_demand constant iterations (exact ties)"))
+    out.append(Case([*od, *ba, "deployment.rollout.instances=2", "policy.inflight_rule=keep_pause",
+                     f"deployment.rollout.kv_capacity_tokens={need * 2}"], wl,
+                    linear_costs(kv_tokens=need * 2, a=2**-7, b=2**-12, c=0.0, p=2**-14, step_s=0.25, sync_s=0.125),
+                    "on_demand dyadic times"))
+    out.append(Case([*od, *ba, "deployment.rollout.instances=1", "policy.inflight_rule=keep_pause",
+                     f"deployment.rollout.kv_capacity_tokens={need * 100}"], wl, linear_costs(kv_tokens=need * 100),
+                    "on_demand, never preempted"))
     return out + colocated_cases(wl)
 
 
@@ -74,9 +94,10 @@ def colocated_cases(wl):
     return out
 
 
-def run_batch(seed, count, groups=GROUPS, n=N, steps=STEPS, edges=True):
+def run_batch(seed, count, groups=GROUPS, n=N, steps=STEPS, edges=True, on_demand=0):
     rng = np.random.default_rng(seed)
     cases = [random_case(rng, groups, n, steps) for _ in range(count)]
+    cases += [random_case(rng, groups, n, steps, kv_policy="on_demand") for _ in range(on_demand)]
     if edges:
         cases += edge_cases(rng)
     for c in cases:
@@ -90,7 +111,7 @@ def run_batch(seed, count, groups=GROUPS, n=N, steps=STEPS, edges=True):
 
 
 def test_random_and_edge_configurations_match_simpy():
-    cases, res, worst = run_batch(seed=2024, count=40)
+    cases, res, worst = run_batch(seed=2024, count=40, on_demand=12)
     assert worst["time"] < 1e-9 and worst["call"] < 1e-9
     assert res.complete.sum() >= len(cases) - 3  # nearly all finish their steps (the rest: compared diagnoses)
     # the edge cases reach what they are meant to exercise
@@ -108,12 +129,18 @@ def test_random_and_edge_configurations_match_simpy():
             assert any(b.batch_ready == a.publish_end for a, b in zip(c.report.steps, c.report.steps[1:], strict=False))
         if "abort" in c.label:
             assert c.report.totals["aborts"] > 0, c.label
+    # on_demand: the tight edge cases and most random ones preempt (compare() checks the counts)
+    od = [m for m, c in enumerate(cases) if "on_demand" in c.label]
+    assert len(od) == 12 + 8
+    preempting = [m for m in od if res.preemptions[m].sum() > 0]
+    assert len(preempting) >= 12 and res.preemptions[edge["on_demand, never preempted"]].sum() == 0
+    assert all(res.preemptions[m].sum() == 0 for m, c in enumerate(cases) if "on_demand" not in c.label)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_more_random_configurations_match_simpy(seed):
-    run_batch(seed=seed, count=150, edges=False)
+    run_batch(seed=seed, count=150, edges=False, on_demand=60)
 
 
 @pytest.mark.slow

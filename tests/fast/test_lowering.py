@@ -43,8 +43,15 @@ def test_supported_configuration_lowers_to_numbers():
     assert wa.prompt.shape == (8, 4)
 
 
+def test_both_kv_policies_lower():
+    assert int(lowered()[1].od) == 0
+    assert int(lowered("deployment.rollout.kv_policy=on_demand")[1].od) == 1
+    # on_demand does not lift the other KV-related rejections
+    with pytest.raises(FastPathUnsupported, match="max_num_batched_tokens=8192 \\(chunked prefill\\)"):
+        lowered("deployment.rollout.kv_policy=on_demand", "deployment.rollout.max_num_batched_tokens=8192")
+
+
 @pytest.mark.parametrize("override, feature", [
-    ("deployment.rollout.kv_policy=on_demand", "kv_policy=on_demand"),
     ("deployment.rollout.max_num_batched_tokens=8192", "max_num_batched_tokens=8192"),
     ("deployment.rollout.prefix_caching=true", "prefix_caching=true"),
     ("router.name=kv_cache_aware", "router.name=kv_cache_aware"),
@@ -209,3 +216,28 @@ def test_colocated_phase_times_are_the_cost_models_own():
 def test_what_colocated_placement_does_not_cover_is_rejected_by_name(extra, feature):
     with pytest.raises(FastPathUnsupported, match=re.escape(feature)):
         lowered("deployment.placement=colocated", *extra)
+
+
+#: presets whose policy lowers exactly and whose placement is disaggregated at their defaults
+DISAGGREGATED_EXACT = ("areal", "nemo_rl", "openrlhf", "roll", "skyrl", "verl")
+
+
+@pytest.mark.parametrize("kind", DISAGGREGATED_EXACT)
+def test_presets_lower_at_their_defaults_but_chunked_prefill_and_the_shared_prefix_cache(kind):
+    """At full defaults every preset is rejected for chunked prefill first; with it and the prefix
+    cache off, these six lower with their default on_demand KV and roofline rollout cost."""
+    from simrl.cost.build import build_costs
+    from simrl.engine.sim import load_workload
+
+    cfg = load_config(overrides=[f"policy={kind}"])
+    wl, costs = load_workload(cfg), build_costs(cfg)
+    with pytest.raises(FastPathUnsupported, match="max_num_batched_tokens=8192 \\(chunked prefill\\)"):
+        lower(cfg, wl, costs)
+    cfg = load_config(overrides=[f"policy={kind}", "deployment.rollout.max_num_batched_tokens=0"])
+    with pytest.raises(FastPathUnsupported, match="prefix_caching=true with group-shared prompts"):
+        lower(cfg, wl, costs)
+    cfg = load_config(overrides=[f"policy={kind}", "deployment.rollout.max_num_batched_tokens=0",
+                                 "deployment.rollout.prefix_caching=false"])
+    assert cfg.deployment.rollout.kv_policy == "on_demand"
+    _, p, _ = lower(cfg, wl, costs)
+    assert int(p.od) == 1 and int(p.ro_kind) == 1
