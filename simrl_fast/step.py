@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from simrl_fast.closed_form import N_FORKS, event_of, first_after, forks_of, tol
+from simrl_fast.closed_form import N_FORKS, event_of, first_after, forks_of
 from simrl_fast.instance import call_lengths, fits, instance_action
 from simrl_fast.state import (
     BIG,
@@ -37,8 +37,8 @@ A_NONE, A_INST, A_TIMER, A_REACT, A_DISPATCH, A_ROUTE = 0, 1, 2, 3, 4, 5
 
 
 def _lexmin(t, prev, start, seq, forks=None):
-    """Index and time of the smallest (t, prev, start, seq) key (SimPy's heap order, times within
-    `TIME_RTOL` counting as equal).
+    """Index and time of the smallest (t, prev, start, seq) key (SimPy's heap order; times compared
+    exactly: both engines compute them with the same expressions).
 
     With ``forks`` ((fork, back, gap) [n, N_FORKS], `forks_of`; an event outside a run of
     iterations has the one record (t, prev, t - prev)), timeouts tied on (t, prev) are ordered as
@@ -49,9 +49,9 @@ def _lexmin(t, prev, start, seq, forks=None):
     the next records. When a tied instance has no record left the rest falls through to
     (start, seq)."""
     m1 = jnp.min(t)
-    c1 = t <= m1 + tol(m1)
+    c1 = t == m1
     m2 = jnp.min(jnp.where(c1, prev, jnp.inf))
-    c2 = c1 & (prev <= m2 + tol(m2))
+    c2 = c1 & (prev == m2)
     if forks is not None:
         ff, fb, fg = forks
         n, R = ff.shape
@@ -63,14 +63,14 @@ def _lexmin(t, prev, start, seq, forks=None):
             f = jnp.where(pos < R, ff[rows, at], -jnp.inf)
             live = live & ~jnp.any(c2 & (f == -jnp.inf)) & (jnp.sum(c2) > 1)
             L = jnp.max(jnp.where(c2, f, -jnp.inf))
-            hit = f >= L - tol(L)
+            hit = f == L
             bk = jnp.where(hit, fb[rows, at], L - fg[rows, at])
             mb = jnp.min(jnp.where(c2, bk, jnp.inf))
-            keep = c2 & (bk <= mb + tol(mb))
+            keep = c2 & (bk == mb)
             c2 = jnp.where(live & jnp.any(keep), keep, c2)
             pos = pos + (live & hit).astype(jnp.int32)
     m3 = jnp.min(jnp.where(c2, start, jnp.inf))
-    c3 = c2 & (start <= m3 + tol(m3))
+    c3 = c2 & (start == m3)
     m4 = jnp.min(jnp.where(c3, seq, BIG))
     return jnp.argmax(c3 & (seq == m4)), m1
 
@@ -124,7 +124,7 @@ def select(st, p, static):
     timed = jnp.where(bidx < K, A_INST, A_TIMER)
     chain_act = jnp.where(react, A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE))
     later = jnp.where(gt < jnp.inf, A_INST, jnp.where(bt < jnp.inf, timed, A_NONE))
-    due = bt <= st.now + tol(st.now)
+    due = bt <= st.now
     # A batch being formed is one synchronous form_batch call: finish it first.
     act = jnp.where(cont, A_INST, jnp.where(tr.taken > 0, A_REACT,
                                             jnp.where(due, timed, jnp.where(chain, chain_act, later))))

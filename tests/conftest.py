@@ -1,6 +1,7 @@
 """Test fixtures; the helpers themselves live in `simhelpers` (import them from there)."""
 
 import pytest
+import simrl_fast  # noqa: F401  (sets XLA_FLAGS before any test starts jax: no fused multiply-adds)
 from simhelpers import (  # noqa: F401  (re-exported for tests that import from conftest)
     Costs,
     linear_costs,

@@ -101,7 +101,8 @@ def compare(case: Case, res, m: int, rel: float = 1e-9) -> dict:
 
     def close(x, y, what):
         err = abs(x - y) / max(abs(y), 1e-12)
-        assert err <= rel or abs(x - y) < 1e-12, f"{where} {what}: fast {x!r} vs simpy {y!r}"
+        ok = x == y if rel == 0 else (err <= rel or abs(x - y) < 1e-12)
+        assert ok, f"{where} {what}: fast {x!r} vs simpy {y!r}"
         return err
 
     for j, s in enumerate(rep.steps):
