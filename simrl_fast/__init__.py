@@ -25,7 +25,7 @@ def _no_fused_multiply_add() -> None:
 
 _no_fused_multiply_add()
 
-from simrl_fast.lowering import (
+from simrl_fast.lowering import (  # noqa: E402  (after the XLA flag above)
     FEATURES,
     FastPathNoProgress,
     FastPathUnsupported,

@@ -1,7 +1,6 @@
 """Test fixtures; the helpers themselves live in `simhelpers` (import them from there)."""
 
 import pytest
-import simrl_fast  # noqa: F401  (sets XLA_FLAGS before any test starts jax: no fused multiply-adds)
 from simhelpers import (  # noqa: F401  (re-exported for tests that import from conftest)
     Costs,
     linear_costs,
@@ -9,6 +8,8 @@ from simhelpers import (  # noqa: F401  (re-exported for tests that import from 
     random_workload,
     run_sim,
 )
+
+import simrl_fast  # noqa: F401, I001  (sets XLA_FLAGS before any test starts jax: no fused multiply-adds)
 
 
 @pytest.fixture

@@ -59,10 +59,10 @@ def main(argv=None) -> int:
         fixed = static_for([p._replace(n_inst=np.int32(4), max_seqs=np.int32(64), batch=np.int32(4)) for p in ps],
                            was[0], mg)
         res = run_params(ps, was, static=fixed, chunk=len(ps))
-        for m, (s, case) in enumerate(zip(chunk, cases)):
+        for m, (s, case) in enumerate(zip(chunk, cases, strict=True)):
             try:
                 compare(case, res, m, rel=args.rel)
-            except AssertionError as exc:
+            except AssertionError:
                 try:
                     compare(case, res, m, rel=1e-9)
                     inexact += 1
