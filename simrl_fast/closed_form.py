@@ -69,6 +69,28 @@ def event_of(clock, it, t1, alpha, beta, fin_min, adm_it, pause_it):
     return ev_it, ev_t, ev_prev
 
 
+#: boundaries before the scheduling one that `walk_back` gives (depths 2 .. WALK + 1)
+WALK = 6
+
+
+def walk_back(clock, it, t1, alpha, beta, ev_it):
+    """[..., WALK]: a busy instance's boundaries at depths 2 .. WALK + 1 before its pending one
+    (depth 0 is the pending boundary ``ev_t``, depth 1 ``ev_prev``), exact from its closed form,
+    down to its anchor (``clock``); NaN beyond the anchor (unknown here: `forks_of` takes over).
+
+    SimPy orders two timeouts due at the same instant and scheduled at the same instant by the
+    order in which their schedulers (the boundaries one deeper) were processed: by time, and on
+    a tie again one deeper. Two instances whose runs began at different anchors compute their
+    boundaries from different closed forms, so near-lockstep runs may coincide at some
+    boundaries and not at others; `step._lexmin` walks these depths first."""
+    j = (ev_it - it)[..., None]
+    d = jnp.arange(2, WALK + 2, dtype=j.dtype)
+    jj = j - d
+    ex = lambda v: jnp.asarray(v)[..., None]  # noqa: E731
+    t = boundary_time(ex(clock), ex(t1), ex(alpha), ex(beta), jj)
+    return jnp.where(jj >= 0, t, jnp.nan)
+
+
 #: fork records per boundary in `forks_of` (inside the run, at the anchor, inherited)
 N_FORKS = 3
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from simrl_fast.closed_form import N_FORKS, event_of, first_after, forks_of
+from simrl_fast.closed_form import N_FORKS, WALK, event_of, first_after, forks_of, walk_back
 from simrl_fast.instance import call_lengths, fits, instance_action
 from simrl_fast.state import (
     BIG,
@@ -36,7 +36,7 @@ from simrl_fast.trainer import batch_ready, mark_evicted, timer_action, trainer_
 A_NONE, A_INST, A_TIMER, A_REACT, A_DISPATCH, A_ROUTE = 0, 1, 2, 3, 4, 5
 
 
-def _lexmin(t, prev, start, seq, forks=None):
+def _lexmin(t, prev, start, seq, forks=None, walk=None):
     """Index and time of the smallest (t, prev, start, seq) key (SimPy's heap order; times compared
     exactly: both engines compute them with the same expressions).
 
@@ -47,11 +47,23 @@ def _lexmin(t, prev, start, seq, forks=None):
     boundary before L is ``back`` for the instances whose record is at L and L - gap for the others
     (their gap above their next record), and the earliest was scheduled first; ties there go on to
     the next records. When a tied instance has no record left the rest falls through to
-    (start, seq)."""
+    (start, seq).
+
+    Before the records, ``walk`` ([n, WALK], `closed_form.walk_back`: the boundaries at depths 2,
+    3, ... before each, NaN where unknown) orders timeouts tied on (t, prev) exactly: the earliest
+    boundary at the first depth where the tied ones differ was processed first, so its timeouts
+    were scheduled first. The walk stops at a depth where a tied one has no known boundary."""
     m1 = jnp.min(t)
     c1 = t == m1
     m2 = jnp.min(jnp.where(c1, prev, jnp.inf))
     c2 = c1 & (prev == m2)
+    if walk is not None:
+        going = jnp.asarray(True)
+        for d in range(walk.shape[1]):
+            v = walk[:, d]
+            going = going & ~jnp.any(c2 & jnp.isnan(v)) & (jnp.sum(c2) > 1)
+            mv = jnp.min(jnp.where(c2, v, jnp.inf))
+            c2 = jnp.where(going, c2 & (v == mv), c2)
     if forks is not None:
         ff, fb, fg = forks
         n, R = ff.shape
@@ -113,7 +125,9 @@ def select(st, p, static):
     tmr = lambda v: jnp.concatenate([v[None], jnp.full(N_FORKS - 1, -jnp.inf)])[None]  # noqa: E731
     forks = (jnp.concatenate([ff, tmr(tr.timer_t)]), jnp.concatenate([fb, jnp.broadcast_to(tr.timer_prev, (1, N_FORKS))]),
              jnp.concatenate([fg, jnp.broadcast_to(tr.timer_t - tr.timer_prev, (1, N_FORKS))]))
-    bidx, bt = _lexmin(t_all, prev_all, start_all, seq_all, forks)
+    wk = jnp.where(busy[:, None], walk_back(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.ev_it), jnp.nan)
+    walk = jnp.concatenate([wk, jnp.full((1, WALK), jnp.nan)])
+    bidx, bt = _lexmin(t_all, prev_all, start_all, seq_all, forks, walk)
     gidx, gt = _lexmin(jnp.where(active & (ins.phase == START), ins.ev_t, jnp.inf), ins.ev_prev, ins.ev_prev, ins.ev_seq)
     forming = (tr.phase == T_WAIT) & ((tr.taken > 0) | batch_ready(st, p, static))
     react = forming | ((tr.phase == T_DRAIN) & (st.n_running == 0))
