@@ -70,7 +70,7 @@ def event_of(clock, it, t1, alpha, beta, fin_min, adm_it, pause_it):
 
 
 #: boundaries before the scheduling one that `walk_back` gives (depths 2 .. WALK + 1)
-WALK = 6
+WALK = 64
 
 
 def walk_back(clock, it, t1, alpha, beta, ev_it):

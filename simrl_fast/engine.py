@@ -145,7 +145,7 @@ def check_unfused_arithmetic() -> bool:
 
     The pair below differs in the last bit between the two roundings and one fused multiply-add
     (6.757941968911822 fused). When it comes out fused (jax's CPU backend was created before
-    `simrl_fast` set ``--xla_cpu_max_isa=AVX``, or another backend contracts it), warn: the engines
+    `simrl_fast` set ``--xla_cpu_max_isa=SSE4_2``, or another backend contracts it), warn: the engines
     compute the same expressions, but no longer the same floats."""
     t, a, k = 0.16527635528529094, 0.006824705604168251, 966.0
     got = float(jax.jit(lambda t, a, k: t + k * a)(jnp.float64(t), jnp.float64(a), jnp.float64(k)))
@@ -154,7 +154,7 @@ def check_unfused_arithmetic() -> bool:
 
         warnings.warn(
             "simrl_fast: XLA fuses multiply-adds on this backend (a*b + c rounded once), so times may differ "
-            "from the SimPy engine's in the last bits; on CPU set XLA_FLAGS=--xla_cpu_max_isa=AVX before jax "
+            "from the SimPy engine's in the last bits; on CPU set XLA_FLAGS=--xla_cpu_max_isa=SSE4_2 before jax "
             "starts (importing simrl_fast first does it)", InexactArithmeticWarning, stacklevel=3)
         return False
     return True

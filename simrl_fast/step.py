@@ -58,12 +58,16 @@ def _lexmin(t, prev, start, seq, forks=None, walk=None):
     m2 = jnp.min(jnp.where(c1, prev, jnp.inf))
     c2 = c1 & (prev == m2)
     if walk is not None:
-        going = jnp.asarray(True)
-        for d in range(walk.shape[1]):
-            v = walk[:, d]
-            going = going & ~jnp.any(c2 & jnp.isnan(v)) & (jnp.sum(c2) > 1)
-            mv = jnp.min(jnp.where(c2, v, jnp.inf))
-            c2 = jnp.where(going, c2 & (v == mv), c2)
+        unknown = jnp.isnan(walk)
+        for _ in range(3):  # each round separates the tied ones at their first differing depth
+            c = c2[:, None]
+            lo = jnp.min(jnp.where(c & ~unknown, walk, jnp.inf), axis=0)
+            hi = jnp.max(jnp.where(c & ~unknown, walk, -jnp.inf), axis=0)
+            gap = jnp.any(c & unknown, axis=0)
+            stop = gap | (lo != hi)
+            d = jnp.argmax(stop)
+            decide = stop[d] & ~gap[d] & (jnp.sum(c2) > 1)
+            c2 = jnp.where(decide, c2 & (walk[:, d] == lo[d]), c2)
     if forks is not None:
         ff, fb, fg = forks
         n, R = ff.shape
