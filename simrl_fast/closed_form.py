@@ -9,39 +9,30 @@ j-th boundary after the anchor (j >= 1) is
 with B1 = nd + na decoding sequences and K1 = kd + nd + pa + na their KV after the anchor
 iteration (each emits one token per iteration). T(0) = clock. Functions broadcast over any
 leading shape (one instance or all K).
+
+The SimPy instance computes its iteration ends from the same anchor with the same expression
+(`simrl.engine.instance.boundary_time`, which `boundary_time` here calls) and schedules them at
+those absolute times, so both engines hold identical floats: times are compared exactly
+(docs/model.md, "Tie-break at equal times").
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 
+from simrl.engine.instance import boundary_time as _run_boundary
 from simrl_fast.state import BIG
-
-#: relative tolerance under which two times are the same instant (SimPy sums iteration times one
-#: by one; the closed form rounds differently, by far less than this, and lockstep instances
-#: whose SimPy boundaries coincide exactly must coincide here too)
-TIME_RTOL = 1e-11
-
-
-def tol(t):
-    return TIME_RTOL * jnp.maximum(jnp.abs(t), 1.0)
-
-
-def same(x, y):
-    return jnp.abs(x - y) <= tol(y)
 
 
 def key_after(t, prev, start, seq, t2, prev2, start2, seq2):
-    """Whether heap key (t, prev, start, seq) comes after (t2, prev2, start2, seq2), with time tolerance."""
-    return (t > t2 + tol(t2)) | (same(t, t2) & (
-        (prev > prev2 + tol(prev2)) | (same(prev, prev2) & (
-            (start > start2 + tol(start2)) | (same(start, start2) & (seq > seq2))))))
+    """Whether heap key (t, prev, start, seq) comes after (t2, prev2, start2, seq2) (exact comparisons)."""
+    return (t > t2) | ((t == t2) & ((prev > prev2) | ((prev == prev2) & (
+        (start > start2) | ((start == start2) & (seq > seq2))))))
 
 
 def boundary_time(clock, t1, alpha, beta, j):
     """Time of relative boundary ``j`` (int array; 0 is the anchor itself)."""
-    k = (j - 1).astype(jnp.float64)
-    t = t1 + k * alpha + beta * (k * (k - 1.0) * 0.5)
+    t = _run_boundary(t1, alpha, beta, (j - 1).astype(jnp.float64))
     return jnp.where(j <= 0, clock, t)
 
 
@@ -78,6 +69,28 @@ def event_of(clock, it, t1, alpha, beta, fin_min, adm_it, pause_it):
     return ev_it, ev_t, ev_prev
 
 
+#: boundaries before the scheduling one that `walk_back` gives (depths 2 .. WALK + 1)
+WALK = 64
+
+
+def walk_back(clock, it, t1, alpha, beta, ev_it):
+    """[..., WALK]: a busy instance's boundaries at depths 2 .. WALK + 1 before its pending one
+    (depth 0 is the pending boundary ``ev_t``, depth 1 ``ev_prev``), exact from its closed form,
+    down to its anchor (``clock``); NaN beyond the anchor (unknown here: `forks_of` takes over).
+
+    SimPy orders two timeouts due at the same instant and scheduled at the same instant by the
+    order in which their schedulers (the boundaries one deeper) were processed: by time, and on
+    a tie again one deeper. Two instances whose runs began at different anchors compute their
+    boundaries from different closed forms, so near-lockstep runs may coincide at some
+    boundaries and not at others; `step._lexmin` walks these depths first."""
+    j = (ev_it - it)[..., None]
+    d = jnp.arange(2, WALK + 2, dtype=j.dtype)
+    jj = j - d
+    ex = lambda v: jnp.asarray(v)[..., None]  # noqa: E731
+    t = boundary_time(ex(clock), ex(t1), ex(alpha), ex(beta), jj)
+    return jnp.where(jj >= 0, t, jnp.nan)
+
+
 #: fork records per boundary in `forks_of` (inside the run, at the anchor, inherited)
 N_FORKS = 3
 
@@ -102,8 +115,8 @@ def forks_of(clock, it, t1, alpha, beta, ev_it, ev_t, ev_prev, fk_t, fk_back, g_
     dt0 = t1 - clock
     gap = jnp.where(j >= 2, alpha, dt0)  # the pending boundary's gap (beta == 0)
     quad = (beta != 0.0) & (j >= 2)
-    r1 = ~quad & (j >= 2) & ~same(alpha, dt0)
-    r2 = ~quad & ~(jnp.abs(g_prev - dt0) <= tol(dt0))
+    r1 = ~quad & (j >= 2) & (alpha != dt0)
+    r2 = ~quad & (g_prev != dt0)
     r3 = ~quad & (g_prev > 0.0)
     ninf = jnp.full_like(clock, -jnp.inf)
     f = jnp.stack([jnp.where(quad, ev_t, jnp.where(r1, t1, ninf)), jnp.where(r2, clock, ninf),

@@ -136,6 +136,31 @@ def _take(tree, idx: np.ndarray):
     return type(tree)(*(np.asarray(x)[idx] for x in tree))
 
 
+class InexactArithmeticWarning(UserWarning):
+    """XLA fuses multiply-adds here: the fast path's times may differ from SimPy's in the last bits."""
+
+
+@functools.cache
+def check_unfused_arithmetic() -> bool:
+    """Whether jitted ``t + k*a`` rounds the product before the add, as Python does (once per process).
+
+    The pair below differs in the last bit between the two roundings and one fused multiply-add
+    (6.757941968911822 fused). When it comes out fused (jax's CPU backend was created before
+    `simrl_fast` set ``--xla_cpu_max_isa=SSE4_2``, or another backend contracts it), warn: the engines
+    compute the same expressions, but no longer the same floats."""
+    t, a, k = 0.16527635528529094, 0.006824705604168251, 966.0
+    got = float(jax.jit(lambda t, a, k: t + k * a)(jnp.float64(t), jnp.float64(a), jnp.float64(k)))
+    if got != t + k * a:
+        import warnings
+
+        warnings.warn(
+            "simrl_fast: XLA fuses multiply-adds on this backend (a*b + c rounded once), so times may differ "
+            "from the SimPy engine's in the last bits; on CPU set XLA_FLAGS=--xla_cpu_max_isa=SSE4_2 before jax "
+            "starts (importing simrl_fast first does it)", InexactArithmeticWarning, stacklevel=3)
+        return False
+    return True
+
+
 def run(static: Static, params_batch: Params, workload, per_config_workload: bool = False,
         devices: int | None = None) -> FastResults:
     """Run a stacked batch of configurations (leading axis M).
@@ -149,6 +174,7 @@ def run(static: Static, params_batch: Params, workload, per_config_workload: boo
     are copies of the first configuration, dropped from the results).
     """
     check_static(static, params_batch)
+    check_unfused_arithmetic()
     m = int(np.asarray(params_batch.steps).shape[0])
     ndev = min(devices or device_count(), m)
     if ndev > 1:

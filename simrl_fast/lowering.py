@@ -430,6 +430,10 @@ def _rollout_form(cfg, costs) -> RolloutLowered:
         _reject(f"rollout cost model {type(ro).__name__}",
                 "only models with a linear form a + b*batch + c*kv + p*prefill (linear_coefficients()) "
                 "and the dense roofline")
+    if getattr(ro, "kv_slope", None) is None:
+        _reject(f"rollout cost model {type(ro).__name__} without kv_slope()",
+                "the SimPy engine then sums its iteration times one by one, not in the closed form "
+                "the fast path computes (simrl.engine.instance.boundary_time)")
     if min(form.a, form.b, form.c, form.p) < 0 or form.a + form.b <= 0:
         _reject("a linear rollout model with negative terms or a + b = 0")
     r = cfg.deployment.rollout

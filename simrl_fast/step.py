@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from simrl_fast.closed_form import N_FORKS, event_of, first_after, forks_of, tol
+from simrl_fast.closed_form import N_FORKS, WALK, event_of, first_after, forks_of, walk_back
 from simrl_fast.instance import call_lengths, fits_routed, instance_action
 from simrl_fast.state import (
     BIG,
@@ -37,9 +37,9 @@ from simrl_fast.trainer import batch_ready, mark_evicted, timer_action, trainer_
 A_NONE, A_INST, A_TIMER, A_REACT, A_DISPATCH, A_ROUTE = 0, 1, 2, 3, 4, 5
 
 
-def _lexmin(t, prev, start, seq, forks=None):
-    """Index and time of the smallest (t, prev, start, seq) key (SimPy's heap order, times within
-    `TIME_RTOL` counting as equal).
+def _lexmin(t, prev, start, seq, forks=None, walk=None):
+    """Index and time of the smallest (t, prev, start, seq) key (SimPy's heap order; times compared
+    exactly: both engines compute them with the same expressions).
 
     With ``forks`` ((fork, back, gap) [n, N_FORKS], `forks_of`; an event outside a run of
     iterations has the one record (t, prev, t - prev)), timeouts tied on (t, prev) are ordered as
@@ -48,11 +48,27 @@ def _lexmin(t, prev, start, seq, forks=None):
     boundary before L is ``back`` for the instances whose record is at L and L - gap for the others
     (their gap above their next record), and the earliest was scheduled first; ties there go on to
     the next records. When a tied instance has no record left the rest falls through to
-    (start, seq)."""
+    (start, seq).
+
+    Before the records, ``walk`` ([n, WALK], `closed_form.walk_back`: the boundaries at depths 2,
+    3, ... before each, NaN where unknown) orders timeouts tied on (t, prev) exactly: the earliest
+    boundary at the first depth where the tied ones differ was processed first, so its timeouts
+    were scheduled first. The walk stops at a depth where a tied one has no known boundary."""
     m1 = jnp.min(t)
-    c1 = t <= m1 + tol(m1)
+    c1 = t == m1
     m2 = jnp.min(jnp.where(c1, prev, jnp.inf))
-    c2 = c1 & (prev <= m2 + tol(m2))
+    c2 = c1 & (prev == m2)
+    if walk is not None:
+        unknown = jnp.isnan(walk)
+        for _ in range(3):  # each round separates the tied ones at their first differing depth
+            c = c2[:, None]
+            lo = jnp.min(jnp.where(c & ~unknown, walk, jnp.inf), axis=0)
+            hi = jnp.max(jnp.where(c & ~unknown, walk, -jnp.inf), axis=0)
+            gap = jnp.any(c & unknown, axis=0)
+            stop = gap | (lo != hi)
+            d = jnp.argmax(stop)
+            decide = stop[d] & ~gap[d] & (jnp.sum(c2) > 1)
+            c2 = jnp.where(decide, c2 & (walk[:, d] == lo[d]), c2)
     if forks is not None:
         ff, fb, fg = forks
         n, R = ff.shape
@@ -64,14 +80,14 @@ def _lexmin(t, prev, start, seq, forks=None):
             f = jnp.where(pos < R, ff[rows, at], -jnp.inf)
             live = live & ~jnp.any(c2 & (f == -jnp.inf)) & (jnp.sum(c2) > 1)
             L = jnp.max(jnp.where(c2, f, -jnp.inf))
-            hit = f >= L - tol(L)
+            hit = f == L
             bk = jnp.where(hit, fb[rows, at], L - fg[rows, at])
             mb = jnp.min(jnp.where(c2, bk, jnp.inf))
-            keep = c2 & (bk <= mb + tol(mb))
+            keep = c2 & (bk == mb)
             c2 = jnp.where(live & jnp.any(keep), keep, c2)
             pos = pos + (live & hit).astype(jnp.int32)
     m3 = jnp.min(jnp.where(c2, start, jnp.inf))
-    c3 = c2 & (start <= m3 + tol(m3))
+    c3 = c2 & (start == m3)
     m4 = jnp.min(jnp.where(c3, seq, BIG))
     return jnp.argmax(c3 & (seq == m4)), m1
 
@@ -116,7 +132,9 @@ def select(st, p, static):
     tmr = lambda v: jnp.concatenate([v[None], jnp.full(N_FORKS - 1, -jnp.inf)])[None]  # noqa: E731
     forks = (jnp.concatenate([ff, tmr(tr.timer_t)]), jnp.concatenate([fb, jnp.broadcast_to(tr.timer_prev, (1, N_FORKS))]),
              jnp.concatenate([fg, jnp.broadcast_to(tr.timer_t - tr.timer_prev, (1, N_FORKS))]))
-    bidx, bt = _lexmin(t_all, prev_all, start_all, seq_all, forks)
+    wk = jnp.where(busy[:, None], walk_back(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.ev_it), jnp.nan)
+    walk = jnp.concatenate([wk, jnp.full((1, WALK), jnp.nan)])
+    bidx, bt = _lexmin(t_all, prev_all, start_all, seq_all, forks, walk)
     gidx, gt = _lexmin(jnp.where(active & (ins.phase == START), ins.ev_t, jnp.inf), ins.ev_prev, ins.ev_prev, ins.ev_seq)
     forming = (tr.phase == T_WAIT) & ((tr.taken > 0) | batch_ready(st, p, static))
     react = forming | ((tr.phase == T_DRAIN) & (st.n_running == 0))
@@ -127,7 +145,7 @@ def select(st, p, static):
     timed = jnp.where(bidx < K, A_INST, A_TIMER)
     chain_act = jnp.where(react, A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE))
     later = jnp.where(gt < jnp.inf, A_INST, jnp.where(bt < jnp.inf, timed, A_NONE))
-    due = bt <= st.now + tol(st.now)
+    due = bt <= st.now
     # A batch being formed is one synchronous form_batch call: finish it first.
     act = jnp.where(cont, A_INST, jnp.where(tr.taken > 0, A_REACT,
                                             jnp.where(due, timed, jnp.where(chain, chain_act, later))))

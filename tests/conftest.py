@@ -9,6 +9,8 @@ from simhelpers import (  # noqa: F401  (re-exported for tests that import from 
     run_sim,
 )
 
+import simrl_fast  # noqa: F401, I001  (sets XLA_FLAGS before any test starts jax: no fused multiply-adds)
+
 
 @pytest.fixture
 def sim_runner():

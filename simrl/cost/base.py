@@ -11,6 +11,12 @@ expose ``linear_coefficients() -> LinearForm`` (`simrl.cost.linear`); a training
 step time is exactly ``a + per_token*tokens`` (and has no memory limit to check) may expose
 ``linear_coefficients() -> (a, per_token)``. The fast path (`simrl_fast.lowering`) asks for
 these instead of checking types, so any family that lowers to the linear form reaches it.
+
+A rollout model whose iteration time at a fixed batch and no prefill is exactly affine in the
+KV tokens may expose ``kv_slope(batch_size) -> float | None`` (the growth per KV token; None at
+a batch where it is not affine): the engine then computes the iteration boundaries between two
+observable events in closed form (`simrl.engine.instance.boundary_time`, the same expression
+the fast path evaluates), instead of summing iteration times one by one.
 """
 
 from __future__ import annotations

@@ -58,6 +58,11 @@ class LinearRollout:
         # The fast path evaluates the same expression in the same order (bit-identical times).
         return self.a + self.b * batch_size + self.c * kv_tokens + self.p * prefill_tokens
 
+    def kv_slope(self, batch_size: int) -> float:
+        """Growth of ``iteration_time(batch_size, kv, 0)`` per KV token: ``c`` at every batch (the
+        engines' closed-form iteration boundaries, `simrl.engine.instance.boundary_time`)."""
+        return self.c
+
     def kv_capacity_tokens(self) -> int:
         return self.kv_tokens
 

@@ -216,6 +216,17 @@ class RooflineRollout:
         t = F.roofline_iteration_time(F.PY, self.array_params(), batch_size, kv_tokens, prefill_tokens)
         return finite_nonneg("roofline iteration_time", t)
 
+    def kv_slope(self, batch_size: int) -> float | None:
+        """Growth of ``iteration_time(batch_size, kv, 0)`` per KV token (``kv`` > 0), for the engines'
+        closed-form iteration boundaries (`simrl.engine.instance.boundary_time`): the decode-attention
+        roofline, proportional to the KV (`simrl.cost.formulas.roofline_kv_slope`). None where the
+        time is not affine in the KV: sliding-window layers (``min(context, window)``) or
+        ``enforce_eager`` (``max(GPU time, host launch time)``)."""
+        q = self.array_params()
+        if q.swa > 0 or q.eager > 0:
+            return None
+        return F.roofline_kv_slope(F.PY, q, batch_size)
+
     def array_params(self) -> F.RooflineParams:
         """The numbers of `simrl.cost.formulas.roofline_iteration_time` (the formula both engines run)."""
         if self._q is None:

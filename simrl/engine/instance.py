@@ -10,6 +10,17 @@ iteration boundaries for weight updates.
 Decoding sequences are not touched every iteration: each knows the instance iteration that
 yields its first token of the current segment, so its token count is derived, and a heap
 keyed by finishing iteration finds completions.
+
+Iteration ends are computed in closed form from an anchor (docs/model.md, "Iteration
+boundaries"): the instance's last observable boundary (an admission, a finish, a pause, a
+pull, a preemption, a wake) anchors a run whose first iteration ends at ``t1 = anchor +
+iteration_time(...)`` and whose ``j``-th boundary is `boundary_time` ``(t1, alpha, beta, j -
+1)``, when the cost model's iteration time is affine in the KV at a fixed batch (its
+``kv_slope``); each end is scheduled at that absolute time (`timeout_at`), not as ``now + dt``,
+so the times do not depend on how many iterations were summed. The JAX fast path evaluates
+the same expression (`simrl_fast.closed_form`), so both engines give identical floats. Without
+a ``kv_slope`` (a model whose iteration time is not affine in the KV) every iteration ends at
+``now + iteration_time(...)``.
 """
 
 from __future__ import annotations
@@ -18,10 +29,37 @@ import heapq
 from collections import OrderedDict, deque
 
 import simpy
+from simpy.events import NORMAL
 
 from simrl.engine.ports import CallPort, LoadPort, PullPort
 from simrl.engine.records import Request
 from simrl.policy.rules import InflightRule
+
+
+def boundary_time(t1: float, alpha: float, beta: float, k):
+    """End of iteration ``k + 1`` of a run (``k`` >= 0, a float or a float array): the run's first
+    iteration ends at ``t1``, the next ones take ``alpha``, ``alpha + beta``, ``alpha + 2*beta``, ...
+
+    ``t1 + k*alpha + beta*k*(k-1)/2``, in this operation order in both engines (SimPy with Python
+    floats, the fast path with float64 arrays, `simrl_fast.closed_form.boundary_time`): the one
+    expression every iteration boundary inside a run comes from."""
+    return t1 + k * alpha + beta * (k * (k - 1.0) * 0.5)
+
+
+def timeout_at(env: simpy.Environment, t: float) -> simpy.Event:
+    """A timeout that fires at the absolute time ``t`` (>= now), with normal priority.
+
+    `simpy.Environment.schedule` adds a delay to ``now`` (``now + (t - now)`` need not equal
+    ``t``), so this pushes the event onto the queue itself, as ``schedule`` does in simpy 4.1.2
+    (simpy/core.py: ``heappush(self._queue, (self._now + delay, priority, next(self._eid),
+    event))``; simpy/events.py, ``Timeout.__init__``: ``_ok = True``, then ``schedule``)."""
+    if not t >= env.now:
+        raise ValueError(f"timeout_at({t!r}) is before now ({env.now!r})")
+    ev = simpy.Event(env)
+    ev._ok = True
+    ev._value = None
+    heapq.heappush(env._queue, (t, NORMAL, next(env._eid), ev))
+    return ev
 
 
 class Instance:
@@ -64,6 +102,13 @@ class Instance:
         self.resume_ev = None
         self.paused = False
         self.wake_ev = env.event()
+        # The run of iterations the next one may continue (`iteration_end`): anchored at the last
+        # observable boundary; `anchor_it` is None when the next iteration starts a new run.
+        self.kv_slope = getattr(cost, "kv_slope", None)
+        self.anchor_it: int | None = None
+        self.run_t1 = 0.0  # end of the anchor iteration
+        self.run_alpha = self.run_beta = 0.0  # closed form of the iterations after it (valid when run_b > 0)
+        self.run_b = self.run_k = 0  # their decoding sequences and KV at the first of them
 
     # -- public helpers used by the router and the sync logic -----------------------------
     @property
@@ -126,25 +171,55 @@ class Instance:
         while True:
             if self.pause_ack is not None:
                 self.paused = True
+                self.anchor_it = None
                 ack, self.pause_ack = self.pause_ack, None
                 ack.succeed()
                 yield self.resume_ev if self.resume_ev is not None else env.timeout(0)
                 continue
             if self.pull.wants_pull(self):
+                self.anchor_it = None
                 yield from self.pull.pull(self)
                 continue
             self.admit()
             if not self.running:
+                self.anchor_it = None
                 self.wake_ev = env.event()
                 yield self.wake_ev
                 continue
             chunks = self.plan()
             if chunks is None:
                 continue  # preemption emptied the batch; admit again
-            dt = self.cost.iteration_time(self.n_decoding, self.kv_decode_sum, sum(t for _, t in chunks))
-            yield env.timeout(dt)
+            prefill = sum(t for _, t in chunks)
+            dt = self.cost.iteration_time(self.n_decoding, self.kv_decode_sum, prefill)
+            yield timeout_at(env, self.iteration_end(dt, prefill))
             self.busy_s += dt
             self.finish_iteration(chunks)
+
+    def iteration_end(self, dt: float, prefill: int) -> float:
+        """Absolute end time of the iteration starting now, which takes ``dt`` seconds by the cost model.
+
+        The iteration continues the current run when nothing observable happened since its anchor
+        (no admission, finish, pause, pull, preemption or wake: `anchor_it` is kept), it prefills
+        nothing, and its batch is the run's: ``run_b`` decoding sequences holding ``run_k`` KV tokens
+        at the run's second iteration, one more token each per iteration since. Then it ends at
+        `boundary_time` of the run's closed form (``alpha`` = the second iteration's time, ``beta`` =
+        the cost model's ``kv_slope`` at the batch times the batch: the growth per iteration). Else
+        this iteration anchors a new run and ends at ``now + dt``."""
+        now = self.env.now
+        nd, kd = self.n_decoding, self.kv_decode_sum
+        if self.anchor_it is not None and prefill == 0 and self.kv_slope is not None:
+            k = self.it - self.anchor_it  # iterations of the run done (the anchor iteration is the first)
+            if k == 1:
+                slope = self.kv_slope(nd) if nd > 0 else None
+                if slope is not None:
+                    self.run_alpha, self.run_beta, self.run_b, self.run_k = dt, slope * nd, nd, kd
+                else:
+                    self.run_b = 0
+            if k >= 1 and self.run_b > 0 and nd == self.run_b and kd == self.run_k + (k - 1) * nd:
+                return boundary_time(self.run_t1, self.run_alpha, self.run_beta, float(k))
+        self.anchor_it, self.run_b = self.it, 0
+        self.run_t1 = now + dt
+        return self.run_t1
 
     # -- admission -------------------------------------------------------------------------
     def admit(self) -> None:
@@ -155,6 +230,7 @@ class Instance:
             self.waiting.popleft()
             changed = True
         if changed:
+            self.anchor_it = None  # an admission is an observable boundary: the next iteration anchors a run
             self.sample()
 
     def try_admit(self, r: Request) -> bool:
@@ -278,6 +354,7 @@ class Instance:
                 self.cache[key] = r.prompt_tokens + r.completion_tokens
                 self.cache_tokens += self.cache[key]
         if done:
+            self.anchor_it = None  # a finish is an observable boundary
             self.sample()
         for r in done:
             self.calls.on_finished(self.index, r)
@@ -308,6 +385,7 @@ class Instance:
         r.prefill_remaining = 0
 
     def preempt(self, r: Request) -> None:
+        self.anchor_it = None
         self.release(r)
         r.preemptions += 1
         self.preemptions += 1
@@ -317,6 +395,7 @@ class Instance:
     def abort_all(self, rule: InflightRule) -> list[Request]:
         """Abort every running request at a boundary (weight update); returns them in order."""
         aborted = sorted(self.running, key=lambda q: q.admit_serial)
+        self.anchor_it = None
         for r in aborted:
             self.release(r)
             r.aborts += 1
@@ -336,6 +415,7 @@ class Instance:
         """Drop every call of an aborted ``group``; returns those that held generated tokens."""
         lost = []
         for r in [q for q in self.running if q.group is group]:
+            self.anchor_it = None
             self.release(r)
             lost.append(r)
         lost += [q for q in self.waiting if q.group is group and q.generated]

@@ -112,7 +112,7 @@ def run_batch(seed, count, groups=GROUPS, n=N, steps=STEPS, edges=True, on_deman
 
 def test_random_and_edge_configurations_match_simpy():
     cases, res, worst = run_batch(seed=2024, count=40, on_demand=12)
-    assert worst["time"] < 1e-9 and worst["call"] < 1e-9
+    assert worst["time"] == 0.0 and worst["call"] == 0.0  # compare asserts equality; nothing differs
     assert res.complete.sum() >= len(cases) - 3  # nearly all finish their steps (the rest: compared diagnoses)
     # the edge cases reach what they are meant to exercise
     edge = {c.label: m for m, c in enumerate(cases)}

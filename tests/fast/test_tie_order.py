@@ -66,3 +66,24 @@ def test_lexmin_orders_lockstep_instances_by_their_last_fork():
     assert _lex([[(1.5, 1.0, 0.25), (1.0, 0.25, 0.5)], [(1.5, 1.0, 0.25), (0.5, 0.25, 0.5)]]) == 0
     # no record left on a tie: (start, seq)
     assert _lex([[(1.5, 1.0, 0.25)], [(1.5, 1.0, 0.25)]]) == 0
+
+
+def _lex_walk(rows):
+    from simrl_fast.closed_form import WALK
+
+    f = lambda v: jnp.asarray(v, jnp.float64)  # noqa: E731
+    t, prev = f([2.0, 2.0]), f([1.75, 1.75])
+    start, seq = f([0.0, 0.5]), jnp.asarray([0, 1], jnp.int32)
+    walk = f([r + [float("nan")] * (WALK - len(r)) for r in rows])
+    return int(_lexmin(t, prev, start, seq, None, walk)[0])
+
+
+def test_lexmin_walks_back_to_the_first_boundary_where_the_tied_ones_differ():
+    # Tied at 2.0, both scheduled at 1.75. Two boundaries back both were at 1.5; three back instance 0
+    # was at 1.25 and instance 1 at 1.2499999999999998 (its run's closed form rounded differently):
+    # instance 1 was processed first there, so first at 1.5, 1.75 and 2.0 -- not the (start, seq) pick.
+    assert _lex_walk([[1.5, 1.25], [1.5, 1.2499999999999998]]) == 1
+    assert _lex_walk([[1.5, 1.2499999999999998], [1.5, 1.25]]) == 0
+    # equal as far as both are known, then one reaches its anchor (NaN): (start, seq) decides
+    assert _lex_walk([[1.5, 1.25], [1.5]]) == 0
+    assert _lex_walk([[1.5, 1.0, 0.5], [1.5]]) == 0
