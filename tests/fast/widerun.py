@@ -32,16 +32,18 @@ def draw(seed: int, i: int, groups=GROUPS, n=N, steps=STEPS, policy_kind=None):
             continue
 
 
-def _static(params, wa):
+def _static(params, wa, min_groups: int = 64, min_batch: int = 8):
+    """Shapes in a few buckets (group slots a power of two, batches 8 or 64, both formulas), so
+    batches and single examples share compiles."""
     from simrl_fast.lowering import static_for
 
     need = static_for(params, wa)
-    mg = max(64, 1 << (need.max_groups - 1).bit_length())
+    mg = max(min_groups, 1 << (need.max_groups - 1).bit_length())
     s = static_for(params, wa, mg)
-    return s._replace(instances=4, slots=64, max_batch=8 if s.max_batch <= 8 else 64, formulas=3)
+    return s._replace(instances=4, slots=64, max_batch=max(min_batch, 8 if s.max_batch <= 8 else 64), formulas=3)
 
 
-def run_cases(cases, idx, rel: float = 1e-9) -> dict:
+def run_cases(cases, idx, rel: float = 1e-9, min_groups: int = 64, min_batch: int = 8) -> dict:
     """Compare every case on both engines (times to ``rel``, the documented tolerance; everything else
     exactly); return counts, the worst relative time errors, the cases whose times were not
     bit-identical, and the failures as (index, label, message)."""
@@ -68,7 +70,7 @@ def run_cases(cases, idx, rel: float = 1e-9) -> dict:
         return out
     params = [low[1]._replace(collapse=np.int32(0)) for _, _, low in todo]
     was = [low[2] for _, _, low in todo]
-    res = run_params(params, was, static=_static(params, was[0]))
+    res = run_params(params, was, static=_static(params, was[0], min_groups, min_batch))
     for m, (i, c, low) in enumerate(todo):
         p = low[1]
         refused_after = False
