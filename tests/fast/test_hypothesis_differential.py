@@ -5,6 +5,13 @@ concurrency caps) / skyrl / areal, both routers, zero-variance groups), each run
 Static (one compile for every example) and compared per step and per call (`diffcases.compare`).
 
 CI runs a small derandomised sample; `-m slow` runs a long, randomised tail.
+
+The wide tests draw from the whole declared feature set instead (`widecases.wide_case`: random
+`PolicyParams` records the kernel accepts and presets at their defaults or small knobs; linear,
+roofline dense / MoE at several tp/pp/dp/ep layouts and the fitted roofline; constant, linear and
+analytical training at several layouts; built-in weight-sync models), each compared by
+`widerun.run_cases` (a refusal by name is allowed; a run the collapse failsafe may have stopped must
+be refused after it ran).
 """
 
 import numpy as np
@@ -67,3 +74,23 @@ def test_hypothesis_examples_share_one_shape():
 @given(seed=st.integers(0, 2**31 - 1))
 def test_hypothesis_configurations_match_simpy_long_tail(seed):
     _check(seed)
+
+
+def _check_wide(seed: int) -> None:
+    from widerun import draw, run_cases
+
+    out = run_cases([draw(seed, 0)], [seed], min_groups=256, min_batch=64)  # one shape: one compile
+    assert not out["failures"], out["failures"]
+
+
+@settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**31 - 1))
+def test_hypothesis_wide_feature_set_matches_simpy(seed):
+    _check_wide(seed)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**31 - 1))
+def test_hypothesis_wide_feature_set_matches_simpy_long_tail(seed):
+    _check_wide(seed)
