@@ -1,7 +1,7 @@
 """SimPy vs JAX over the whole declared feature set, in vmapped batches (`widerun.run_cases` over
 `widecases.wide_case`): random accepted `PolicyParams` records and presets, linear / roofline
 (dense, MoE, fitted) rollouts, constant / linear / analytical training at several layouts, built-in
-weight-sync models. Per step and per call; discrete outcomes exactly, times to the documented 1e-9.
+weight-sync models. Per step and per call; discrete outcomes and times exactly (no tolerance, docs/fastpath.md "Results and tolerances").
 
 The generator itself is checked in CI (it must reach what it claims to draw, and every case it
 draws that the fast path accepts must lower); the comparisons are `-m slow` (each batch of 100 is

@@ -43,7 +43,7 @@ def _static(params, wa, min_groups: int = 64, min_batch: int = 8):
     return s._replace(instances=4, slots=64, max_batch=max(min_batch, 8 if s.max_batch <= 8 else 64), formulas=3)
 
 
-def run_cases(cases, idx, rel: float = 1e-9, min_groups: int = 64, min_batch: int = 8) -> dict:
+def run_cases(cases, idx, rel: float = 0.0, min_groups: int = 64, min_batch: int = 8) -> dict:
     """Compare every case on both engines (times to ``rel``, the documented tolerance; everything else
     exactly); return counts, the worst relative time errors, the cases whose times were not
     bit-identical, and the failures as (index, label, message)."""
