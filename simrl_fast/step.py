@@ -126,24 +126,24 @@ def _two_smallest(key):
 
 
 def local_phase(st, p, w, static, rounds):
-    """Advance the instances in parallel between global events: up to ``rounds`` times, every
-    instance's next boundary that is *local* and comes before the next global event, all at once.
+    """Advance the instances in parallel between global events: ``rounds`` times, every instance's
+    next boundary that is *local* and comes before the next global event, all at once.
 
-    A boundary is local when it only finishes one request (the lowest key of the slot row; no
-    other finishes there), takes no pause, admits nothing (the waiting queue is empty or its head
-    does not fit) and does not complete the request's group (counting every finish of this round
-    in the same group): it changes nothing but the instance's row, its slot row and
-    ``GroupState.done``. Local boundaries of different instances touch disjoint state but ``done``
-    (increments commute), read nothing another writes and make nothing due now, so all those
-    strictly before the next global event -- the trainer's timer, a woken or resumed instance, a
-    boundary that is not local, any instance's boundary after the one processed in this round
-    (which may be global), or now itself when the trainer, dispatcher or router is due -- give the
-    state of processing them one by one in SimPy's heap order. Strictly before: a boundary tied in
-    time with another event waits for the sequential path and its tie rules (docs/model.md,
-    "Tie-break at equal times").
+    A BUSY instance's boundary is local when it finishes at most one request (the lowest key of its
+    slot row; no other one finishes there), takes no pause, admits at most one call (the head of its
+    waiting queue, when it fits and the next one then does not) and completes no group (counting
+    every finish of this round in the same group): it changes nothing but the instance's row, its
+    slot row, ``GroupState.done`` and the admitted call's ``GroupState.minv``. Local boundaries of
+    different instances touch disjoint state but ``done`` (increments commute) and ``minv`` (minima
+    commute), read nothing another writes and make nothing due now, so all those strictly before the
+    next global event -- the trainer's timer, a woken or resumed instance, a boundary that is not
+    local, any instance's boundary after the one processed in this round (which may be global), or
+    now itself when the trainer, dispatcher or router is due -- give the state of processing them one
+    by one in SimPy's heap order. Strictly before: a boundary tied in time with another event waits
+    for the sequential path and its tie rules (docs/model.md, "Tie-break at equal times").
 
-    This is `instance.instance_action` for a BUSY instance's boundary with one finish, no pause and
-    no admission, written over all K rows at once (tests/fast compare both against SimPy); a
+    This is `instance.instance_action` on that kind of boundary, written over all K rows at once
+    (tests/fast/test_local_phase.py holds it to SimPy and to the sequential engine bit for bit); a
     mechanic added to that path there must be added here or make such boundaries non-local.
     Returns (state, whether any boundary was processed)."""
     tr = st.trainer
