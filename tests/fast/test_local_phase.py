@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("jax")
 
 from diffcases import compare, random_case, run_fast  # noqa: E402
-from test_differential import GROUPS, N, STEPS, edge_cases  # noqa: E402
+from test_differential import GROUPS, STEPS, N, edge_cases  # noqa: E402
 
 
 def _run(cases, rounds: int):
