@@ -387,7 +387,10 @@ def make_step(static):
 
     def step(st0, p, w):
         rounds = _state.LOCAL_ROUNDS
-        st = st0._replace(out=empty_out(static.group_size, static.instances * rounds))
+        # (the parallel rounds' outputs derived from the carried ones, so they stay per-configuration
+        # values under shard_map)
+        st = st0._replace(out=empty_out(static.group_size, 0)._replace(
+            par_rid=st0.out.par_rid * 0 - 1, par_t=st0.out.par_t + jnp.nan))
         # Every instance's local boundaries before the next global event, in parallel; then one action.
         st, par = local_phase(st, p, w, static, rounds) if rounds else (st, jnp.asarray(False))
         act, i, new_now = select(st, p, static)
