@@ -15,7 +15,7 @@ cutting them into batches (results in the given order) and splits each batch ove
 devices; `benchmarks/sweep10k.yaml` is the same scenario as a 10,080-point `srl-sweep` space (the
 sweep's wall time: setup, compile, simulation and output, see docs/search.md).
 
-    .venv/bin/python benchmarks/fast.py [--sizes 100,1000,10000] [--sample 6] [--chunk 1000]
+    .venv/bin/python benchmarks/fast.py [--sizes 100,1000,10000] [--sample 6] [--chunk 1000] [--local-rounds 0,2]
 """
 
 from __future__ import annotations
@@ -86,6 +86,9 @@ def main(argv=None) -> None:
     ap.add_argument("--sizes", default="100,1000,10000", help="batch sizes M, comma-separated")
     ap.add_argument("--sample", type=int, default=6, help="SimPy runs (timing and error check)")
     ap.add_argument("--chunk", type=int, default=1000, help="configurations per vmapped call")
+    ap.add_argument("--local-rounds", default=None,
+                    help="comma-separated rounds of parallel local boundaries per scan step to run side by side "
+                         "(simrl_fast.state.LOCAL_ROUNDS; default: the SIMRL_FAST_LOCAL_ROUNDS setting, 0 = off)")
     args = ap.parse_args(argv)
     from simrl_fast.engine import cache_dir, run_params
     from simrl_fast.grid import lower_grid
@@ -131,9 +134,18 @@ def main(argv=None) -> None:
     print(f"host-side setup per configuration: grid lowering (lower_grid, base lowered once) {per_grid * 1e3:.3f} ms; "
           f"per point: config parsing {parse_s * 1e3:.2f} ms + lowering {lower_s * 1e3:.3f} ms")
     print(f"persistent compilation cache: {cache_dir() or 'off'}")
-    print(f"{'M':>7} {'chunk':>6} {'compile s':>9} {'run s':>8} {'per config ms':>14} {'configs/s':>10} "
+    import jax
+
+    from simrl_fast import state as fast_state
+
+    rounds_list = ([int(x) for x in args.local_rounds.split(",")] if args.local_rounds
+                   else [fast_state.LOCAL_ROUNDS])
+    print(f"{'rounds':>6} {'M':>7} {'chunk':>6} {'compile s':>9} {'run s':>8} {'per config ms':>14} {'configs/s':>10} "
           f"{'vs SimPy':>9} {'with compile s':>14} {'steps/config':>12}")
-    for M in sizes:
+    for M, rounds in ((M, r) for M in sizes for r in rounds_list):
+        if rounds != fast_state.LOCAL_ROUNDS:
+            fast_state.LOCAL_ROUNDS = rounds
+            jax.clear_caches()  # the rounds are read when the step is traced
         chunk = min(M, args.chunk)
         sub, st = rows(0, M), static  # one Static for every M (the whole grid's)
         t0 = time.perf_counter()
@@ -144,10 +156,11 @@ def main(argv=None) -> None:
         wall = time.perf_counter() - t0
         assert res.complete.all()
         compile_s = max(first - wall * chunk / M, 0.0)
-        print(f"{M:>7} {chunk:>6} {compile_s:>9.2f} {wall:>8.2f} {wall / M * 1e3:>14.2f} {M / wall:>10.0f} "
+        print(f"{rounds:>6} {M:>7} {chunk:>6} {compile_s:>9.2f} {wall:>8.2f} {wall / M * 1e3:>14.2f} {M / wall:>10.0f} "
               f"{sp / (wall / M):>8.0f}x {compile_s + wall + M * per_grid:>14.1f} {res.actions.mean():>12.0f}", flush=True)
     print("with compile s: compile + run + host-side grid lowering of the M configurations; "
-          "steps/config: scan steps that did something, mean over the M configurations")
+          "steps/config: scan steps that did something, mean over the M configurations; rounds: parallel local "
+          "boundary rounds per scan step (0: one action per step)")
     print(multi_turn_line())
 
 

@@ -243,6 +243,10 @@ def _assemble(ys: StepOut, static: Static) -> tuple[np.ndarray, np.ndarray, np.n
     group_finish = np.full((m, static.max_groups), np.nan)
     mi, ti = np.nonzero(ys.fin_rid >= 0)
     call_finish[mi, ys.fin_rid[mi, ti]] = ys.fin_t[mi, ti]
+    if ys.par_rid.size:  # the parallel local boundaries' finishes (state.LOCAL_ROUNDS > 0)
+        pr, pt = ys.par_rid.reshape(m, -1), ys.par_t.reshape(m, -1)
+        mi, ti = np.nonzero(pr >= 0)
+        call_finish[mi, pr[mi, ti]] = pt[mi, ti]
     mi, ti = np.nonzero(ys.fin_group)
     group_finish[mi, ys.fin_rid[mi, ti] // static.group_size] = ys.fin_t[mi, ti]
     rr, ri = ys.route_rid.reshape(m, -1), ys.route_inst.reshape(m, -1)  # a step routes up to n calls

@@ -11,6 +11,7 @@ docs/fastpath.md); boundaries where nothing observable happens are never visited
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import jax.numpy as jnp
@@ -31,6 +32,19 @@ def unpack_fin(key):
 
 def unpack_rid(key):
     return (key & (2**32 - 1)).astype(jnp.int32)
+
+def _local_rounds() -> int:
+    v = os.environ.get("SIMRL_FAST_LOCAL_ROUNDS", "0").strip() or "0"
+    if not v.isdigit():
+        raise ValueError(f"SIMRL_FAST_LOCAL_ROUNDS={v!r}: expected a whole number >= 0 (rounds of parallel local "
+                         "boundaries per scan step; 0 turns them off)")
+    return int(v)
+
+
+#: rounds of parallel local boundaries per scan step (`step.local_phase`), before the step's one action;
+#: read when a program is traced (set it before the first run, or call `jax.clear_caches()` after changing
+#: it). 0 (the default): off -- on CPU the rounds cost more than the steps they save (docs/fastpath.md)
+LOCAL_ROUNDS = _local_rounds()
 
 # instance phases (Instance.run's position in its loop)
 IDLE, BUSY, PAUSED, START, RESUME = 0, 1, 2, 3, 4
@@ -107,6 +121,9 @@ class StepOut(NamedTuple):
     fin_group: jnp.ndarray  # bool: it completed its group (GroupRecord.finish_time = fin_t)
     route_rid: jnp.ndarray  # [n] int32: calls routed, in order (Request.instance set; -1: none)
     route_inst: jnp.ndarray  # [n] int32: the instance each was routed to
+    par_rid: jnp.ndarray  # [LOCAL_ROUNDS * K] int32: calls finished by the step's parallel local boundaries
+    #                       (`step.local_phase`; -1: none; none completes its group), one per round and instance
+    par_t: jnp.ndarray  # [LOCAL_ROUNDS * K] f64: their finish times
 
 
 class GroupState(NamedTuple):
@@ -213,7 +230,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
                   completion_tokens=i64(0, P), seq_tokens=i64(0, P), fwd_sum=f64(0.0, P), fwd_max=f64(0.0, P),
                   offload_s=f64(0.0, P))
     return SimState(
-        inst=inst, calls=calls, out=empty_out(static.group_size), groups=groups, trainer=trainer, log=log, now=f64(0.0), seq=i32(0), version=i32(0),
+        inst=inst, calls=calls, out=empty_out(static.group_size, K * LOCAL_ROUNDS), groups=groups, trainer=trainer, log=log, now=f64(0.0), seq=i32(0), version=i32(0),
         training=jnp.array(False), accepted=i32(0), n_running=i32(0), dispatched=i32(0), routed=i32(0),
         rr_next=i32(0), dispatch_paused=jnp.array(False), cur=i32(-1), buf_head=i32(0), buf_tail=i32(0),
         buf_live=i32(0), buf_minv=i32(0, P + 1), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
@@ -221,10 +238,11 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
     )
 
 
-def empty_out(n: int) -> StepOut:
-    """Nothing emitted; ``n``: calls one step may route (the group size)."""
+def empty_out(n: int, k: int) -> StepOut:
+    """Nothing emitted; ``n``: calls one step may route (the group size); ``k``: instances."""
     return StepOut(fin_rid=jnp.int32(-1), fin_t=jnp.float64(jnp.nan), fin_group=jnp.array(False),
-                   route_rid=jnp.full(n, -1, jnp.int32), route_inst=jnp.full(n, -1, jnp.int32))
+                   route_rid=jnp.full(n, -1, jnp.int32), route_inst=jnp.full(n, -1, jnp.int32),
+                   par_rid=jnp.full(k, -1, jnp.int32), par_t=jnp.full(k, jnp.nan, jnp.float64))
 
 
 

@@ -14,13 +14,16 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from simrl_fast import state as _state
 from simrl_fast.closed_form import N_FORKS, WALK, event_of, first_after, forks_of, walk_back
-from simrl_fast.instance import call_lengths, fits_routed, instance_action
+from simrl_fast.costs import rollout_times
+from simrl_fast.instance import call_lengths, fits, fits_routed, instance_action
 from simrl_fast.state import (
     BIG,
     BUSY,
     G_RUNNING,
     IDLE,
+    KEY_EMPTY,
     RESUME,
     START,
     T_DONE,
@@ -30,7 +33,10 @@ from simrl_fast.state import (
     T_TRAIN,
     T_WAIT,
     empty_out,
+    pack,
     tie,
+    unpack_fin,
+    unpack_rid,
 )
 from simrl_fast.trainer import batch_ready, mark_evicted, timer_action, trainer_react
 
@@ -111,6 +117,160 @@ def can_dispatch(st, p):
     )
 
 
+def chain_due(st, p, static):
+    """(trainer reaction, dispatch, routing) due in this instant, after every timeout due now."""
+    tr = st.trainer
+    forming = (tr.phase == T_WAIT) & ((tr.taken > 0) | batch_ready(st, p, static))
+    react = forming | ((tr.phase == T_DRAIN) & (st.n_running == 0))
+    disp = can_dispatch(st, p)
+    route = st.routed < st.dispatched * static.group_size
+    return react, disp, route
+
+
+def _two_smallest(key):
+    """(smallest, second smallest (its finish iteration only: rid 0), slot of the smallest) of each
+    slot row of packed keys [K, S]
+    (distinct but for KEY_EMPTY), as plain int32 reductions (vectorised; a variadic int64
+    reduction runs scalar on CPU)."""
+    S = key.shape[1]
+    fin, rid = unpack_fin(key), unpack_rid(key)
+    f1 = jnp.min(fin, axis=1, keepdims=True)
+    r1 = jnp.min(jnp.where(fin == f1, rid, BIG), axis=1, keepdims=True)
+    at = (fin == f1) & (rid == r1)
+    s_f = jnp.min(jnp.where(at, jnp.arange(S, dtype=jnp.int32), S), axis=1)
+    f2 = jnp.min(jnp.where(at, BIG, fin), axis=1, keepdims=True)
+    m1 = jnp.where(f1[:, 0] >= BIG, KEY_EMPTY, pack(f1[:, 0], r1[:, 0]))
+    m2 = jnp.where(f2[:, 0] >= BIG, KEY_EMPTY, pack(f2[:, 0], 0))
+    return m1, m2, s_f
+
+
+def local_phase(st, p, w, static, rounds):
+    """Advance the instances in parallel between global events: ``rounds`` times, every instance's
+    next boundary that is *local* and comes before the next global event, all at once.
+
+    A BUSY instance's boundary is local when it finishes at most one request (the lowest key of its
+    slot row; no other one finishes there), takes no pause, admits at most one call (the head of its
+    waiting queue, when it fits and the next one then does not) and completes no group (counting
+    every finish of this round in the same group): it changes nothing but the instance's row, its
+    slot row, ``GroupState.done`` and the admitted call's ``GroupState.minv``. Local boundaries of
+    different instances touch disjoint state but ``done`` (increments commute) and ``minv`` (minima
+    commute), read nothing another writes and make nothing due now, so all those strictly before the
+    next global event -- the trainer's timer, a woken or resumed instance, a boundary that is not
+    local, any instance's boundary after the one processed in this round (which may be global), or
+    now itself when the trainer, dispatcher or router is due -- give the state of processing them one
+    by one in SimPy's heap order. Strictly before: a boundary tied in time with another event waits
+    for the sequential path and its tie rules (docs/model.md, "Tie-break at equal times").
+
+    This is `instance.instance_action` on that kind of boundary, written over all K rows at once
+    (tests/fast/test_local_phase.py holds it to SimPy and to the sequential engine bit for bit); a
+    mechanic added to that path there must be added here or make such boundaries non-local.
+    Returns (state, whether any boundary was processed)."""
+    tr = st.trainer
+    K, S, n, G, Gm = static.instances, static.slots, static.group_size, static.groups, static.max_groups
+    i32 = jnp.int32
+    active = jnp.arange(K) < p.n_inst
+    quiet = (st.cur < 0) & (tr.taken == 0) & (tr.phase != T_DONE)
+    react, disp, route = chain_due(st, p, static)
+    timer_on = (tr.phase == T_TRAIN) | (tr.phase == T_PUBLISH) | (tr.phase == T_OFFLOAD)
+    woken = active & ((st.inst.phase == START) | (st.inst.phase == RESUME))
+    fixed_h = jnp.minimum(jnp.where(timer_on, tr.timer_t, jnp.inf),
+                          jnp.minimum(jnp.where(react | disp | route, st.now, jnp.inf),
+                                      jnp.min(jnp.where(woken, st.inst.ev_t, jnp.inf))))
+    rows = jnp.arange(K, dtype=i32)
+    any_go = jnp.asarray(False)
+    par_rid, par_t = st.out.par_rid, st.out.par_t
+    for r in range(rounds):
+        ins, Gs = st.inst, st.groups
+        cand = quiet & active & (ins.phase == BUSY) & (ins.ev_t < jnp.inf)
+        now_k = jnp.maximum(ins.ev_t, st.now)
+        # entry: rebase the closed form to the boundary
+        it = ins.ev_it
+        j = (ins.ev_it - ins.it).astype(jnp.int64)
+        b1 = (ins.nd + ins.na).astype(jnp.int64)
+        k1 = ins.kd + ins.nd + ins.pa + ins.na
+        nd = ins.nd + ins.na
+        kd = k1 + (j - 1) * b1
+        key = ins.slot_key
+        m1, m2, s_f = _two_smallest(key)
+        has_fin = unpack_fin(m1) == it
+        two_fin = has_fin & (unpack_fin(m2) == it)
+        r_f = jnp.where(has_fin, unpack_rid(m1), -1)
+        pr_f, len_f = call_lengths(w, r_f, n, G)
+        pr_f, tok_f = jnp.where(has_fin, pr_f, 0), jnp.where(has_fin, pr_f + len_f, 0)
+        run_f = ins.running - has_fin
+        kv_f = ins.kv_used - tok_f
+        # admission: the queue head if it fits; local only if the next one then does not
+        h0 = st.calls.queue[rows, ins.wq_pos]
+        h1 = st.calls.queue[rows, ins.wq_pos + 1]
+        hp0, hl0 = call_lengths(w, h0, n, G)
+        hp1, hl1 = call_lengths(w, h1, n, G)
+        adm = fits(p, ins.wq_len, run_f, kv_f, hp0 + hl0)  # reserve KV (on_demand batches take no rounds)
+        more = adm & fits(p, ins.wq_len - 1, run_f + 1, kv_f + hp0 + hl0, hp1 + hl1)
+        g_f = jnp.maximum(r_f, 0) // n
+        same_g = cand[None, :] & has_fin[None, :] & (g_f[None, :] == g_f[:, None])
+        cnt = jnp.sum(same_g.astype(i32), axis=1)
+        local = (cand & ~two_fin & (ins.pause_it > it) & ~more
+                 & (~has_fin | (Gs.done[g_f] + cnt < n)))
+        # close: the next iteration (or idle)
+        hp0, tok0 = jnp.where(adm, hp0, 0), jnp.where(adm, hp0 + hl0, 0)
+        nd = nd - has_fin
+        kd = kd - tok_f
+        na = adm.astype(i32)
+        running = run_f + na
+        adm_key = jnp.where(adm, pack(it + hl0, h0), KEY_EMPTY)
+        fin_min = unpack_fin(jnp.minimum(jnp.where(has_fin, m2, m1), adm_key))
+        start = running > 0
+        dt0, alpha, beta = rollout_times(p, static, nd, kd, hp0, nd + na, kd + nd + hp0 + na)
+        t1 = now_k + dt0
+        ev_it, ev_t, ev_prev = event_of(now_k, it, t1, alpha, beta, fin_min, BIG, BIG)
+        horizon = jnp.minimum(fixed_h, jnp.min(jnp.where(cand & ~local, ins.ev_t, jnp.inf)))
+        horizon = jnp.minimum(horizon, jnp.min(jnp.where(cand & local & start, ev_t, jnp.inf)))
+        go = local & (ins.ev_t < horizon)  # strictly before: exact float comparison, ties go sequential
+        fk, fb, _ = forks_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.ev_it, ins.ev_t, ins.ev_prev,
+                             ins.fk_t, ins.fk_back, ins.g_prev)
+
+        def put(old, new, go=go):
+            return jnp.where(go, jnp.asarray(new).astype(old.dtype), old)
+
+        # slots: the finished one takes the last occupied one, which is freed unless the admitted
+        # call fills it (slot run_f), as in instance_action
+        last = jnp.maximum(ins.running - 1, 0)
+        key_last = key[rows, last]
+        len_last = ins.slot_len[rows, last]
+        move = go & has_fin & (s_f != last)
+        clear = go & has_fin & ~adm
+        cols = jnp.concatenate([jnp.where(move, s_f, S), jnp.where(clear, last, S), jnp.where(go & adm, run_f, S)])
+        rr = tie(jnp.concatenate([rows, rows, rows]), K, key_last.astype(i32) & 0, len_last)
+        inst = ins._replace(
+            phase=put(ins.phase, jnp.where(start, BUSY, IDLE)), clock=put(ins.clock, now_k), it=put(ins.it, it),
+            nd=put(ins.nd, nd), kd=put(ins.kd, kd), na=put(ins.na, na), pa=put(ins.pa, hp0),
+            t1=put(ins.t1, jnp.where(start, t1, ins.t1)), alpha=put(ins.alpha, jnp.where(start, alpha, ins.alpha)),
+            beta=put(ins.beta, jnp.where(start, beta, ins.beta)),
+            fk_t=put(ins.fk_t, fk[:, 0]), fk_back=put(ins.fk_back, fb[:, 0]), g_prev=put(ins.g_prev, now_k - ins.ev_prev),
+            fin_min=put(ins.fin_min, fin_min), adm_it=put(ins.adm_it, BIG),
+            ev_it=put(ins.ev_it, jnp.where(start, ev_it, BIG)), ev_t=put(ins.ev_t, jnp.where(start, ev_t, jnp.inf)),
+            ev_prev=put(ins.ev_prev, jnp.where(start, ev_prev, jnp.inf)), ev_seq=put(ins.ev_seq, ins.st_seq),
+            running=put(ins.running, running), kv_used=put(ins.kv_used, kv_f + tok0),
+            psum=put(ins.psum, ins.psum - pr_f + hp0),
+            # the router's scatter into the queue is tied to wq_pos: after this read of the queue
+            wq_pos=tie(put(ins.wq_pos, ins.wq_pos + na), 0, h0, h1), wq_len=put(ins.wq_len, ins.wq_len - na),
+            slot_key=ins.slot_key.at[rr, cols].set(
+                jnp.concatenate([key_last, jnp.full(K, KEY_EMPTY, jnp.int64), adm_key]), mode="drop"),
+            slot_len=ins.slot_len.at[rr, cols].set(
+                jnp.concatenate([len_last, jnp.zeros(K, i32), hl0.astype(i32)]), mode="drop"),
+        )
+        g_h = jnp.where(go & adm, jnp.maximum(h0, 0) // n, Gm)
+        done = Gs.done.at[tie(jnp.where(go & has_fin, g_f, Gm), Gm, Gs.done[g_f])].add(1, mode="drop")
+        minv = Gs.minv.at[g_h].min(st.version, mode="drop")
+        st = st._replace(inst=inst, groups=Gs._replace(done=done, minv=minv),
+                         now=jnp.maximum(st.now, jnp.max(jnp.where(go, now_k, -jnp.inf))))
+        # one finish per instance and round: the rounds' finishes go to separate columns
+        par_rid = par_rid.at[r * K + rows].set(jnp.where(go & has_fin, r_f, -1))
+        par_t = par_t.at[r * K + rows].set(jnp.where(go & has_fin, now_k, jnp.nan))
+        any_go = any_go | jnp.any(go)
+    return st._replace(out=st.out._replace(par_rid=par_rid, par_t=par_t)), any_go
+
+
 def select(st, p, static):
     """(action, instance index, new now) for this step."""
     ins, tr = st.inst, st.trainer
@@ -136,10 +296,7 @@ def select(st, p, static):
     walk = jnp.concatenate([wk, jnp.full((1, WALK), jnp.nan)])
     bidx, bt = _lexmin(t_all, prev_all, start_all, seq_all, forks, walk)
     gidx, gt = _lexmin(jnp.where(active & (ins.phase == START), ins.ev_t, jnp.inf), ins.ev_prev, ins.ev_prev, ins.ev_seq)
-    forming = (tr.phase == T_WAIT) & ((tr.taken > 0) | batch_ready(st, p, static))
-    react = forming | ((tr.phase == T_DRAIN) & (st.n_running == 0))
-    disp = can_dispatch(st, p)
-    route = st.routed < st.dispatched * static.group_size
+    react, disp, route = chain_due(st, p, static)
     chain = react | disp | route
     cont = st.cur >= 0
     timed = jnp.where(bidx < K, A_INST, A_TIMER)
@@ -250,7 +407,15 @@ def make_step(static):
     """The pure step function ``step(state, params, workload) -> state`` for one configuration."""
 
     def step(st0, p, w):
-        st = st0._replace(out=empty_out(static.group_size))
+        # on_demand KV (growth, preemption, slot serials) is not on the rounds' path: those batches run
+        # the sequential step only (docs/fastpath.md, "Instances in parallel between global events")
+        rounds = 0 if static.on_demand else _state.LOCAL_ROUNDS
+        # (the parallel rounds' outputs derived from the carried ones, so they stay per-configuration
+        # values under shard_map)
+        st = st0._replace(out=empty_out(static.group_size, 0)._replace(
+            par_rid=st0.out.par_rid * 0 - 1, par_t=st0.out.par_t + jnp.nan))
+        # Every instance's local boundaries before the next global event, in parallel; then one action.
+        st, par = local_phase(st, p, w, static, rounds) if rounds else (st, jnp.asarray(False))
         act, i, new_now = select(st, p, static)
         st = st._replace(now=new_now)
         st = instance_action(st, p, w, static, act == A_INST, i, new_now)
@@ -262,7 +427,7 @@ def make_step(static):
         st = route_all(st, p, w, static, (act == A_ROUTE) | (act == A_DISPATCH))
         st = mark_evicted(st, p, pub)
         done = st.trainer.phase == T_DONE
-        st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~done), actions=st.actions + (act != A_NONE))
+        st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~par & ~done), actions=st.actions + ((act != A_NONE) | par))
         # x64 promotes int32 reductions and argmax to int64: keep every leaf's declared dtype.
         return jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), st, st0)
 
