@@ -181,7 +181,9 @@ def local_phase(st, p, w, static, rounds):
     par_rid, par_t = st.out.par_rid, st.out.par_t
     for r in range(rounds):
         ins, Gs = st.inst, st.groups
-        cand = quiet & active & (ins.phase == BUSY) & (ins.ev_t < jnp.inf)
+        # on_demand KV (growth, preemption, slot serials) is not on the rounds' path: those configurations
+        # take the sequential step only (docs/fastpath.md, "Instances in parallel between global events")
+        cand = quiet & active & (ins.phase == BUSY) & (ins.ev_t < jnp.inf) & (p.od == 0)
         now_k = jnp.maximum(ins.ev_t, st.now)
         # entry: rebase the closed form to the boundary
         it = ins.ev_it
@@ -407,9 +409,7 @@ def make_step(static):
     """The pure step function ``step(state, params, workload) -> state`` for one configuration."""
 
     def step(st0, p, w):
-        # on_demand KV (growth, preemption, slot serials) is not on the rounds' path: those batches run
-        # the sequential step only (docs/fastpath.md, "Instances in parallel between global events")
-        rounds = 0 if static.on_demand else _state.LOCAL_ROUNDS
+        rounds = _state.LOCAL_ROUNDS
         # (the parallel rounds' outputs derived from the carried ones, so they stay per-configuration
         # values under shard_map)
         st = st0._replace(out=empty_out(static.group_size, 0)._replace(
