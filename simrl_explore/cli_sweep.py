@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 
 import click
 
@@ -134,6 +135,12 @@ def main(space_path, config_path, grid, engine, surrogate, jobs, chunk, ray_addr
             res = run_sweep(space, jobs=jobs, chunk=chunk, ray_address=ray_address, progress=prog.task, limit=limit)
     except (SpaceError, SweepError, ConfigError, CostModelError) as exc:
         abort(str(exc))
+    if res.rows and not res.ok():
+        # nothing to rank or plot: say why every point fell out instead of writing empty results
+        why = Counter(f"{r.get('status')}: {r.get('reason') or 'no reason given'}" for r in res.rows)
+        top = "; ".join(f"{n} x {w}" for w, n in why.most_common(3))
+        abort(f"{space_path or 'the grid'}: none of the {len(res.rows)} points could be simulated ({top}); "
+              "nothing written")
     t = res.timings
     if output.endswith((".csv", ".json")):
         import json

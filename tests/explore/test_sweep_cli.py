@@ -93,6 +93,21 @@ def test_space_outputs_are_complete_and_byte_identical(tmp_path):
     assert any(r["pareto"] == "True" for r in rows[2:])
 
 
+def test_a_space_whose_every_point_is_dropped_is_an_error(tmp_path):
+    # tp=3 does not divide Qwen3-8B's 32 heads: both points are dropped before simulation; the sweep
+    # exits 2 with the reason and writes nothing (an empty front is not a result)
+    spec = {"name": "t", "base": {"set": _set(BASE)}, "seed": 1, "top_k": 0,
+            "axes": [{"name": "inst", "key": "deployment.rollout.instances", "grid": [1, 2]}],
+            "derived": [{"name": "tp", "key": "deployment.rollout.tp", "expr": "3"}]}
+    p = tmp_path / "space.yaml"
+    p.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "o"
+    r = CliRunner().invoke(main, ["--space", str(p), "--engine", "simpy", "-o", str(out)])
+    assert r.exit_code == 2, r.output
+    assert "none of the 2 points could be simulated" in r.output and "tp=3 does not divide" in r.output
+    assert not out.exists()
+
+
 def test_bad_input_is_clear(tmp_path):
     r = CliRunner().invoke(main, ["--grid", "oops", "-o", str(tmp_path / "x.csv")])
     assert r.exit_code == 2 and "KEY=V1,V2" in r.output
