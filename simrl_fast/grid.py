@@ -33,11 +33,8 @@ from simrl_fast.lowering import (
     Params,
     Static,
     WorkloadArrays,
-    _check_training_memory,
-    _reject,
-    _rollout_form,
-    _training_terms,
     check_supported,
+    cost_fields,
     lower,
     lower_workload,
     static_for,
@@ -71,22 +68,7 @@ def lower_like(row: Params, cfg, workload, costs, wa: WorkloadArrays) -> Params:
     (`simrl_explore.runner.route`), so a cost-dependent field added to `lower` and not here
     shows as a mismatch, not as a wrong row."""
     check_supported(cfg, workload, costs)
-    r = cfg.deployment.rollout
-    kv_cap = r.kv_capacity_tokens or int(costs.rollout.kv_capacity_tokens())
-    need = int((wa.prompt.astype(np.int64) + wa.completion).max())
-    if need > kv_cap:
-        _reject("a call larger than the KV capacity", f"{need} > {kv_cap} tokens; SimPy stops with an error")
-    sync_s = float(costs.weight_sync.publish_time(r.instances))
-    if not sync_s > 0:
-        _reject("a weight publication time of 0")
-    tr = _training_terms(cfg, costs)
-    if tr.kind == 1:
-        _check_training_memory(costs.training, wa, int(row.batch_max))
-    ro = _rollout_form(cfg, costs)
-    return row._replace(kv_cap=np.int64(kv_cap), ro_kind=np.int32(ro.kind), ro=ro.ro, tr_kind=np.int32(tr.kind),
-                        tr=tr.tr, a=np.float64(ro.form.a), b=np.float64(ro.form.b), c=np.float64(ro.form.c),
-                        p=np.float64(ro.form.p), train_a=np.float64(tr.a), train_per_token=np.float64(tr.per_token),
-                        sync_s=np.float64(sync_s))
+    return row._replace(**cost_fields(cfg, costs, wa, int(row.batch_max)))
 
 
 def same_params(a: Params, b: Params) -> bool:

@@ -518,6 +518,35 @@ def _check_training_memory(t, wa: WorkloadArrays, batch_groups: int) -> None:
                 f"{cap / 2**30:.1f} GiB available; SimPy stops at the first step that does not fit")
 
 
+def cost_fields(cfg, costs, wa: WorkloadArrays, batch_max_groups: int) -> dict:
+    """The Params fields that read the cost models (and the checks on them), computed once for
+    `lower` and for `simrl_fast.grid.lower_like` (sweep points that differ only in cost knobs): the
+    KV capacity, the rollout form or record, the training terms or record, the publication time and
+    the colocated phase times."""
+    r = cfg.deployment.rollout
+    kv_cap = r.kv_capacity_tokens or int(costs.rollout.kv_capacity_tokens())
+    need = int((wa.prompt.astype(np.int64) + wa.completion).max())
+    if need > kv_cap:
+        _reject("a call larger than the KV capacity", f"{need} > {kv_cap} tokens; SimPy stops with an error")
+    sync_s = float(costs.weight_sync.publish_time(r.instances))
+    if not sync_s > 0:
+        _reject("a weight publication time of 0")
+    colocated = _colocated(cfg)
+    off_before = off_after = offload_s = 0.0
+    if colocated:
+        off_before, off_after = float(costs.offload_before_s()), float(costs.offload_after_s(r.instances))
+        offload_s = float(costs.offload_s)
+    tr = _training_terms(cfg, costs)
+    if tr.kind == 1:
+        _check_training_memory(costs.training, wa, batch_max_groups)
+    ro = _rollout_form(cfg, costs)
+    return dict(kv_cap=np.int64(kv_cap), ro_kind=np.int32(ro.kind), ro=ro.ro, tr_kind=np.int32(tr.kind), tr=tr.tr,
+                a=np.float64(ro.form.a), b=np.float64(ro.form.b), c=np.float64(ro.form.c), p=np.float64(ro.form.p),
+                train_a=np.float64(tr.a), train_per_token=np.float64(tr.per_token), sync_s=np.float64(sync_s),
+                colocated=np.int32(colocated), off_before=np.float64(off_before), off_after=np.float64(off_after),
+                offload_s=np.float64(offload_s))
+
+
 def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Static, Params, WorkloadArrays]:
     """Check and lower one configuration. Units: seconds and tokens.
 
@@ -527,35 +556,16 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
     wa = lower_workload(workload) if wa is None else wa
     r = cfg.deployment.rollout
     pp = lower_policy(cfg.policy, LoweringContext(group_size=wa.prompt.shape[1], instances=r.instances))
-    kv_cap = r.kv_capacity_tokens or int(costs.rollout.kv_capacity_tokens())
-    need = int((wa.prompt.astype(np.int64) + wa.completion).max())
-    if need > kv_cap:
-        _reject("a call larger than the KV capacity", f"{need} > {kv_cap} tokens; SimPy stops with an error")
-    sync_s = float(costs.weight_sync.publish_time(r.instances))
-    if not sync_s > 0:
-        _reject("a weight publication time of 0")
-    colocated = _colocated(cfg)
-    rule = _KERNEL_RULE[pp.inflight_rule]
-    off_before = off_after = offload_s = 0.0
-    if colocated:
-        rule = _colocated_rule(rule)
-        off_before, off_after = float(costs.offload_before_s()), float(costs.offload_after_s(r.instances))
-        offload_s = float(costs.offload_s)
-    tr = _training_terms(cfg, costs)
-    if tr.kind == 1:
-        _check_training_memory(costs.training, wa, int(pp.batch_max_groups))
-    ro = _rollout_form(cfg, costs)
+    cf = cost_fields(cfg, costs, wa, int(pp.batch_max_groups))
+    rule = _colocated_rule(_KERNEL_RULE[pp.inflight_rule]) if cf["colocated"] else _KERNEL_RULE[pp.inflight_rule]
     if pp.drop_zero_variance and wa.zero_var.all():
         raise FastPathNoProgress(
             f"every group of workload {workload.name!r} has rewards with zero variance and policy {cfg.policy.kind!r} "
             "drops such groups (drop_zero_variance=1): no batch can ever form, the run would dispatch groups forever")
     stale_bound = int(pp.staleness_bound)
     params = Params(
-        n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs), kv_cap=np.int64(kv_cap),
+        n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs),
         od=np.int32(KV_POLICIES[r.kv_policy]),
-        ro_kind=np.int32(ro.kind), ro=ro.ro, tr_kind=np.int32(tr.kind), tr=tr.tr,
-        a=np.float64(ro.form.a), b=np.float64(ro.form.b), c=np.float64(ro.form.c), p=np.float64(ro.form.p),
-        train_a=np.float64(tr.a), train_per_token=np.float64(tr.per_token), sync_s=np.float64(sync_s),
         steps=np.int32(cfg.run.training_steps), router=np.int32(ROUTERS[cfg.router.name]),
         conc=np.float64(pp.admit_concurrency_groups), budget_base=np.float64(pp.admit_budget_base_groups),
         budget_per_version=np.float64(pp.admit_budget_per_version_groups),
@@ -568,8 +578,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         count_since_pub=np.int32(pp.admit_count_since_publish), buf_cap=np.float64(pp.admit_buffer_cap_groups),
         batch_window=np.int32(pp.batch_order == 1), batch_max=np.int32(pp.batch_max_groups),
         queue_block=np.float64(pp.admit_queue_blocks_groups), collapse=np.int32(pp.collapse_zero_variance_groups),
-        colocated=np.int32(colocated), off_before=np.float64(off_before), off_after=np.float64(off_after),
-        offload_s=np.float64(offload_s),
+        **cf,
     )
     static = static_for([params], wa)
     return static, params, wa
