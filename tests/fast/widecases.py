@@ -17,7 +17,12 @@ A case draws, independently:
 - the training cost: a constant or linear step (``ConstantTraining(a, per_token)``), or the
   analytical model at several layouts (dense and MoE, ZeRO stages, HSDP, micro-batches, CP);
 - the weight-sync model: a constant, or one of the built-in modes;
-- instances, max_num_seqs, KV capacity (down to one call), router, zero-variance groups.
+- instances, max_num_seqs, KV capacity (down to one call), router, zero-variance groups;
+- drawn last (so the draws above keep a seed's values): ``kv_policy=on_demand`` with a KV capacity
+  of one to three calls' need (preemption is frequent), and ``deployment.placement=colocated`` (the
+  training GPUs raised to hold the rollout) with a drawn offload or, when the costs are built, the
+  built colocated phases; a record may declare colocated itself, and a preset draw may become trl or
+  slime in their default (sync, colocated) mode.
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
