@@ -23,7 +23,8 @@ from simrl.policy.record import ParamsPolicy  # noqa: E402
 
 def test_the_generator_reaches_the_feature_set():
     """60 draws (no simulation): records and presets, every in-flight rule, roofline and analytical
-    costs, MoE, variable batches, and most draws lower (a refusal is a named feature outside the set)."""
+    costs, MoE, variable batches, on_demand KV, colocated placement, and most draws lower (a refusal
+    is a named feature outside the set)."""
     cases = [draw(11, i) for i in range(60)]
     lowered = [lowered_or_reason(c) for c in cases]
     ok = [low for low in lowered if not isinstance(low, str)]
@@ -38,6 +39,15 @@ def test_the_generator_reaches_the_feature_set():
     assert any(int(p.batch_window) for _, p, _ in ok)
     assert any(int(p.count_since_pub) for _, p, _ in ok) and any(int(p.drop_stale) for _, p, _ in ok)
     assert any(np.isfinite(p.queue_block) for _, p, _ in ok) and any(int(p.collapse) for _, p, _ in ok)
+    # on_demand KV at one to three calls' need (preemption), colocated placement by the deployment, by a
+    # record and by the trl / slime presets, with a drawn offload and with the built colocated phases
+    assert {int(p.od) for _, p, _ in ok} == {0, 1} and {int(p.colocated) for _, p, _ in ok} == {0, 1}
+    assert any(int(p.od) and int(p.colocated) for _, p, _ in ok)
+    col = [c for c, low in zip(cases, lowered, strict=True) if not isinstance(low, str) and int(low[1].colocated)]
+    assert any(c.costs.colocated is not None and c.costs.offload_s > 0 for c in col)
+    assert any(c.costs.colocated is None and c.costs.offload_s > 0 for c in col)
+    assert any(isinstance(c.cfg.policy, ParamsPolicy) and c.cfg.policy.params.colocated for c in col)
+    assert any(c.cfg.policy.kind in ("trl", "slime") and c.cfg.policy.mode == "sync" for c in col)
 
 
 @pytest.mark.slow

@@ -17,7 +17,12 @@ A case draws, independently:
 - the training cost: a constant or linear step (``ConstantTraining(a, per_token)``), or the
   analytical model at several layouts (dense and MoE, ZeRO stages, HSDP, micro-batches, CP);
 - the weight-sync model: a constant, or one of the built-in modes;
-- instances, max_num_seqs, KV capacity (down to one call), router, zero-variance groups.
+- instances, max_num_seqs, KV capacity (down to one call), router, zero-variance groups;
+- drawn last (so the draws above keep a seed's values): ``kv_policy=on_demand`` with a KV capacity
+  of one to three calls' need (preemption is frequent), and ``deployment.placement=colocated`` (the
+  training GPUs raised to hold the rollout) with a drawn offload or, when the costs are built, the
+  built colocated phases; a record may declare colocated itself, and a preset draw may become trl or
+  slime in their default (sync, colocated) mode.
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -32,6 +37,8 @@ import numpy as np
 from diffcases import BASE, Case
 from simhelpers import random_workload
 
+from simrl.config import load_config
+from simrl.cost.base import CostModelError
 from simrl.cost.build import Costs, build_costs
 from simrl.cost.linear import ConstantSync, ConstantTraining, LinearRollout
 from simrl.policy.params import LoweringContext, PolicyParams
@@ -209,30 +216,71 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
         pol_ov = list(PRESETS[int(rng.integers(len(PRESETS)))])
         policy = None
         labels.append(" ".join(pol_ov))
-    ov += pol_ov
-    case = Case(ov, wl, None, label=f"K={K} S={S} kv={kv} " + " | ".join(labels))
-    if policy is not None:
-        case.cfg = attrs.evolve(case.cfg, policy=policy)
-    cfg = case.cfg
-    if ro_kind.startswith("roofline") or tr_kind == "analytical" or ws != "constant":
-        built = build_costs(cfg)
-    else:
-        built = None
+    # linear rollout, constant / linear training, constant sync: their numbers
     if ro_kind == "linear":
         a = float(rng.uniform(1e-3, 1e-2))
         b = float(rng.choice([0.0, rng.uniform(1e-6, 1e-4)]))
         c = float(rng.choice([0.0, rng.uniform(1e-9, 1e-7)]))
         p = float(rng.uniform(1e-6, 1e-4)) if c == 0.0 else float(rng.choice([0.0, rng.uniform(1e-6, 1e-4)]))
+    if tr_kind != "analytical":
+        per_token = float(rng.uniform(1e-6, 1e-4)) if tr_kind == "linear" else 0.0
+        tr_a = float(rng.uniform(0.05, 8.0))
+    sync_s = float(rng.uniform(0.01, 2.0)) if ws == "constant" else None
+    # drawn last (so the draws above keep a seed's values): on_demand KV and colocated placement
+    kv_policy = "on_demand" if rng.random() < 0.35 else "reserve"
+    if kv_policy == "on_demand":  # one call's need up to a few calls per instance: preemptions are frequent
+        kv = int(need * rng.choice([1.0, 1.0, 1.25, 1.5, 2.0, 3.0]))
+        ov = [o for o in ov if not o.startswith("deployment.rollout.kv_capacity_tokens=")]
+        ov += ["deployment.rollout.kv_policy=on_demand", f"deployment.rollout.kv_capacity_tokens={kv}"]
+        labels.insert(0, "on_demand")
+    colocated = rng.random() < 0.35
+    offload = None
+    if colocated:
+        ov = [o for o in ov if not o.startswith("deployment.placement=")] + ["deployment.placement=colocated"]
+        offload = float(rng.choice([0.0, rng.uniform(0.05, 4.0), rng.uniform(0.05, 4.0)]))
+        how = rng.random()
+        if kind == "record" and how < 0.3:  # the record itself declares colocated placement
+            rec = attrs.evolve(rec, colocated=1, disaggregated=0)
+            policy = ParamsPolicy(rec)
+            labels[-1] = f"record {_short(rec)}"
+        elif kind == "preset" and how < 0.4:  # presets whose default mode is colocated (sync)
+            pol_ov = [["policy=trl", "policy.per_device_train_batch_size=4", "policy.num_processes=2"],
+                      ["policy=slime", "policy.rollout_batch_size=3"], ["policy=trl"],
+                      ["policy=slime"]][int(rng.integers(4))]
+            labels[-1] = " ".join(pol_ov)
+        labels.insert(0, f"colocated offload={offload:.3g}")
+    ov += pol_ov
+    if colocated:  # the rollout shares the training GPUs: raise them (a multiple, so the layout still divides)
+        d = load_config(overrides=[o for o in ov if o != "deployment.placement=colocated"]).deployment
+        if d.rollout.gpus > d.training.gpus:
+            ov.append(f"deployment.training.gpus={d.training.gpus * -(-d.rollout.gpus // d.training.gpus)}")
+    case = Case(ov, wl, None, label=f"K={K} S={S} kv={kv} " + " | ".join(labels))
+    if policy is not None:
+        case.cfg = attrs.evolve(case.cfg, policy=policy)
+    cfg = case.cfg
+    built = None
+    if ro_kind.startswith("roofline") or tr_kind == "analytical" or ws != "constant":
+        built = build_costs(cfg)  # colocated: a model whose weights do not fit is a CostModelError (redrawn)
+    elif colocated:
+        try:  # only for the colocated phases (else the offload drawn above)
+            built = build_costs(cfg)
+        except CostModelError:
+            pass
+    if ro_kind == "linear":
         rollout = LinearRollout(a=a, b=b, c=c, p=p, kv_tokens=kv or need * 1000)
     else:
         rollout = built.rollout
     if tr_kind == "analytical":
         training = built.training
     else:
-        per_token = float(rng.uniform(1e-6, 1e-4)) if tr_kind == "linear" else 0.0
-        training = ConstantTraining(a=float(rng.uniform(0.05, 8.0)), per_token=per_token)
-    sync = built.weight_sync if ws != "constant" else ConstantSync(float(rng.uniform(0.01, 2.0)))
-    case.costs = Costs(rollout, training, sync)
+        training = ConstantTraining(a=tr_a, per_token=per_token)
+    sync = built.weight_sync if ws != "constant" else ConstantSync(sync_s)
+    if colocated and built is not None and built.colocated is not None and offload == 0.0:
+        # the built colocated phases (sleep, offload, wake, reshard, KV rebuild) in place of a zero offload
+        case.costs = Costs(rollout, training, sync, offload_s=built.offload_s, colocated=built.colocated)
+        case.label = case.label.replace("offload=0 ", "offload=built ")
+    else:
+        case.costs = Costs(rollout, training, sync, offload_s=offload or 0.0)
     return case
 
 
