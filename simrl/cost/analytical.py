@@ -43,7 +43,7 @@
   busiest EP rank's load (``moe_imbalance``, or the expected maximum of ``ep`` binomial loads);
   and a host floor: Megatron's dropless alltoall token dispatcher needs the per-expert token counts
   on the host before its EP all-to-all, so every MoE layer synchronises the host with the GPU
-  (NVIDIA/Megatron-LM ``megatron/core/transformer/moe/token_dispatcher.py``,
+  (NVIDIA/Megatron-LM@bed33f89 ``megatron/core/transformer/moe/token_dispatcher.py``,
   ``MoEAlltoAllTokenDispatcher.preprocess``: dropless with ``ep > 1`` or several local experts sets
   ``cuda_sync_point``; only drop-and-pad capacity removes it) and the host cannot queue work ahead
   across layers: a pass over a DP rank's micro-batches lasts at least ``micro-batches * MoE layers
@@ -414,7 +414,7 @@ class AnalyticalTraining:
     def moe_bytes_per_token(self) -> float:
         """HBM bytes one token moves through the memory-bound kernels of all MoE layers in one forward
         pass (0 for dense models), as Megatron's alltoall token dispatcher runs them
-        (NVIDIA/Megatron-LM ``megatron/core/transformer/moe/token_dispatcher.py``
+        (NVIDIA/Megatron-LM@bed33f89 ``megatron/core/transformer/moe/token_dispatcher.py``
         ``MoEAlltoAllTokenDispatcher``, ``moe_utils.py`` ``permute`` / ``unpermute`` /
         ``sort_chunks_by_idxs``; ``router.py`` ``TopKRouter``), per MoE layer:
 
