@@ -85,3 +85,13 @@ def check_invariants(report, sim) -> None:
     assert all(s.kv_used <= sim.kv_capacity for s in sim.samples)
     for inst in sim.instances:
         assert 0 <= inst.kv_used and inst.kv_used + inst.cache_tokens <= inst.capacity
+
+
+#: the `set:` of a small sweep space every point of which the fast path supports (linear costs,
+#: reserved KV, no chunked prefill or prefix cache, bounded_async), shared by the srl-sweep tests
+SWEEP_BASE = {"cost.rollout": "linear", "cost.training": "constant", "cost.weight_sync": "fixed",
+        "cost.weight_sync_knobs.publish_s": 1, "deployment.rollout.max_num_batched_tokens": 0,
+        "deployment.rollout.kv_policy": "reserve", "deployment.rollout.prefix_caching": False,
+        "router.active_cap": 0, "policy": "bounded_async", "policy.batch_groups": 2,
+        "policy.inflight_rule": "keep_pause", "workload.groups": 6, "workload.group_size": 2,
+        "run.training_steps": 2, "workload.knobs.completion_knots": [[0, 20], [1, 80]]}

@@ -6,17 +6,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from simhelpers import SWEEP_BASE
 
 from simrl_explore.runner import SweepError, prepare, route
 from simrl_explore.space import load_space
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = {"cost.rollout": "linear", "cost.training": "constant", "cost.weight_sync": "fixed",
-        "cost.weight_sync_knobs.publish_s": 1, "deployment.rollout.max_num_batched_tokens": 0,
-        "deployment.rollout.kv_policy": "reserve", "deployment.rollout.prefix_caching": False,
-        "router.active_cap": 0, "policy": "bounded_async", "policy.batch_groups": 2,
-        "policy.inflight_rule": "keep_pause", "workload.groups": 6, "workload.group_size": 2,
-        "run.training_steps": 2, "workload.knobs.completion_knots": [[0, 20], [1, 80]]}
+BASE = SWEEP_BASE  # a small fast-path-supported sweep base (tests/simhelpers.py)
 
 
 def _reference(space, jobs, workloads, cache):

@@ -5,6 +5,7 @@ files are the same as loading every point whole."""
 import pytest
 import yaml
 from click.testing import CliRunner
+from simhelpers import SWEEP_BASE
 
 from simrl.config import ConfigBase, ConfigError, load_config
 from simrl_explore import runner
@@ -12,12 +13,7 @@ from simrl_explore.cli_sweep import main
 from simrl_explore.runner import PointLoader, prepare
 from simrl_explore.space import load_space
 
-BASE = {"cost.rollout": "linear", "cost.training": "constant", "cost.weight_sync": "fixed",
-        "cost.weight_sync_knobs.publish_s": 1, "deployment.rollout.max_num_batched_tokens": 0,
-        "deployment.rollout.kv_policy": "reserve", "deployment.rollout.prefix_caching": False,
-        "router.active_cap": 0, "policy": "bounded_async", "policy.batch_groups": 2,
-        "policy.inflight_rule": "keep_pause", "workload.groups": 6, "workload.group_size": 2,
-        "run.training_steps": 2, "workload.knobs.completion_knots": [[0, 20], [1, 80]]}
+BASE = SWEEP_BASE  # a small fast-path-supported sweep base (tests/simhelpers.py)
 AXES = [{"name": "inst", "key": "deployment.rollout.instances", "grid": [1, 2]},
         {"name": "rule", "key": "policy.inflight_rule", "grid": ["continue", "drain"]},
         {"name": "a", "key": "cost.rollout_knobs.a", "random": {"low": 0.004, "high": 0.008}},

@@ -164,6 +164,15 @@ def _draw_record(rng) -> PolicyParams | None:
     )
 
 
+def _built_or_none(cfg):
+    """The configuration's built costs, or None where its model cannot be built for this layout
+    (then the case keeps the offload it drew instead of the built colocated phases)."""
+    try:
+        return build_costs(cfg)
+    except CostModelError:
+        return None
+
+
 def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_kind: str | None = None) -> Case:
     """One random configuration over the whole declared feature set (see the module doc)."""
     K = int(rng.integers(1, 5))
@@ -258,14 +267,12 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
     if policy is not None:
         case.cfg = attrs.evolve(case.cfg, policy=policy)
     cfg = case.cfg
-    built = None
     if ro_kind.startswith("roofline") or tr_kind == "analytical" or ws != "constant":
         built = build_costs(cfg)  # colocated: a model whose weights do not fit is a CostModelError (redrawn)
     elif colocated:
-        try:  # only for the colocated phases (else the offload drawn above)
-            built = build_costs(cfg)
-        except CostModelError:
-            pass
+        built = _built_or_none(cfg)  # only for the colocated phases (else the offload drawn above)
+    else:
+        built = None
     if ro_kind == "linear":
         rollout = LinearRollout(a=a, b=b, c=c, p=p, kv_tokens=kv or need * 1000)
     else:
