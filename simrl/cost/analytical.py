@@ -140,9 +140,16 @@ class AnalyticalTraining:
     moe_bandwidth_efficiency: float = attrs.field(default=0.7, validator=_eff)
     moe_gemm_tile_rows: int = attrs.field(default=128, validator=v.and_(v.instance_of(int), v.ge(0)))
     moe_imbalance: float | None = attrs.field(default=None, validator=v.optional(v.ge(1.0)))
-    # host seconds per MoE layer, micro-batch and forward-equivalent pass (Megatron's dropless alltoall
-    # dispatcher; calibrated on Megatron-Bridge's DGX-B200 Qwen3-30B-A3B MBS-1 row, module doc)
-    moe_host_s_per_layer: float = attrs.field(default=2.935e-3, validator=_nonneg)
+    # host seconds per MoE layer, micro-batch and forward-equivalent pass (a host-bound dropless dispatcher;
+    # 0 by default since session 6: the rows it was calibrated on are explained by the EP exchange, module doc)
+    moe_host_s_per_layer: float = attrs.field(default=0.0, validator=_nonneg)
+    # Megatron's moe_token_dispatcher_type: "alltoall" (NCCL all-to-all of k copies per token, Megatron's
+    # default) or "flex" (DeepEP / HybridEP: one copy per destination rank, one per destination node
+    # across nodes); module doc, "EP exchange"
+    moe_token_dispatcher_type: str = attrs.field(default="alltoall", validator=v.in_(("alltoall", "flex")))
+    # share of the scale-up link the alltoall dispatcher's NCCL exchange reaches (after comm_efficiency);
+    # calibrated on Megatron-Bridge's DGX-B200 Qwen3-30B-A3B MBS-1 row (module doc)
+    moe_alltoall_efficiency: float = attrs.field(default=0.19, validator=_eff)
     param_dtype_bytes: float = attrs.field(default=2.0, validator=v.gt(0.0))
     grad_dtype_bytes: float = attrs.field(default=4.0, validator=v.gt(0.0))
     memory_reserve_bytes: float = attrs.field(default=4 * GiB, validator=_nonneg)  # CUDA ctx, NCCL, fragmentation
@@ -438,6 +445,53 @@ class AnalyticalTraining:
 
     def _bw(self, group: int) -> float:
         return self.gpu.link_bytes_per_s(group) * self.comm_efficiency
+
+    def _ep_ranks_per_node(self) -> int:
+        """EP ranks sharing a node: with expert TP 1 an EP group is ``ep`` consecutive ranks (Megatron's
+        expert rank order), so ``min(ep, gpus_per_node)`` of them share the scale-up domain."""
+        return max(1, min(self.ep, self.gpu.gpus_per_node))
+
+    def ep_copies(self) -> tuple[float, float]:
+        """Copies of one token a dispatch sends (the combine returns as many), as ``(over the scale-up
+        link, over the NIC)``, for ``ep`` ranks in groups of ``l`` per node over ``n = ceil(ep / l)`` nodes;
+        a token picks ``k`` of ``E`` experts, ``E / ep`` on each rank:
+
+        - ``alltoall`` (Megatron's ``MoEAlltoAllTokenDispatcher``: NCCL ``all_to_all_single`` of the
+          permuted tokens, one row per (token, expert) pair): ``k (l - 1) / ep`` over the link and
+          ``k (ep - l) / ep`` over the NIC;
+        - ``flex`` (``MoEFlexTokenDispatcher`` with DeepEP or HybridEP: a token goes once to each rank
+          that holds one of its experts, across nodes once per node by RDMA and on over the link there):
+          ``n (l - 1) p_rank`` over the link and ``(n - 1) p_node`` over the NIC, with ``p_rank = 1 -
+          C(E - E/ep, k) / C(E, k)`` the chance a given rank holds one of a token's experts (uniform
+          routing) and ``p_node`` the same for the ``E / n`` experts of a node.
+
+        Checked against NVIDIA/Megatron-LM@a0908fcf ``megatron/core/transformer/moe/token_dispatcher.py``
+        (``MoEAlltoAllTokenDispatcher.token_dispatch``: ``all_to_all`` of ``permutated_local_input_tokens``
+        with ``input_splits`` per EP rank; ``_DeepepManager.dispatch`` / ``_HybridEPManager.dispatch``
+        take the routing map, not the permuted copies). Qwen3-30B-A3B (k 8, E 128), EP 8 in one node:
+        alltoall 8 x 7/8 = 7 copies over NVLink; flex 7 x (1 - C(112, 8) / C(128, 8)) = 7 x 0.6645 = 4.65."""
+        m = self.model
+        if not m.is_moe or self.ep <= 1:
+            return 0.0, 0.0
+        k, e, ep = m.experts_per_token, m.num_experts, self.ep
+        local = self._ep_ranks_per_node()
+        nodes = math.ceil(ep / local)
+        if self.moe_token_dispatcher_type == "alltoall":
+            return k * (local - 1) / ep, k * (ep - local) / ep
+
+        def hit(held: float) -> float:  # chance that one of the k distinct experts is among `held` of E
+            miss = 1.0
+            for i in range(k):
+                miss *= max(0.0, e - held - i) / (e - i)
+            return 1.0 - miss
+
+        return nodes * (local - 1) * hit(e / ep), (nodes - 1) * hit(e / nodes)
+
+    def ep_link_bytes_per_s(self) -> float:
+        """Scale-up bytes/s one GPU's EP exchange moves: the link at ``comm_efficiency``, times
+        ``moe_alltoall_efficiency`` for the alltoall dispatcher (module doc, "EP exchange")."""
+        bw = self.gpu.link_bytes_per_s(self._ep_ranks_per_node()) * self.comm_efficiency
+        return bw * (self.moe_alltoall_efficiency if self.moe_token_dispatcher_type == "alltoall" else 1.0)
 
     def _activation_comm_time(self, tokens_per_rank: float, passes: int) -> float:
         """TP, EP, PP, CP (ring) and Ulysses activation traffic (`simrl.cost.formulas`)."""

@@ -355,7 +355,7 @@ class AnalyticalParams(NamedTuple):
     ep: float
     n_moe: float
     k: float
-    bw_ep: float
+    bw_ep: float  # scale-up link * comm_efficiency * the dispatcher's share (`ep_link_bytes_per_s`)
     bw_pp: float  # link(tp*pp) * comm_efficiency
     n_full: float
     kv_el: float  # kv_elements_per_token_per_layer
@@ -393,6 +393,11 @@ class AnalyticalParams(NamedTuple):
     imb_given: float = 0.0  # moe_imbalance (0: uniform routing's expected maximum)
     imb_c: float = 0.0  # 2 ln(ep) (1 - 1/ep)
     moe_host_s: float = 0.0  # host seconds per MoE layer, micro-batch and forward-equivalent pass (moe_host_s_per_layer)
+    # EP dispatch/combine (`AnalyticalTraining.ep_copies`): copies of a token each dispatch sends over the
+    # scale-up link (``bw_ep``, the dispatcher's share of it) and over the NIC (``bw_ep_ib``); 0: no EP exchange
+    ep_nv: float = 0.0
+    ep_ib: float = 0.0
+    bw_ep_ib: float = 1.0  # NIC bytes/s per GPU * comm_efficiency
 
 
 def analytical_params(t) -> AnalyticalParams:
@@ -406,7 +411,7 @@ def analytical_params(t) -> AnalyticalParams:
         flops_per_s=t._flops_per_s(), tp=float(t.tp), pp=float(t.pp), cp=float(t.cp), sp=float(t.ulysses_sp),
         layers=float(m.layers), hidden=float(m.hidden), pdt=float(t.param_dtype_bytes),
         bw_tp_coll=t.gpu.collective_bytes_per_s(t.tp) * ce, ep=float(t.ep), n_moe=float(m.n_moe_layers),
-        k=float(m.experts_per_token), bw_ep=t._bw(t.ep), bw_pp=t._bw(t.tp * t.pp),
+        k=float(m.experts_per_token), bw_ep=t.ep_link_bytes_per_s(), bw_pp=t._bw(t.tp * t.pp),
         n_full=float(m.n_full_attention), kv_el=float(m.kv_elements_per_token_per_layer()),
         kv_div=float(1 if m.is_mla else t.tp), bw_cp=t._bw(t.tp * t.cp),
         sp_width=float(m.heads * m.head_dim + m.kv_heads * (m.head_dim + m.value_head_dim) + m.heads * m.value_head_dim),
@@ -424,6 +429,7 @@ def analytical_params(t) -> AnalyticalParams:
         gpu_split=float(t.tp * t.cp * t.ulysses_sp), experts=float(m.num_experts if m.is_moe else 0),
         tile_rows=float(t.moe_gemm_tile_rows), imb_given=float(t.moe_imbalance or 0.0),
         imb_c=2.0 * math.log(t.ep) * (1.0 - 1.0 / t.ep), moe_host_s=float(t.moe_host_s_per_layer),
+        ep_nv=t.ep_copies()[0], ep_ib=t.ep_copies()[1], bw_ep_ib=t.gpu.ib_bytes_per_s * ce,
     )
 
 
@@ -439,9 +445,11 @@ def analytical_activation_comm_time(xp, q, tokens_per_rank, passes):
     # TP: 2 all-gathers + 2 reduce-scatters per layer and pass ~ 2 all-reduces
     t = xp.where(q.tp > 1, t + passes * 2 * (q.layers / q.pp) * 2 * (q.tp - 1) / q.tp * act / q.bw_tp_coll, t)
     moe_layers = q.n_moe / q.pp
-    # EP dispatch + combine of k copies per token; with sequence parallelism (Megatron requires it
-    # with TP for MoE) and expert TP 1, each TP rank sends its 1/tp of the tokens
-    t = xp.where(q.ep > 1, t + passes * 2 * moe_layers * (q.ep - 1) / q.ep * act / q.tp * q.k / q.bw_ep, t)
+    # EP dispatch + combine per MoE layer and pass: ``ep_nv`` copies of each token over the scale-up link
+    # and ``ep_ib`` over the NIC, the two at once (`AnalyticalTraining.ep_copies`); with sequence
+    # parallelism (Megatron requires it with TP for MoE) and expert TP 1, each TP rank sends its 1/tp
+    ep_t = xp.maximum(q.ep_nv / q.bw_ep, q.ep_ib / q.bw_ep_ib)
+    t = xp.where(q.ep > 1, t + passes * 2 * moe_layers * act / q.tp * ep_t, t)
     t = xp.where(q.pp > 1, t + passes * (q.pp - 1) * act / q.bw_pp, t)
     # Ring attention: per layer and forward pass, cp - 1 hops of this rank's K/V chunk.
     kv = tokens_per_rank / q.cp * q.n_full / q.pp * q.kv_el
