@@ -97,9 +97,14 @@ def test_analytical_formula_by_hand():
     # EP all-to-alls send each TP rank's 1/tp of the tokens (tp = ep = 2, 2 MoE layers, k = 2), one pass over
     # 2000 tokens: act = 2000 * 64 * 2 B = 256000 B
     #   TP: 2 * 2 layers * 2 * (1/2) * 256000 / 1e11 = 1.024e-5
-    #   EP: 2 * 2 MoE layers * (1/2) * 256000 / 2 * 2 / 1e11 = 5.12e-6; sum 1.536e-5
-    ep = q._replace(tp=2.0, ep=2.0, n_moe=2.0, k=2.0)
+    #   EP: one copy per token over the link (ep_nv = k (ep - 1) / ep = 1), dispatch + combine:
+    #   2 * 2 MoE layers * 256000 / 2 * 1 / 1e11 = 5.12e-6; sum 1.536e-5
+    ep = q._replace(tp=2.0, ep=2.0, n_moe=2.0, k=2.0, ep_nv=1.0)
     assert F.analytical_activation_comm_time(F.PY, ep, 2000, 1) == pytest.approx(1.536e-5, rel=1e-12)
+    # across nodes: half a copy over a 1e10 B/s NIC at once with the link's copy: max(1 / 1e11, 0.5 / 1e10)
+    # = 5e-11 s per byte: 2 * 2 * 128000 * 5e-11 = 2.56e-5; sum 1.024e-5 + 2.56e-5 = 3.584e-5
+    ib = ep._replace(ep_ib=0.5, bw_ep_ib=1e10)
+    assert F.analytical_activation_comm_time(F.PY, ib, 2000, 1) == pytest.approx(3.584e-5, rel=1e-12)
 
 
 def _grid():
@@ -169,7 +174,9 @@ def test_analytical_jax_and_python_give_identical_floats():
                       # MoE layers: memory-bound passes, grouped-GEMM tiles (ceil), the EP load imbalance (sqrt)
                       (MOE, dict(gpus=16, tp=2, ep=8, max_tokens_per_gpu=4096, mini_batch_samples=2)),
                       (MOE, dict(gpus=8, ep=8, zero_stage=3, micro_batch_size=2, moe_imbalance=1.3)),
-                      (MOE, dict(gpus=8, ep=8, moe_host_s_per_layer=0.0))):  # the GPU side without the floor
+                      (MOE, dict(gpus=8, ep=8, moe_host_s_per_layer=2.935e-3)),  # the host floor (off by default)
+                      # the flex dispatcher across nodes: NVLink and NIC copies at once (maximum)
+                      (MOE, dict(gpus=16, ep=16, moe_token_dispatcher_type="flex"))):
         t = AnalyticalTraining(model, "H100", **kw)
         qj = F.AnalyticalParams(*(jnp.float64(x) for x in t.array_params()))
         assert float(step(qj, jnp.asarray(lens, dtype=jnp.float64))) == t.step_time(lens), kw
