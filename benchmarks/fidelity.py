@@ -362,8 +362,9 @@ def evaluate(cards: list[dict], progress=None) -> dict:
                            "(host_s_per_engine_param, per-tensor sync) set from verl's dense 7B sync time "
                            "(0.12 s), which is not a card; one eager-mode constant (eager_launch_s, vLLM "
                            "enforce_eager only) from a published dense 7B eager-vs-graph measurement, not a card; "
-                           "one MoE-training host constant (moe_host_s_per_layer, MoE models only) from "
-                           "Megatron-Bridge's published DGX-B200 Qwen3-30B-A3B MBS-1 pretraining row, not a card"}
+                           "one MoE-training constant (moe_alltoall_efficiency, the alltoall dispatcher's EP "
+                           "exchange, MoE models only) from Megatron-Bridge's published DGX-B200 Qwen3-30B-A3B "
+                           "MBS-1 pretraining row, not a card"}
 
 
 def render(result: dict) -> str:

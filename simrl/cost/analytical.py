@@ -16,9 +16,7 @@
   and the attention output per layer and pass; HSDP (``fsdp_shard_size``, ZeRO-3 only): states
   sharded inside groups of that size, shard gradients all-reduced across the replicas;
 - TP traffic (sequence parallel: two all-gathers + two reduce-scatters of the activations per layer
-  and pass), EP all-to-alls (dispatch and combine of k copies of each token per MoE layer and pass,
-  (ep-1)/ep of them off the GPU; each TP rank sends its sequence-parallel 1/tp of the tokens, expert
-  TP 1), CP ring attention (each rank passes its K/V chunk ``cp - 1`` times per
+  and pass), the EP exchange of MoE layers (below), CP ring attention (each rank passes its K/V chunk ``cp - 1`` times per
   layer and pass; backward sends K/V and their gradients) and PP sends, over NVLink (or the NIC once
   a group leaves the node);
 - gradient sync over the DP x CP group (NVLink inside a node; across nodes NCCL's rings use every
@@ -41,19 +39,26 @@
   ``moe_bandwidth_efficiency``), the grouped expert GEMMs' padding to whole ``moe_gemm_tile_rows``
   tiles at the per-expert token count of a micro-batch (``tokens per GPU * k * ep / E``), and the
   busiest EP rank's load (``moe_imbalance``, or the expected maximum of ``ep`` binomial loads);
-  and a host floor: Megatron's dropless alltoall token dispatcher needs the per-expert token counts
-  on the host before its EP all-to-all, so every MoE layer synchronises the host with the GPU
-  (NVIDIA/Megatron-LM@bed33f89 ``megatron/core/transformer/moe/token_dispatcher.py``,
-  ``MoEAlltoAllTokenDispatcher.preprocess``: dropless with ``ep > 1`` or several local experts sets
-  ``cuda_sync_point``; only drop-and-pad capacity removes it) and the host cannot queue work ahead
-  across layers: a pass over a DP rank's micro-batches lasts at least ``micro-batches * MoE layers
-  per stage * moe_host_s_per_layer``. The default, 2.935 ms per forward-equivalent pass (8.8 ms for
-  a forward + backward), is calibrated on one published row that is not a card: Megatron-Bridge's
-  performance archive (NVIDIA-NeMo/Megatron-Bridge ``docs/performance-summary-archive.md``, 26.02
-  container) trains Qwen3-30B-A3B dropless on 8 DGX-B200 at MBS 1 (4,096 tokens, EP 8) at 9,691
-  tokens/s/GPU, 0.4227 s per micro-batch, = 48 MoE layers x 3 passes x 2.935 ms; the same system
-  and micro-batch ran 1.9x faster with token dropping (25.09 container, 18,066 tokens/s/GPU, no
-  sync) and GB200 at MBS 4 reaches 26,084, so at MBS 1 the row is bound by the host, not the GPU;
+  and the EP exchange (below). An optional host floor (``moe_host_s_per_layer``, 0 by default): a
+  pass over a DP rank's micro-batches lasts at least ``micro-batches * MoE layers per stage *
+  moe_host_s_per_layer``, for a dropless dispatcher bound by its per-layer host synchronisation
+  (NVIDIA/Megatron-LM@a0908fcf ``token_dispatcher.py``, ``MoEAlltoAllTokenDispatcher.preprocess`` sets
+  ``cuda_sync_point`` for dropless runs). Session 5 calibrated 2.935 ms on the row that now calibrates
+  the exchange; Megatron-Bridge's H100 rows grow with the micro-batch's tokens (MBS 2 costs twice MBS 1
+  per micro-batch), which a host floor cannot do, so it is off (docs/fidelity.md, "MoE cards, session 6");
+- EP exchange (``moe_token_dispatcher_type``, `ep_copies`): dispatch and combine per MoE layer and
+  pass, each TP rank sending its sequence-parallel 1/tp of the tokens (expert TP 1). The ``alltoall``
+  dispatcher (Megatron's default) sends ``k`` copies of a token, one per chosen expert, with NCCL's
+  all-to-all; ``flex`` (DeepEP / HybridEP) sends one per destination rank, across nodes one per
+  destination node. Copies to ranks in the node go over the scale-up link, the others over the NIC,
+  the two at once. The alltoall exchange moves its link share at ``moe_alltoall_efficiency`` of the
+  link rate (0.19, calibrated on one published row that is not a card: Megatron-Bridge's performance
+  archive, NVIDIA-NeMo/Megatron-Bridge@067f987d ``docs/performance-summary-archive.md``, 26.02
+  container: Qwen3-30B-A3B dropless on 8 DGX-B200, EP 8, MBS 1, alltoall dispatcher per
+  ``scripts/performance/configs/qwen/qwen3_llm_pretrain.py`` at that release, 9,691 tokens/s/GPU);
+  held out, the same rate gives the archive's H100 alltoall rows (Qwen3-30B-A3B at MBS 1 and 2,
+  GPT-OSS-120B in BF16) within 4-12 % where the link-rate exchange was 1.4-1.8x fast. Across nodes
+  the NIC share runs at the NIC's rate (``comm_efficiency``): no row says otherwise;
 - optimizer: Adam streams ~30 bytes per trainable parameter of the local shard through HBM;
 - optimizer steps per batch: RL trainers split the batch into mini-batches and make one
   gradient sync and one Adam step per mini-batch (verl ``actor.ppo_mini_batch_size`` x
@@ -469,7 +474,7 @@ class AnalyticalTraining:
         (``MoEAlltoAllTokenDispatcher.token_dispatch``: ``all_to_all`` of ``permutated_local_input_tokens``
         with ``input_splits`` per EP rank; ``_DeepepManager.dispatch`` / ``_HybridEPManager.dispatch``
         take the routing map, not the permuted copies). Qwen3-30B-A3B (k 8, E 128), EP 8 in one node:
-        alltoall 8 x 7/8 = 7 copies over NVLink; flex 7 x (1 - C(112, 8) / C(128, 8)) = 7 x 0.6645 = 4.65."""
+        alltoall 8 x 7/8 = 7 copies over NVLink; flex 7 x (1 - C(112, 8) / C(128, 8)) = 7 x 0.66742 = 4.6719."""
         m = self.model
         if not m.is_moe or self.ep <= 1:
             return 0.0, 0.0
