@@ -38,6 +38,14 @@ after training (train -> rollout)
   (``refit_transport=ipc``) packs them into a ping-pong buffer (read + write), and ``load_weights``
   reads the engine's shard and writes it into the engine (at ``refit_dtype_bytes`` in, BF16 out).
 - ``offload_params``: the trainer's parameters to host (when ``param_offload``).
+- ``param_offload_calls``: how many worker calls per step load the parameters from host and offload
+  them back. verl's FSDP worker (volcengine/verl@1fc52bb5 ``verl/workers/fsdp_workers.py``) does it
+  around each call when ``fsdp_config.param_offload``: the rollout sharding manager's ``__enter__``
+  (``sharding_manager/fsdp_vllm.py``: ``load_fsdp_model_to_gpu``, the refit, ``offload_fsdp_model_to_cpu``),
+  ``compute_log_prob`` (old log-probs) and ``update_actor``: 3 per step with the old-log-prob
+  recompute, 2 without; the optimizer states only around ``update_actor`` (once). Default 1 (one
+  round trip per step, Megatron / NeMo-RL's ``prepare_for_training`` / ``offload_after_refit``).
+  ``load_params`` and ``offload_params`` are each that many copies of the shard.
 - ``kv_rebuild``: ``wake_up(tags=["kv_cache"])`` maps the KV pool again (``cuMemCreate`` +
   ``cuMemMap`` at the same virtual addresses, so the captured CUDA graphs stay valid); nothing is
   written or copied: 0 s. Its content is gone: the engine's prefix cache starts empty (the sync
@@ -59,7 +67,8 @@ checked when the model is built, with an error naming the knob to change.
 Knobs (``cost.colocated_knobs``; unknown knobs are errors): ``sleep_level`` (1 or 2, default 1:
 vLLM's ``LLM.sleep`` default, and what verl's sharding manager and NeMo-RL's vLLM worker call),
 ``param_offload``, ``grad_offload``, ``optimizer_offload`` (default true: every trainer state off
-the GPU while the engine runs; verl's own defaults are false), ``free_cache_engine`` (true, verl's
+the GPU while the engine runs; verl's own defaults are false), ``param_offload_calls`` (default 1;
+verl's FSDP worker: 3 with the old-log-prob recompute, 2 without), ``free_cache_engine`` (true, verl's
 default), ``refit`` (``fsdp`` or ``megatron``; default from the trainer: ZeRO-3 is FSDP),
 ``refit_transport`` (``direct``: the gathered tensors go straight to ``load_weights``, verl;
 ``ipc``: through a CUDA-IPC buffer, NeMo-RL), ``refit_dtype_bytes`` (bytes per parameter of the
@@ -135,6 +144,7 @@ class ColocatedCost:
     comm_efficiency: float = attrs.field(default=0.8, validator=_eff)
     hbm_efficiency: float = attrs.field(default=0.8, validator=_eff)
     host_bytes_per_s: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)))
+    param_offload_calls: int = attrs.field(default=1, validator=_pos_int)  # module doc
 
     # -- bandwidths ----------------------------------------------------------------------------
 
@@ -194,13 +204,13 @@ class ColocatedCost:
         level1 = self.sleep_level == 1
         return {
             "sleep": self.engine_weight_bytes / host if level1 else 0.0,
-            "load_params": self.train_param_bytes / host if self.param_offload else 0.0,
+            "load_params": self.param_offload_calls * self.train_param_bytes / host if self.param_offload else 0.0,
             "load_grads": self.train_grad_bytes / self.hbm_bw if self.grad_offload else 0.0,
             "load_optimizer": self.train_optimizer_bytes / host if self.optimizer_offload else 0.0,
             "offload_optimizer": self.train_optimizer_bytes / host if self.optimizer_offload else 0.0,
             "wake_weights": self.engine_weight_bytes / host if level1 else 0.0,
             "reshard": self.reshard_s(),
-            "offload_params": self.train_param_bytes / host if self.param_offload else 0.0,
+            "offload_params": self.param_offload_calls * self.train_param_bytes / host if self.param_offload else 0.0,
             "kv_rebuild": 0.0,  # cuMemCreate + cuMemMap; nothing written (module doc)
         }
 
@@ -254,7 +264,8 @@ class ColocatedCost:
 # -- building from a run's configuration -----------------------------------------------------------
 
 KNOBS = ("sleep_level", "param_offload", "grad_offload", "optimizer_offload", "free_cache_engine", "refit",
-         "refit_transport", "refit_dtype_bytes", "host_link_efficiency", "comm_efficiency", "hbm_efficiency")
+         "refit_transport", "refit_dtype_bytes", "host_link_efficiency", "comm_efficiency", "hbm_efficiency",
+         "param_offload_calls")
 _BOOL_KNOBS = ("param_offload", "grad_offload", "optimizer_offload", "free_cache_engine")
 _CHOICES = {"refit": REFITS, "refit_transport": TRANSPORTS}
 
@@ -274,6 +285,9 @@ def _check_knobs(knobs: dict[str, Any]) -> dict[str, Any]:
         elif k == "sleep_level":
             if val not in (1, 2) or isinstance(val, bool):
                 raise CostModelError(f"{where}: expected 1 (offload weights) or 2 (discard weights), got {val!r}")
+        elif k == "param_offload_calls":
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise CostModelError(f"{where}: expected a whole number of worker calls >= 1, got {val!r}")
         elif k == "refit_dtype_bytes":
             if val not in (1, 2, 4) or isinstance(val, bool):
                 raise CostModelError(f"{where}: expected 1, 2 or 4 (bytes per stored parameter), got {val!r}")

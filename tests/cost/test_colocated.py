@@ -113,6 +113,35 @@ def test_offload_knobs_off_and_cache_kept():
     assert p["kv_rebuild"] == 0.0
 
 
+def test_param_offload_per_worker_call():
+    # verl's FSDP worker loads and offloads the parameters around each of its calls (the refit's
+    # sharding manager, compute_log_prob, update_actor: 3), the optimizer around update_actor only.
+    # _direct: 2 GB of parameters over 51.2 GB/s = 0.0390625 s per copy; 3 calls: 0.1171875 s each way
+    one, three = _direct().phases(), _direct(param_offload_calls=3).phases()
+    assert three["load_params"] == three["offload_params"] == pytest.approx(3 * 0.0390625)
+    assert three["load_optimizer"] == one["load_optimizer"] == pytest.approx(0.234375)
+    # the other phases do not move: the step pays 2 x 2 x 0.0390625 = 0.15625 s more
+    assert _direct(param_offload_calls=3).total_s() - _direct().total_s() == pytest.approx(0.15625)
+    assert _direct(param_offload_calls=3, param_offload=False).phases()["load_params"] == 0.0
+
+
+def test_verl_7b_colocated_card_offload_calls():
+    # The verl 7B colocated card's layout (volcengine/verl@1fc52bb5 exp/qwen2-7B-math_32/fsdp2_colocate/run.sh:
+    # FSDP2, fsdp_size=2, offload=True): Qwen2.5-Math-7B has 7,615,616,512 parameters, stored fp32 and
+    # sharded in pairs: 7.6156e9 x 4 / 2 = 15.231e9 B per GPU; H20's host link 64 GB/s x 0.8 = 51.2 GB/s:
+    # 0.29749 s per copy, x 3 calls = 0.89246 s each way (was 0.29749: +1.19 s per step)
+    ov = ["deployment.model=Qwen/Qwen2.5-Math-7B", "deployment.rollout.gpu=H20", "deployment.training.gpu=H20",
+          "deployment.rollout.tp=4", "deployment.rollout.instances=8", "deployment.training.gpus=32",
+          "deployment.training.zero_stage=3", "cost.training_knobs.fsdp_shard_size=2",
+          "deployment.rollout.gpu_memory_utilization=0.8"]
+    p1 = costs(*ov).colocated_phases
+    p3 = costs(*ov, "cost.colocated_knobs.param_offload_calls=3").colocated_phases
+    assert p1["load_params"] == pytest.approx(7_615_616_512 * 4 / 2 / 51.2e9, rel=1e-3)
+    assert p1["load_params"] == pytest.approx(0.29749, rel=1e-3)
+    assert p3["load_params"] == p3["offload_params"] == pytest.approx(0.89246, rel=1e-3)
+    assert p3["load_optimizer"] == p1["load_optimizer"]
+
+
 def test_host_link_override():
     # cost.offload_bytes_per_s replaces the catalog link: 16.381e9 / 25e9 = 0.65526 s
     p = costs("cost.offload_bytes_per_s=25e9").colocated_phases
@@ -161,6 +190,8 @@ def test_verl_like_layout_without_offload():
     ("cost.colocated_knobs.refit=deepspeed", "refit: expected one of fsdp, megatron"),
     ("cost.colocated_knobs.refit_transport=nccl", "refit_transport: expected one of direct, ipc"),
     ("cost.colocated_knobs.refit_dtype_bytes=3", "refit_dtype_bytes: expected 1, 2 or 4"),
+    ("cost.colocated_knobs.param_offload_calls=0", "param_offload_calls: expected a whole number"),
+    ("cost.colocated_knobs.param_offload_calls=2.5", "param_offload_calls: expected a whole number"),
 ])
 def test_bad_knobs_are_named(knob, match):
     with pytest.raises(CostModelError, match=match):

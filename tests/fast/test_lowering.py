@@ -208,6 +208,25 @@ def test_colocated_phase_times_are_the_cost_models_own():
     assert float(p.offload_s) == costs.offload_s
 
 
+def test_colocated_param_offload_calls_reach_the_fast_path():
+    # verl's per-call parameter round trips (cost.colocated_knobs.param_offload_calls) are phase
+    # seconds of simrl.cost.colocated: the fast path takes them as they are, nothing to reject
+    from simrl.cost.build import build_costs
+
+    ov = ["deployment.placement=colocated", "deployment.training.zero_stage=3"]
+    one = build_costs(load_config(overrides=[*OK, *ov]))
+    cfg = load_config(overrides=[*OK, *ov, "cost.colocated_knobs.param_offload_calls=3"])
+    three = build_costs(cfg)
+    _, p, _ = lower(cfg, random_workload(groups=8, n=4), three)
+    assert float(p.off_before) == three.colocated.before_s()
+    assert float(p.off_after) == three.colocated.after_s()
+    # two more loads (before) and two more offloads (after) of the parameter shard
+    shard = one.colocated.phases()["load_params"]
+    assert three.colocated.before_s() - one.colocated.before_s() == pytest.approx(2 * shard)
+    assert three.colocated.after_s() - one.colocated.after_s() == pytest.approx(2 * shard)
+    assert shard > 0
+
+
 @pytest.mark.parametrize("extra, feature", [
     (["deployment.training.trigger_parameter_sync_step=2"], "trigger_parameter_sync_step=2 (streaming trainer)"),
     (["cost.training_knobs.optimizer_cpu_offload=true"], "(trainer offload phases)"),
