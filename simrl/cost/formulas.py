@@ -393,6 +393,10 @@ class AnalyticalParams(NamedTuple):
     imb_given: float = 0.0  # moe_imbalance (0: uniform routing's expected maximum)
     imb_c: float = 0.0  # 2 ln(ep) (1 - 1/ep)
     moe_host_s: float = 0.0  # host seconds per MoE layer, micro-batch and forward-equivalent pass (moe_host_s_per_layer)
+    # forward-only passes' own micro-batches (0: the update's; `analytical_logprob_micro_batches`)
+    lp_micro_batch_size: float = 0.0  # logprob_micro_batch_size
+    lp_max_tokens: float = 0.0  # logprob_max_tokens_per_gpu
+    ref_swap_s: float = 0.0  # reference_swap_time(): host-resident reference swapped in and out, per step
 
 
 def analytical_params(t) -> AnalyticalParams:
@@ -424,6 +428,8 @@ def analytical_params(t) -> AnalyticalParams:
         gpu_split=float(t.tp * t.cp * t.ulysses_sp), experts=float(m.num_experts if m.is_moe else 0),
         tile_rows=float(t.moe_gemm_tile_rows), imb_given=float(t.moe_imbalance or 0.0),
         imb_c=2.0 * math.log(t.ep) * (1.0 - 1.0 / t.ep), moe_host_s=float(t.moe_host_s_per_layer),
+        lp_micro_batch_size=float(t.logprob_micro_batch_size or 0),
+        lp_max_tokens=float(t.logprob_max_tokens_per_gpu or 0), ref_swap_s=float(t.reference_swap_time()),
     )
 
 
@@ -469,9 +475,26 @@ def analytical_micro_batches(xp, q, samples, tokens):
     return xp.where(q.max_tokens_per_gpu > 0, dyn, fixed)
 
 
-def analytical_bubble(xp, q, samples, tokens, mini_batches=1):
-    """1F1B stretch ``1 + (pp - 1) / (m * vpp)`` (1 without pipeline parallelism)."""
-    m = xp.maximum(1, xp.ceil(analytical_micro_batches(xp, q, samples, tokens) / mini_batches))
+def analytical_logprob_micro_batches(xp, q, samples, tokens):
+    """Micro-batches per DP rank of one forward-only pass (old log-prob, reference, value): the
+    rank's tokens over ``lp_max_tokens``, else samples over ``lp_micro_batch_size``, else the
+    update's (`analytical_micro_batches`). NeMo-RL packs its log-prob forwards to
+    ``sequence_packing.logprob_mb_tokens`` (= max_total_sequence_length x logprob_batch_size) apart
+    from the update's ``train_mb_tokens`` (NVIDIA-NeMo/RL@c751f811 ``lm_policy.py``
+    ``get_logprobs`` / ``get_reference_policy_logprobs``)."""
+    dyn = xp.maximum(1, xp.ceil(tokens / q.dp / q.seq_split / _safe(xp, q.lp_max_tokens)))
+    fixed = xp.maximum(1, xp.ceil(samples / (q.dp * _safe(xp, q.lp_micro_batch_size))))
+    own = xp.where(q.lp_max_tokens > 0, dyn, fixed)
+    return xp.where(xp.logical_or(q.lp_max_tokens > 0, q.lp_micro_batch_size > 0), own,
+                    analytical_micro_batches(xp, q, samples, tokens))
+
+
+def analytical_bubble(xp, q, samples, tokens, mini_batches=1, micro=None):
+    """1F1B stretch ``1 + (pp - 1) / (m * vpp)`` (1 without pipeline parallelism); ``micro``: the
+    pass's micro-batches per DP rank (default: the update's)."""
+    if micro is None:
+        micro = analytical_micro_batches(xp, q, samples, tokens)
+    m = xp.maximum(1, xp.ceil(micro / mini_batches))
     return xp.where(q.pp <= 1, 1.0, 1 + (q.pp - 1) / (m * q.vpp))
 
 
@@ -521,21 +544,27 @@ def analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max, imb_flops=
     # forward-only pass gathers once per micro-batch. Other stages reduce once per optimizer step.
     overlap = 1 - q.overlap
     micro = analytical_micro_batches(xp, q, samples, tokens)
+    # the forward-only passes' micro-batches (their own budget, else the update's)
+    lp_micro = analytical_logprob_micro_batches(xp, q, samples, tokens)
     moe = 0.0
+    fwd_unit = unit
     if _maybe(xp, q.is_moe > 0):
         # MoE layers: memory-bound passes, grouped-GEMM tiles, load imbalance; and a pass lasts at least
         # the host time of its MoE layers (the dropless dispatcher syncs host and GPU in every layer)
         moe = analytical_moe_pass_time(xp, q, tokens, micro)
         host = micro * (q.n_moe / q.pp) * q.moe_host_s
+        lp_moe = analytical_moe_pass_time(xp, q, tokens, lp_micro)
+        lp_host = lp_micro * (q.n_moe / q.pp) * q.moe_host_s
+        fwd_unit = xp.where(q.is_moe > 0, xp.maximum(unit + lp_moe, lp_host), unit)
         unit = xp.where(q.is_moe > 0, xp.maximum(unit + moe, host), unit)
     upd_micro = steps * xp.maximum(1, xp.ceil(micro / (steps // q.ppo_epochs)))
     zero3 = q.zero3 > 0
     sync = xp.where(zero3, overlap * upd_micro * q.grad_sync_s, steps * overlap * q.grad_sync_s)
-    fwd_gather = xp.where(zero3, overlap * micro * q.gather_s, 0.0)
+    fwd_gather = xp.where(zero3, overlap * lp_micro * q.gather_s, 0.0)
     n_fwd = q.old_lp + q.ref + q.lp_fwd
-    fwd_pass = unit + comm + fwd_gather
-    b1 = analytical_bubble(xp, q, samples, tokens)
-    bubble = n_fwd * unit * (b1 - 1.0)
+    fwd_pass = fwd_unit + comm + fwd_gather
+    b1 = analytical_bubble(xp, q, samples, tokens, 1, lp_micro)
+    bubble = n_fwd * fwd_unit * (b1 - 1.0)
     upd = q.ppo_epochs * q.update_passes
     update_stretch = analytical_bubble(xp, q, samples, tokens, steps // q.ppo_epochs) - 1.0
     # each optimizer step ends in a collective every DP rank joins: an update pass waits for its
@@ -545,8 +574,9 @@ def analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max, imb_flops=
     bubble = bubble + upd * upd_unit * update_stretch
     adam = steps * q.optimizer_s
     critic = xp.where(q.critic > 0, fwd_pass + upd * (upd_unit + comm) + sync + adam, 0.0)
-    bubble = xp.where(q.critic > 0, bubble + (unit * (b1 - 1.0) + upd * upd_unit * update_stretch), bubble)
-    return (q.old_lp * fwd_pass, q.ref * fwd_pass, q.lp_fwd * fwd_pass, critic, actor, bubble,
+    bubble = xp.where(q.critic > 0, bubble + (fwd_unit * (b1 - 1.0) + upd * upd_unit * update_stretch), bubble)
+    # a host-resident reference model is swapped in and out around its forward (`ref_swap_s`)
+    return (q.old_lp * fwd_pass, q.ref * fwd_pass + q.ref_swap_s, q.lp_fwd * fwd_pass, critic, actor, bubble,
             sync, adam, q.overhead_s)
 
 
