@@ -64,6 +64,23 @@
   weights live in host memory and are swapped in for the reference forward and out again, three
   copies of the parameter shard over the host link plus one DP parameter all-gather under the
   distributed optimizer (`reference_swap_time`), charged to ``ref_forward``;
+- the last pipeline stage (``head_on_last_stage``): Megatron-core splits the transformer layers
+  evenly over the PP stages and puts the output layer on the last one (``num_layers_in_last_pipeline_stage``
+  unset, no ``account_for_loss_in_pipeline_split``), so with pp > 1 every pass runs at the last
+  stage's pace: ``(F - H) / pp + H`` instead of ``F / pp`` for forward FLOPs ``F`` of which the LM
+  head's are ``H = 2 * vocab * hidden`` per token, i.e. ``H (pp - 1) / flops_per_s`` more per pass
+  (off: the work is spread evenly, as a parameter-balanced split would);
+- fp32 log-softmax (``distributed_logprob``): NeMo-RL computes token log-probs from the
+  vocabulary-parallel logits in eager PyTorch (NVIDIA-NeMo/RL@c751f811
+  ``nemo_rl/distributed/model_utils.py`` ``DistributedLogprob``, via
+  ``from_parallel_logits_to_logprobs_packed_sequences``), each op a pass over the ``vocab / tp``
+  logits of a token on the last stage's GPUs: forward ``.to(float32)`` (read 2 B, write 4 B), ``amax``
+  (4), subtract the max (8), ``exp`` and ``sum`` (12), subtract the log-sum (8), ``exp`` for the
+  softmax kept for backward (8, computed in inference too) = 46 B per vocabulary entry
+  (`LOGPROB_FWD_BYTES_PER_VOCAB`); backward ``neg`` (8), ``mul_`` (8) and the cast back to BF16
+  (6) = 22 B (`LOGPROB_BWD_BYTES_PER_VOCAB`). At the GPU's HBM bandwidth x
+  ``optimizer_bandwidth_efficiency`` (the streaming figure), once per forward-only pass and once
+  (forward + backward) per update;
 - optimizer: Adam streams ~30 bytes per trainable parameter of the local shard through HBM;
 - optimizer steps per batch: RL trainers split the batch into mini-batches and make one
   gradient sync and one Adam step per mini-batch (verl ``actor.ppo_mini_batch_size`` x
@@ -110,6 +127,8 @@ _nonneg = v.ge(0.0)
 
 ADAM_BYTES_PER_PARAM = 12  # fp32 master weights + two fp32 moments
 ADAM_TRAFFIC_BYTES_PER_PARAM = 30  # read grad 4; r/w master, m, v 24; write bf16 weight 2
+LOGPROB_FWD_BYTES_PER_VOCAB = F.LOGPROB_FWD_BYTES_PER_VOCAB  # module doc, "fp32 log-softmax"
+LOGPROB_BWD_BYTES_PER_VOCAB = F.LOGPROB_BWD_BYTES_PER_VOCAB
 
 
 @attrs.define
@@ -145,6 +164,12 @@ class AnalyticalTraining:
     # NeMo-RL's Megatron worker keeps the reference weights in host memory and swaps them in for the
     # reference forward (module doc, "reference model on host")
     reference_on_host: bool = False
+    # Megatron's default pipeline split (module doc, "the last pipeline stage"): layers evenly over the
+    # stages, the output layer (LM head) on the last one, which sets the pace of every pass
+    head_on_last_stage: bool = False
+    # NeMo-RL's log-probs (module doc, "fp32 log-softmax"): the vocabulary-parallel logits cast to fp32 and
+    # log-softmaxed in eager PyTorch (nemo_rl/distributed/model_utils.py DistributedLogprob)
+    distributed_logprob: bool = False
     mini_batch_samples: int | None = attrs.field(default=None, validator=v.optional(_pos_int))  # per optimizer step
     ppo_epochs: int = attrs.field(default=1, validator=_pos_int)  # verl actor.ppo_epochs
     # How DP ranks get their samples: "minibatch" (each optimizer step's samples spread evenly),

@@ -335,6 +335,11 @@ def roofline_kv_slope(xp, q, batch_size):
 # -- analytical training --------------------------------------------------------------------------
 
 
+# NeMo-RL DistributedLogprob: HBM bytes per vocabulary entry of a token (`simrl.cost.analytical`, "fp32 log-softmax")
+LOGPROB_FWD_BYTES_PER_VOCAB = 46  # to(fp32) 2+4, amax 4, -max 4+4, exp 4+4 + sum 4, -logsum 4+4, exp 4+4
+LOGPROB_BWD_BYTES_PER_VOCAB = 22  # neg 4+4, mul_ 4+4, cast to bf16 4+2
+
+
 class AnalyticalParams(NamedTuple):
     """Numbers `analytical_phase_values` needs (floats; flags are 0.0 / 1.0)."""
 
@@ -397,6 +402,10 @@ class AnalyticalParams(NamedTuple):
     lp_micro_batch_size: float = 0.0  # logprob_micro_batch_size
     lp_max_tokens: float = 0.0  # logprob_max_tokens_per_gpu
     ref_swap_s: float = 0.0  # reference_swap_time(): host-resident reference swapped in and out, per step
+    head_last: float = 0.0  # head_on_last_stage with pp > 1: 2 * vocab * hidden * (pp - 1) per token
+    lp_fwd_bytes: float = 0.0  # distributed_logprob: HBM bytes per token of one log-prob forward (vocab / tp)
+    lp_bwd_bytes: float = 0.0  # ... and of its backward
+    hbm_gpu: float = 1.0  # one GPU's HBM bytes/s * optimizer_bandwidth_efficiency (the streaming figure)
 
 
 def analytical_params(t) -> AnalyticalParams:
@@ -430,6 +439,10 @@ def analytical_params(t) -> AnalyticalParams:
         imb_c=2.0 * math.log(t.ep) * (1.0 - 1.0 / t.ep), moe_host_s=float(t.moe_host_s_per_layer),
         lp_micro_batch_size=float(t.logprob_micro_batch_size or 0),
         lp_max_tokens=float(t.logprob_max_tokens_per_gpu or 0), ref_swap_s=float(t.reference_swap_time()),
+        head_last=(2.0 * m.vocab * m.hidden * (t.pp - 1) if t.head_on_last_stage else 0.0),
+        lp_fwd_bytes=(LOGPROB_FWD_BYTES_PER_VOCAB * m.vocab / t.tp if t.distributed_logprob else 0.0),
+        lp_bwd_bytes=(LOGPROB_BWD_BYTES_PER_VOCAB * m.vocab / t.tp if t.distributed_logprob else 0.0),
+        hbm_gpu=t.gpu.hbm_bytes_per_s * t.optimizer_bandwidth_efficiency,
     )
 
 
@@ -537,6 +550,13 @@ def analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max, imb_flops=
     the sample lengths the host computes); an update pass then lasts ``max(unit, imb_flops /
     flops_per_s)``. 0 otherwise (every optimizer step spread evenly)."""
     unit = xp.maximum(fwd_sum / q.dp, fwd_max) / q.flops_per_s
+    # Megatron's even layer split: the last stage also runs the LM head and sets every pass's pace
+    last = tokens / q.dp * q.head_last / q.flops_per_s
+    unit = unit + last
+    # NeMo-RL's fp32 log-softmax over the vocabulary shard, per token on a last-stage GPU
+    lgt_tok = tokens / q.dp / q.seq_split / q.hbm_gpu
+    lgt_f = lgt_tok * q.lp_fwd_bytes
+    lgt_fb = lgt_tok * (q.lp_fwd_bytes + q.lp_bwd_bytes)
     comm = analytical_activation_comm_time(xp, q, tokens / q.dp, 1)
     steps = analytical_optimizer_steps(xp, q, samples)
     # ZeRO-3 (FSDP2) gathers the parameters in every micro-batch's forward and backward and
@@ -562,18 +582,19 @@ def analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max, imb_flops=
     sync = xp.where(zero3, overlap * upd_micro * q.grad_sync_s, steps * overlap * q.grad_sync_s)
     fwd_gather = xp.where(zero3, overlap * lp_micro * q.gather_s, 0.0)
     n_fwd = q.old_lp + q.ref + q.lp_fwd
-    fwd_pass = fwd_unit + comm + fwd_gather
+    fwd_pass = fwd_unit + lgt_f + comm + fwd_gather
     b1 = analytical_bubble(xp, q, samples, tokens, 1, lp_micro)
     bubble = n_fwd * fwd_unit * (b1 - 1.0)
     upd = q.ppo_epochs * q.update_passes
     update_stretch = analytical_bubble(xp, q, samples, tokens, steps // q.ppo_epochs) - 1.0
     # each optimizer step ends in a collective every DP rank joins: an update pass waits for its
     # busiest rank
-    upd_unit = xp.maximum(unit, imb_flops / q.flops_per_s + moe)
-    actor = upd * (upd_unit + comm)
+    upd_unit = xp.maximum(unit, imb_flops / q.flops_per_s + moe + last)
+    actor = upd * (upd_unit + comm) + q.ppo_epochs * lgt_fb
     bubble = bubble + upd * upd_unit * update_stretch
     adam = steps * q.optimizer_s
-    critic = xp.where(q.critic > 0, fwd_pass + upd * (upd_unit + comm) + sync + adam, 0.0)
+    # the value model: the actor's size and layout, no log-softmax over the vocabulary
+    critic = xp.where(q.critic > 0, fwd_unit + comm + fwd_gather + upd * (upd_unit + comm) + sync + adam, 0.0)
     bubble = xp.where(q.critic > 0, bubble + (fwd_unit * (b1 - 1.0) + upd * upd_unit * update_stretch), bubble)
     # a host-resident reference model is swapped in and out around its forward (`ref_swap_s`)
     return (q.old_lp * fwd_pass, q.ref * fwd_pass + q.ref_swap_s, q.lp_fwd * fwd_pass, critic, actor, bubble,

@@ -504,3 +504,45 @@ def test_reference_on_host_swap_by_hand():
     assert one.reference_swap_time() == pytest.approx(3 * 8_030_261_248 / 51.2e9, rel=1e-12)
     with pytest.raises(CostModelError, match="reference_on_host=true needs reference_model=true"):
         AnalyticalTraining("meta-llama/Llama-3.1-8B", "H100", gpus=16, pp=2, reference_on_host=True)
+
+
+def test_lm_head_on_the_last_pipeline_stage_by_hand():
+    # Megatron's even split: Qwen3-8B's 36 layers 18 + 18 over pp=2, the LM head (2 x 151,936 x 4,096 =
+    # 1,244,659,712 FLOPs per token) on stage 2. 8 GPUs, dp 4: 4,096 tokens per rank. Every pass runs
+    # at the last stage's pace: H (pp - 1) more per rank's tokens, 4,096 x 1,244,659,712 x 1 /
+    # (2 x 989e12 x 0.4) = 6.443537e-3 s per forward-equivalent pass.
+    kw = dict(gpus=8, pp=2, recompute_old_logprob=True)
+    t = AnalyticalTraining("qwen3-8b", "H100", head_on_last_stage=True, **kw)
+    even = AnalyticalTraining("qwen3-8b", "H100", **kw)
+    last = 4096 * 1_244_659_712 / (2 * 989e12 * 0.4)
+    assert last == pytest.approx(6.443537e-3, rel=1e-6)
+    ph, base = t.phases(SEQS), even.phases(SEQS)
+    assert ph["old_log_prob"] == pytest.approx(base["old_log_prob"] + last, rel=1e-12)
+    assert ph["actor_update"] == pytest.approx(base["actor_update"] + 4 * last, rel=1e-12)  # 3 passes + recompute
+    # one stage holds everything: nothing to add
+    one = AnalyticalTraining("qwen3-8b", "H100", gpus=8, head_on_last_stage=True)
+    assert one.phases(SEQS) == AnalyticalTraining("qwen3-8b", "H100", gpus=8).phases(SEQS)
+
+
+def test_fp32_log_softmax_over_the_vocabulary_by_hand():
+    # NeMo-RL DistributedLogprob: 46 B per vocabulary entry and token in a forward, 22 B more in the
+    # backward. Qwen3-8B (vocab 151,936) at TP 1 on 8 GPUs, dp 8: 2,048 tokens per rank, H100 HBM
+    # 3.35 TB/s x 0.7. Forward-only pass: 2,048 x 46 x 151,936 / 2.345e12 = 6.103875e-3 s;
+    # update (forward + backward once): 2,048 x 68 x 151,936 / 2.345e12 = 9.023119e-3 s.
+    kw = dict(gpus=8, recompute_old_logprob=True, reference_model=True)
+    t = AnalyticalTraining("qwen3-8b", "H100", distributed_logprob=True, **kw)
+    base = AnalyticalTraining("qwen3-8b", "H100", **kw).phases(SEQS)
+    ph = t.phases(SEQS)
+    fwd, both = 2048 * 46 * 151_936 / 2.345e12, 2048 * 68 * 151_936 / 2.345e12
+    assert fwd == pytest.approx(6.103875e-3, rel=1e-6) and both == pytest.approx(9.023119e-3, rel=1e-6)
+    assert ph["old_log_prob"] == pytest.approx(base["old_log_prob"] + fwd, rel=1e-12)
+    assert ph["ref_forward"] == pytest.approx(base["ref_forward"] + fwd, rel=1e-12)
+    assert ph["actor_update"] == pytest.approx(base["actor_update"] + both, rel=1e-12)
+    # TP 2 splits the vocabulary: half of it per GPU; 4 DP ranks: twice the tokens per rank -> the same
+    tp2 = AnalyticalTraining("qwen3-8b", "H100", tp=2, distributed_logprob=True, **kw)
+    tp2_base = AnalyticalTraining("qwen3-8b", "H100", tp=2, **kw).phases(SEQS)
+    assert tp2.phases(SEQS)["old_log_prob"] == pytest.approx(tp2_base["old_log_prob"] + fwd, rel=1e-12)
+    # the PPO value model computes no log-probs: its phase does not change
+    crit = AnalyticalTraining("qwen3-8b", "H100", critic=True, distributed_logprob=True, **kw)
+    assert crit.phases(SEQS)["critic_update"] == AnalyticalTraining(
+        "qwen3-8b", "H100", critic=True, **kw).phases(SEQS)["critic_update"]

@@ -172,10 +172,14 @@ def test_analytical_jax_and_python_give_identical_floats():
                       (MOE, dict(gpus=8, ep=8, moe_host_s_per_layer=0.0)),  # the GPU side without the floor
                       # the forward passes' own micro-batches, a host-resident reference (NeMo-RL)
                       (dense, dict(pp=2, max_tokens_per_gpu=2048, logprob_max_tokens_per_gpu=8192,
-                                   recompute_old_logprob=True, reference_model=True, reference_on_host=True)),
+                                   recompute_old_logprob=True, reference_model=True, reference_on_host=True,
+                                   head_on_last_stage=True, distributed_logprob=True)),
                       (dense, dict(gpus=8, zero_stage=3, logprob_micro_batch_size=3, recompute_old_logprob=True)),
                       (MOE, dict(gpus=16, tp=2, ep=8, max_tokens_per_gpu=1024, logprob_max_tokens_per_gpu=4096,
-                                 recompute_old_logprob=True, reference_model=True, reference_on_host=True))):
+                                 recompute_old_logprob=True, reference_model=True, reference_on_host=True,
+                                 distributed_logprob=True)),
+                      (dense, dict(gpus=8, pp=2, critic=True, head_on_last_stage=True, distributed_logprob=True,
+                                   mini_batch_samples=2))):
         t = AnalyticalTraining(model, "H100", **kw)
         qj = F.AnalyticalParams(*(jnp.float64(x) for x in t.array_params()))
         assert float(step(qj, jnp.asarray(lens, dtype=jnp.float64))) == t.step_time(lens), kw
