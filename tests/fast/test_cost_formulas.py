@@ -209,7 +209,15 @@ def test_roofline_and_analytical_runs_equal_in_both_engines():
              # an MoE model: touched experts (1 - k/E)^tokens in the rollout, EP all-to-alls in training
              roofline_case(wl, "deployment.model=qwen3-30b-a3b", "deployment.rollout.tp=2",
                            "deployment.training.gpus=8", "deployment.training.tp=2", "deployment.training.ep=4",
-                           "deployment.training.zero_stage=3")]
+                           "deployment.training.zero_stage=3"),
+             # NeMo-RL's trainer: log-prob micro-batches, host-resident reference, LM head on the last
+             # PP stage, fp32 log-softmax
+             roofline_case(wl, "deployment.training.gpus=4", "deployment.training.pp=2",
+                           "cost.training_knobs.max_tokens_per_gpu=256",
+                           "cost.training_knobs.logprob_max_tokens_per_gpu=1024",
+                           "cost.training_knobs.recompute_old_logprob=true", "cost.training_knobs.reference_model=true",
+                           "cost.training_knobs.reference_on_host=true", "cost.training_knobs.head_on_last_stage=true",
+                           "cost.training_knobs.distributed_logprob=true")]
     for c in cases:
         c.run_simpy()
     res = run_fast(cases)
