@@ -74,11 +74,14 @@
   vocabulary-parallel logits in eager PyTorch (NVIDIA-NeMo/RL@c751f811
   ``nemo_rl/distributed/model_utils.py`` ``DistributedLogprob``, via
   ``from_parallel_logits_to_logprobs_packed_sequences``), each op a pass over the ``vocab / tp``
-  logits of a token on the last stage's GPUs: forward ``.to(float32)`` (read 2 B, write 4 B), ``amax``
+  logits of a token on the last stage's GPUs: forward the in-place ``div_`` by
+  ``generation.temperature`` (``megatron_policy_worker.py`` / ``megatron/common.py``, even at 1.0: read
+  and write 2 B in BF16 with ``defer_fp32_logits``), ``.to(float32)`` (read 2 B, write 4 B), ``amax``
   (4), subtract the max (8), ``exp`` and ``sum`` (12), subtract the log-sum (8), ``exp`` for the
-  softmax kept for backward (8, computed in inference too) = 46 B per vocabulary entry
-  (`LOGPROB_FWD_BYTES_PER_VOCAB`); backward ``neg`` (8), ``mul_`` (8) and the cast back to BF16
-  (6) = 22 B (`LOGPROB_BWD_BYTES_PER_VOCAB`). At the GPU's HBM bandwidth x
+  softmax kept for backward (8, computed in inference too) = 50 B per vocabulary entry
+  (`LOGPROB_FWD_BYTES_PER_VOCAB`; without ``defer_fp32_logits`` the model's own fp32 cast takes the
+  cast's place and the ``div_`` moves 8 B, +4 B, not modelled apart); backward ``neg`` (8), ``mul_``
+  (8) and the cast back to BF16 (6) = 22 B (`LOGPROB_BWD_BYTES_PER_VOCAB`). At the GPU's HBM bandwidth x
   ``optimizer_bandwidth_efficiency`` (the streaming figure), once per forward-only pass and once
   (forward + backward) per update;
 - optimizer: Adam streams ~30 bytes per trainable parameter of the local shard through HBM;

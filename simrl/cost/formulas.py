@@ -336,7 +336,7 @@ def roofline_kv_slope(xp, q, batch_size):
 
 
 # NeMo-RL DistributedLogprob: HBM bytes per vocabulary entry of a token (`simrl.cost.analytical`, "fp32 log-softmax")
-LOGPROB_FWD_BYTES_PER_VOCAB = 46  # to(fp32) 2+4, amax 4, -max 4+4, exp 4+4 + sum 4, -logsum 4+4, exp 4+4
+LOGPROB_FWD_BYTES_PER_VOCAB = 50  # div_(temperature) 2+2, to(fp32) 2+4, amax 4, -max 4+4, exp 4+4 + sum 4, -logsum 4+4, exp 4+4
 LOGPROB_BWD_BYTES_PER_VOCAB = 22  # neg 4+4, mul_ 4+4, cast to bf16 4+2
 
 

@@ -525,16 +525,16 @@ def test_lm_head_on_the_last_pipeline_stage_by_hand():
 
 
 def test_fp32_log_softmax_over_the_vocabulary_by_hand():
-    # NeMo-RL DistributedLogprob: 46 B per vocabulary entry and token in a forward, 22 B more in the
-    # backward. Qwen3-8B (vocab 151,936) at TP 1 on 8 GPUs, dp 8: 2,048 tokens per rank, H100 HBM
-    # 3.35 TB/s x 0.7. Forward-only pass: 2,048 x 46 x 151,936 / 2.345e12 = 6.103875e-3 s;
-    # update (forward + backward once): 2,048 x 68 x 151,936 / 2.345e12 = 9.023119e-3 s.
+    # NeMo-RL DistributedLogprob (with the temperature div_): 50 B per vocabulary entry and token in a
+    # forward, 22 B more in the backward. Qwen3-8B (vocab 151,936) at TP 1 on 8 GPUs, dp 8: 2,048 tokens
+    # per rank, H100 HBM 3.35 TB/s x 0.7. Forward-only pass: 2,048 x 50 x 151,936 / 2.345e12 =
+    # 6.634647e-3 s; update (forward + backward once): 2,048 x 72 x 151,936 / 2.345e12 = 9.553891e-3 s.
     kw = dict(gpus=8, recompute_old_logprob=True, reference_model=True)
     t = AnalyticalTraining("qwen3-8b", "H100", distributed_logprob=True, **kw)
     base = AnalyticalTraining("qwen3-8b", "H100", **kw).phases(SEQS)
     ph = t.phases(SEQS)
-    fwd, both = 2048 * 46 * 151_936 / 2.345e12, 2048 * 68 * 151_936 / 2.345e12
-    assert fwd == pytest.approx(6.103875e-3, rel=1e-6) and both == pytest.approx(9.023119e-3, rel=1e-6)
+    fwd, both = 2048 * 50 * 151_936 / 2.345e12, 2048 * 72 * 151_936 / 2.345e12
+    assert fwd == pytest.approx(6.634647e-3, rel=1e-6) and both == pytest.approx(9.553891e-3, rel=1e-6)
     assert ph["old_log_prob"] == pytest.approx(base["old_log_prob"] + fwd, rel=1e-12)
     assert ph["ref_forward"] == pytest.approx(base["ref_forward"] + fwd, rel=1e-12)
     assert ph["actor_update"] == pytest.approx(base["actor_update"] + both, rel=1e-12)
