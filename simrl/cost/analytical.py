@@ -59,6 +59,36 @@
   held out, the same rate gives the archive's H100 alltoall rows (Qwen3-30B-A3B at MBS 1 and 2,
   GPT-OSS-120B in BF16) within 4-12 % where the link-rate exchange was 1.4-1.8x fast. Across nodes
   the NIC share runs at the NIC's rate (``comm_efficiency``): no row says otherwise;
+- log-prob micro-batches: the forward-only passes (old log-prob, reference, value) may pack their
+  own micro-batches (``logprob_max_tokens_per_gpu`` tokens per GPU, or ``logprob_micro_batch_size``
+  samples; NeMo-RL ``sequence_packing.logprob_mb_tokens`` = max_total_sequence_length x
+  ``logprob_batch_size``, or ``logprob_batch_size`` without packing; verl
+  ``log_prob_max_token_len_per_gpu`` / ``log_prob_micro_batch_size_per_gpu``), which set their
+  pipeline bubble, their ZeRO-3 gathers and the MoE host floor; unset, they use the update's;
+- reference model on host (``reference_on_host``, NeMo-RL's Megatron worker): the reference
+  weights live in host memory and are swapped in for the reference forward and out again, three
+  copies of the parameter shard over the host link plus one DP parameter all-gather under the
+  distributed optimizer (`reference_swap_time`), charged to ``ref_forward``;
+- the last pipeline stage (``head_on_last_stage``): Megatron-core splits the transformer layers
+  evenly over the PP stages and puts the output layer on the last one (``num_layers_in_last_pipeline_stage``
+  unset, no ``account_for_loss_in_pipeline_split``), so with pp > 1 every pass runs at the last
+  stage's pace: ``(F - H) / pp + H`` instead of ``F / pp`` for forward FLOPs ``F`` of which the LM
+  head's are ``H = 2 * vocab * hidden`` per token, i.e. ``H (pp - 1) / flops_per_s`` more per pass
+  (off: the work is spread evenly, as a parameter-balanced split would);
+- fp32 log-softmax (``distributed_logprob``): NeMo-RL computes token log-probs from the
+  vocabulary-parallel logits in eager PyTorch (NVIDIA-NeMo/RL@c751f811
+  ``nemo_rl/distributed/model_utils.py`` ``DistributedLogprob``, via
+  ``from_parallel_logits_to_logprobs_packed_sequences``), each op a pass over the ``vocab / tp``
+  logits of a token on the last stage's GPUs: forward the in-place ``div_`` by
+  ``generation.temperature`` (``megatron_policy_worker.py`` / ``megatron/common.py``, even at 1.0: read
+  and write 2 B in BF16 with ``defer_fp32_logits``), ``.to(float32)`` (read 2 B, write 4 B), ``amax``
+  (4), subtract the max (8), ``exp`` and ``sum`` (12), subtract the log-sum (8), ``exp`` for the
+  softmax kept for backward (8, computed in inference too) = 50 B per vocabulary entry
+  (`LOGPROB_FWD_BYTES_PER_VOCAB`; without ``defer_fp32_logits`` the model's own fp32 cast takes the
+  cast's place and the ``div_`` moves 8 B, +4 B, not modelled apart); backward ``neg`` (8), ``mul_``
+  (8) and the cast back to BF16 (6) = 22 B (`LOGPROB_BWD_BYTES_PER_VOCAB`). At the GPU's HBM bandwidth x
+  ``optimizer_bandwidth_efficiency`` (the streaming figure), once per forward-only pass and once
+  (forward + backward) per update;
 - optimizer: Adam streams ~30 bytes per trainable parameter of the local shard through HBM;
 - optimizer steps per batch: RL trainers split the batch into mini-batches and make one
   gradient sync and one Adam step per mini-batch (verl ``actor.ppo_mini_batch_size`` x
@@ -105,6 +135,8 @@ _nonneg = v.ge(0.0)
 
 ADAM_BYTES_PER_PARAM = 12  # fp32 master weights + two fp32 moments
 ADAM_TRAFFIC_BYTES_PER_PARAM = 30  # read grad 4; r/w master, m, v 24; write bf16 weight 2
+LOGPROB_FWD_BYTES_PER_VOCAB = F.LOGPROB_FWD_BYTES_PER_VOCAB  # module doc, "fp32 log-softmax"
+LOGPROB_BWD_BYTES_PER_VOCAB = F.LOGPROB_BWD_BYTES_PER_VOCAB
 
 
 @attrs.define
@@ -132,6 +164,20 @@ class AnalyticalTraining:
     ulysses_sp: int = attrs.field(default=1, validator=_pos_int)  # verl ulysses_sequence_parallel_size
     fsdp_shard_size: int | None = attrs.field(default=None, validator=v.optional(_pos_int))  # HSDP (verl fsdp_size)
     max_tokens_per_gpu: int | None = attrs.field(default=None, validator=v.optional(_pos_int))  # dynamic bsz
+    # The forward-only passes' own micro-batches (module doc, "log-prob micro-batches"): samples per
+    # micro-batch, or a token budget per GPU (NeMo-RL logprob_batch_size / logprob_mb_tokens, verl
+    # log_prob_micro_batch_size_per_gpu / log_prob_max_token_len_per_gpu); None: the update's
+    logprob_micro_batch_size: int | None = attrs.field(default=None, validator=v.optional(_pos_int))
+    logprob_max_tokens_per_gpu: int | None = attrs.field(default=None, validator=v.optional(_pos_int))
+    # NeMo-RL's Megatron worker keeps the reference weights in host memory and swaps them in for the
+    # reference forward (module doc, "reference model on host")
+    reference_on_host: bool = False
+    # Megatron's default pipeline split (module doc, "the last pipeline stage"): layers evenly over the
+    # stages, the output layer (LM head) on the last one, which sets the pace of every pass
+    head_on_last_stage: bool = False
+    # NeMo-RL's log-probs (module doc, "fp32 log-softmax"): the vocabulary-parallel logits cast to fp32 and
+    # log-softmaxed in eager PyTorch (nemo_rl/distributed/model_utils.py DistributedLogprob)
+    distributed_logprob: bool = False
     mini_batch_samples: int | None = attrs.field(default=None, validator=v.optional(_pos_int))  # per optimizer step
     ppo_epochs: int = attrs.field(default=1, validator=_pos_int)  # verl actor.ppo_epochs
     # How DP ranks get their samples: "minibatch" (each optimizer step's samples spread evenly),
@@ -184,6 +230,9 @@ class AnalyticalTraining:
             if self._shard_group % self.fsdp_shard_size:
                 raise CostModelError(f"fsdp_shard_size={self.fsdp_shard_size} must divide the "
                                      f"{self._shard_group} data-parallel ranks")
+        if self.reference_on_host and not self.reference_model:
+            raise CostModelError("reference_on_host=true needs reference_model=true (there is no reference "
+                                 "forward to swap the reference weights in for)")
         if self.ep > 1 and not self.model.is_moe:
             raise CostModelError(f"ep={self.ep} needs an MoE model; {self.model.name} is dense")
         if self.ep > 1 and (self.dp * self.cp * self.tp) % self.ep:
@@ -552,6 +601,34 @@ class AnalyticalTraining:
         s = self._zero_group
         r = n // s
         return self._dp_collective_s((s - 1) / s * grads, 2 * (r - 1) / r * grads / s)
+
+    def reference_swap_time(self) -> float:
+        """Seconds per step of swapping a host-resident reference model in and out around the
+        reference forward (0 unless ``reference_on_host``): the policy's parameter shard copied to
+        host, the reference's copied in, the policy's copied back -- three copies of the shard over
+        the host link -- plus, under Megatron's distributed optimizer (ZeRO 1/2), one all-gather of
+        the BF16 parameters over DP x CP when the forward pre-hook is disabled with ``param_sync``.
+
+        As NeMo-RL v0.4.0 runs it (NVIDIA-NeMo/RL@c751f811
+        ``nemo_rl/models/policy/megatron_policy_worker.py``): ``__init__`` copies the reference
+        model's ``state_dict`` to CPU (``.to("cpu", non_blocking=True, copy=True)``: PyTorch pins a
+        non-blocking device-to-host copy's destination); ``use_reference_model`` copies
+        ``model.state_dict()`` to CPU the same way, ``load_state_dict(reference_state_dict)``
+        (host to GPU), then after the forward ``load_state_dict`` of the saved policy weights; with
+        ``use_distributed_optimizer`` and ``overlap_param_gather`` (``grpo_math_1B.yaml`` defaults)
+        it first calls ``disable_forward_pre_hook()``, whose ``param_sync=True`` makes Megatron's
+        DDP ``start_param_sync(force_sync=True)``: a parameter all-gather over the DP group.
+        Pinned by hand in ``tests/cost/test_analytical.py``."""
+        if not (self.reference_model and self.reference_on_host):
+            return 0.0
+        n = self._zero_group
+        shard = self.params_per_gpu() * self.param_dtype_bytes / (n if self.zero_stage >= 3 else 1)
+        host = 3 * shard / (self.gpu.pcie_bytes_per_s * self.host_link_efficiency)
+        s = self._shard_group
+        gather = 0.0
+        if self.zero_stage in (1, 2) and s > 1:
+            gather = self._dp_collective_s((s - 1) / s * self.params_per_gpu() * self.param_dtype_bytes)
+        return host + gather
 
     def optimizer_time(self) -> float:
         shard = self.trainable_params_per_gpu() / (self._zero_group if self.zero_stage >= 1 else 1)

@@ -335,6 +335,11 @@ def roofline_kv_slope(xp, q, batch_size):
 # -- analytical training --------------------------------------------------------------------------
 
 
+# NeMo-RL DistributedLogprob: HBM bytes per vocabulary entry of a token (`simrl.cost.analytical`, "fp32 log-softmax")
+LOGPROB_FWD_BYTES_PER_VOCAB = 50  # div_(temperature) 2+2, to(fp32) 2+4, amax 4, -max 4+4, exp 4+4 + sum 4, -logsum 4+4, exp 4+4
+LOGPROB_BWD_BYTES_PER_VOCAB = 22  # neg 4+4, mul_ 4+4, cast to bf16 4+2
+
+
 class AnalyticalParams(NamedTuple):
     """Numbers `analytical_phase_values` needs (floats; flags are 0.0 / 1.0)."""
 
@@ -398,6 +403,14 @@ class AnalyticalParams(NamedTuple):
     ep_nv: float = 0.0
     ep_ib: float = 0.0
     bw_ep_ib: float = 1.0  # NIC bytes/s per GPU * comm_efficiency
+    # forward-only passes' own micro-batches (0: the update's; `analytical_logprob_micro_batches`)
+    lp_micro_batch_size: float = 0.0  # logprob_micro_batch_size
+    lp_max_tokens: float = 0.0  # logprob_max_tokens_per_gpu
+    ref_swap_s: float = 0.0  # reference_swap_time(): host-resident reference swapped in and out, per step
+    head_last: float = 0.0  # head_on_last_stage with pp > 1: 2 * vocab * hidden * (pp - 1) per token
+    lp_fwd_bytes: float = 0.0  # distributed_logprob: HBM bytes per token of one log-prob forward (vocab / tp)
+    lp_bwd_bytes: float = 0.0  # ... and of its backward
+    hbm_gpu: float = 1.0  # one GPU's HBM bytes/s * optimizer_bandwidth_efficiency (the streaming figure)
 
 
 def analytical_params(t) -> AnalyticalParams:
@@ -430,6 +443,12 @@ def analytical_params(t) -> AnalyticalParams:
         tile_rows=float(t.moe_gemm_tile_rows), imb_given=float(t.moe_imbalance or 0.0),
         imb_c=2.0 * math.log(t.ep) * (1.0 - 1.0 / t.ep), moe_host_s=float(t.moe_host_s_per_layer),
         ep_nv=t.ep_copies()[0], ep_ib=t.ep_copies()[1], bw_ep_ib=t.gpu.ib_bytes_per_s * ce,
+        lp_micro_batch_size=float(t.logprob_micro_batch_size or 0),
+        lp_max_tokens=float(t.logprob_max_tokens_per_gpu or 0), ref_swap_s=float(t.reference_swap_time()),
+        head_last=(2.0 * m.vocab * m.hidden * (t.pp - 1) if t.head_on_last_stage else 0.0),
+        lp_fwd_bytes=(LOGPROB_FWD_BYTES_PER_VOCAB * m.vocab / t.tp if t.distributed_logprob else 0.0),
+        lp_bwd_bytes=(LOGPROB_BWD_BYTES_PER_VOCAB * m.vocab / t.tp if t.distributed_logprob else 0.0),
+        hbm_gpu=t.gpu.hbm_bytes_per_s * t.optimizer_bandwidth_efficiency,
     )
 
 
@@ -477,9 +496,26 @@ def analytical_micro_batches(xp, q, samples, tokens):
     return xp.where(q.max_tokens_per_gpu > 0, dyn, fixed)
 
 
-def analytical_bubble(xp, q, samples, tokens, mini_batches=1):
-    """1F1B stretch ``1 + (pp - 1) / (m * vpp)`` (1 without pipeline parallelism)."""
-    m = xp.maximum(1, xp.ceil(analytical_micro_batches(xp, q, samples, tokens) / mini_batches))
+def analytical_logprob_micro_batches(xp, q, samples, tokens):
+    """Micro-batches per DP rank of one forward-only pass (old log-prob, reference, value): the
+    rank's tokens over ``lp_max_tokens``, else samples over ``lp_micro_batch_size``, else the
+    update's (`analytical_micro_batches`). NeMo-RL packs its log-prob forwards to
+    ``sequence_packing.logprob_mb_tokens`` (= max_total_sequence_length x logprob_batch_size) apart
+    from the update's ``train_mb_tokens`` (NVIDIA-NeMo/RL@c751f811 ``lm_policy.py``
+    ``get_logprobs`` / ``get_reference_policy_logprobs``)."""
+    dyn = xp.maximum(1, xp.ceil(tokens / q.dp / q.seq_split / _safe(xp, q.lp_max_tokens)))
+    fixed = xp.maximum(1, xp.ceil(samples / (q.dp * _safe(xp, q.lp_micro_batch_size))))
+    own = xp.where(q.lp_max_tokens > 0, dyn, fixed)
+    return xp.where(xp.logical_or(q.lp_max_tokens > 0, q.lp_micro_batch_size > 0), own,
+                    analytical_micro_batches(xp, q, samples, tokens))
+
+
+def analytical_bubble(xp, q, samples, tokens, mini_batches=1, micro=None):
+    """1F1B stretch ``1 + (pp - 1) / (m * vpp)`` (1 without pipeline parallelism); ``micro``: the
+    pass's micro-batches per DP rank (default: the update's)."""
+    if micro is None:
+        micro = analytical_micro_batches(xp, q, samples, tokens)
+    m = xp.maximum(1, xp.ceil(micro / mini_batches))
     return xp.where(q.pp <= 1, 1.0, 1 + (q.pp - 1) / (m * q.vpp))
 
 
@@ -522,6 +558,13 @@ def analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max, imb_flops=
     the sample lengths the host computes); an update pass then lasts ``max(unit, imb_flops /
     flops_per_s)``. 0 otherwise (every optimizer step spread evenly)."""
     unit = xp.maximum(fwd_sum / q.dp, fwd_max) / q.flops_per_s
+    # Megatron's even layer split: the last stage also runs the LM head and sets every pass's pace
+    last = tokens / q.dp * q.head_last / q.flops_per_s
+    unit = unit + last
+    # NeMo-RL's fp32 log-softmax over the vocabulary shard, per token on a last-stage GPU
+    lgt_tok = tokens / q.dp / q.seq_split / q.hbm_gpu
+    lgt_f = lgt_tok * q.lp_fwd_bytes
+    lgt_fb = lgt_tok * (q.lp_fwd_bytes + q.lp_bwd_bytes)
     comm = analytical_activation_comm_time(xp, q, tokens / q.dp, 1)
     steps = analytical_optimizer_steps(xp, q, samples)
     # ZeRO-3 (FSDP2) gathers the parameters in every micro-batch's forward and backward and
@@ -529,32 +572,40 @@ def analytical_phase_values(xp, q, samples, tokens, fwd_sum, fwd_max, imb_flops=
     # forward-only pass gathers once per micro-batch. Other stages reduce once per optimizer step.
     overlap = 1 - q.overlap
     micro = analytical_micro_batches(xp, q, samples, tokens)
+    # the forward-only passes' micro-batches (their own budget, else the update's)
+    lp_micro = analytical_logprob_micro_batches(xp, q, samples, tokens)
     moe = 0.0
+    fwd_unit = unit
     if _maybe(xp, q.is_moe > 0):
         # MoE layers: memory-bound passes, grouped-GEMM tiles, load imbalance; and a pass lasts at least
         # the host time of its MoE layers (the dropless dispatcher syncs host and GPU in every layer)
         moe = analytical_moe_pass_time(xp, q, tokens, micro)
         host = micro * (q.n_moe / q.pp) * q.moe_host_s
+        lp_moe = analytical_moe_pass_time(xp, q, tokens, lp_micro)
+        lp_host = lp_micro * (q.n_moe / q.pp) * q.moe_host_s
+        fwd_unit = xp.where(q.is_moe > 0, xp.maximum(unit + lp_moe, lp_host), unit)
         unit = xp.where(q.is_moe > 0, xp.maximum(unit + moe, host), unit)
     upd_micro = steps * xp.maximum(1, xp.ceil(micro / (steps // q.ppo_epochs)))
     zero3 = q.zero3 > 0
     sync = xp.where(zero3, overlap * upd_micro * q.grad_sync_s, steps * overlap * q.grad_sync_s)
-    fwd_gather = xp.where(zero3, overlap * micro * q.gather_s, 0.0)
+    fwd_gather = xp.where(zero3, overlap * lp_micro * q.gather_s, 0.0)
     n_fwd = q.old_lp + q.ref + q.lp_fwd
-    fwd_pass = unit + comm + fwd_gather
-    b1 = analytical_bubble(xp, q, samples, tokens)
-    bubble = n_fwd * unit * (b1 - 1.0)
+    fwd_pass = fwd_unit + lgt_f + comm + fwd_gather
+    b1 = analytical_bubble(xp, q, samples, tokens, 1, lp_micro)
+    bubble = n_fwd * fwd_unit * (b1 - 1.0)
     upd = q.ppo_epochs * q.update_passes
     update_stretch = analytical_bubble(xp, q, samples, tokens, steps // q.ppo_epochs) - 1.0
     # each optimizer step ends in a collective every DP rank joins: an update pass waits for its
     # busiest rank
-    upd_unit = xp.maximum(unit, imb_flops / q.flops_per_s + moe)
-    actor = upd * (upd_unit + comm)
+    upd_unit = xp.maximum(unit, imb_flops / q.flops_per_s + moe + last)
+    actor = upd * (upd_unit + comm) + q.ppo_epochs * lgt_fb
     bubble = bubble + upd * upd_unit * update_stretch
     adam = steps * q.optimizer_s
-    critic = xp.where(q.critic > 0, fwd_pass + upd * (upd_unit + comm) + sync + adam, 0.0)
-    bubble = xp.where(q.critic > 0, bubble + (unit * (b1 - 1.0) + upd * upd_unit * update_stretch), bubble)
-    return (q.old_lp * fwd_pass, q.ref * fwd_pass, q.lp_fwd * fwd_pass, critic, actor, bubble,
+    # the value model: the actor's size and layout, no log-softmax over the vocabulary
+    critic = xp.where(q.critic > 0, fwd_unit + comm + fwd_gather + upd * (upd_unit + comm) + sync + adam, 0.0)
+    bubble = xp.where(q.critic > 0, bubble + (fwd_unit * (b1 - 1.0) + upd * upd_unit * update_stretch), bubble)
+    # a host-resident reference model is swapped in and out around its forward (`ref_swap_s`)
+    return (q.old_lp * fwd_pass, q.ref * fwd_pass + q.ref_swap_s, q.lp_fwd * fwd_pass, critic, actor, bubble,
             sync, adam, q.overhead_s)
 
 

@@ -481,3 +481,119 @@ def test_moe_training_against_megatron_bridge_rows():
                                moe_token_dispatcher_type=disp, **lay)
         sim = gbs * 4096 / gpus / t.step_time([4096] * gbs)
         assert abs(sim / pub - 1) < 0.15, (model, gpu, lay, mbs, disp, sim, pub)
+
+def test_logprob_micro_batches_set_the_forward_passes_bubble_by_hand():
+    # pp=2 on 8 GPUs: dp=4, 8 samples of 2048 -> 2 samples, 4096 tokens per rank. The update packs
+    # micro-batches of 1024 tokens (4 per rank, stretch (pp-1)/4 = 0.25); the two forward-only
+    # passes (old log-prob, reference) pack 4096 (1 per rank, stretch 1): bubble = 2 x unit x 1 +
+    # 4 x unit x 0.25 = 3 x unit. NeMo-RL: train_mb_tokens vs logprob_mb_tokens.
+    kw = dict(gpus=8, pp=2, max_tokens_per_gpu=1024, recompute_old_logprob=True, reference_model=True)
+    t = AnalyticalTraining("qwen3-8b", "H100", logprob_max_tokens_per_gpu=4096, **kw)
+    unit = 2 * 2048 * F_1024 / (2 * 989e12 * 0.4)  # two samples per rank, half the layers
+    assert t.phases(SEQS)["pipeline_bubble"] == pytest.approx(3 * unit, rel=1e-12)
+    # the same budget as the update's: 2 x unit x 0.25 + 4 x unit x 0.25 = 1.5 x unit
+    same = AnalyticalTraining("qwen3-8b", "H100", **kw)
+    assert same.phases(SEQS)["pipeline_bubble"] == pytest.approx(1.5 * unit, rel=1e-12)
+    # samples instead (logprob_batch_size without packing): 1 per micro-batch -> 2 per rank, stretch 0.5:
+    # 2 x unit x 0.5 + 4 x unit x 0.25 = 2 x unit
+    by_n = AnalyticalTraining("qwen3-8b", "H100", logprob_micro_batch_size=1, **kw)
+    assert by_n.phases(SEQS)["pipeline_bubble"] == pytest.approx(2 * unit, rel=1e-12)
+    # the forward passes' own time (no bubble) does not change with their micro-batches on a dense model
+    assert t.phases(SEQS)["old_log_prob"] == same.phases(SEQS)["old_log_prob"]
+
+
+def test_logprob_micro_batches_set_the_moe_host_floor_by_hand():
+    from simrl.cost import formulas as F
+
+    q = F.AnalyticalParams(
+        dp=2.0, two_p=2e9, attn_c=1e5, lin_f=0.0, flops_per_s=1e15, tp=1.0, pp=1.0, cp=1.0, sp=1.0, layers=2.0,
+        hidden=64.0, pdt=2.0, bw_tp_coll=1e11, ep=1.0, n_moe=24.0, k=2.0, bw_ep=1e11, bw_pp=1e11, n_full=2.0,
+        kv_el=128.0, kv_div=1.0, bw_cp=1e11, sp_width=512.0, bw_sp=1e11, micro_batch_size=1.0,
+        max_tokens_per_gpu=500.0, seq_split=1.0, vpp=1.0, mini_batch_samples=0.0, ppo_epochs=1.0,
+        update_passes=4.0, old_lp=1.0, ref=0.0, lp_fwd=0.0, critic=0.0, overlap=0.0, zero3=0.0, grad_sync_s=0.5,
+        gather_s=0.0, optimizer_s=0.1, overhead_s=0.2, is_moe=1.0, moe_fwd_flops=1e9, moe_bytes=1e6,
+        hbm_rank=1e12, gpu_split=1.0, experts=4.0, tile_rows=128.0, imb_given=0.0, imb_c=0.0, moe_host_s=5e-4)
+    fwd = [F.analytical_fwd_flops(F.PY, q, s) for s in (1000, 3000)]
+    # 2 samples, 4000 tokens, 2 DP ranks: 2000 tokens per rank. The update's 500-token budget gives 4
+    # micro-batches: host floor 4 x 24 MoE layers x 5e-4 s = 0.048 s per pass, over the GPU's
+    # 6.45e-3 (dense unit, test_moe_pass_time_by_hand) + 2.048e-3 (m = 500 x 2 / 4 = 250 rows in 2
+    # tiles of 128: 2000 x 1e-6 x 256/250). Without a log-prob budget the old-log-prob forward pays it too.
+    ph = dict(zip(F.ANALYTICAL_PHASES, F.analytical_phase_values(F.PY, q, 2, 4000, sum(fwd), max(fwd)), strict=True))
+    assert ph["old_log_prob"] == pytest.approx(0.048, rel=1e-12)
+    assert ph["actor_update"] == pytest.approx(4 * 0.048, rel=1e-12)
+    # A 2000-token log-prob budget: 1 micro-batch per rank, floor 1 x 24 x 5e-4 = 0.012 s, still over the
+    # GPU's 6.45e-3 + 2.048e-3 (m = 2000 x 2 / 4 = 1000 rows in 8 tiles: 2000 x 1e-6 x 1024/1000)
+    lp = q._replace(lp_max_tokens=2000.0)
+    ph = dict(zip(F.ANALYTICAL_PHASES, F.analytical_phase_values(F.PY, lp, 2, 4000, sum(fwd), max(fwd)), strict=True))
+    assert ph["old_log_prob"] == pytest.approx(0.012, rel=1e-12)
+    assert ph["actor_update"] == pytest.approx(4 * 0.048, rel=1e-12)  # the update keeps its own micro-batches
+    # by samples: 1 sample per micro-batch -> 1 per rank, the same 0.012
+    by_n = q._replace(lp_micro_batch_size=1.0)
+    assert F.analytical_phase_values(F.PY, by_n, 2, 4000, sum(fwd), max(fwd))[0] == pytest.approx(0.012, rel=1e-12)
+
+
+def test_reference_on_host_swap_by_hand():
+    # NeMo-RL's Megatron worker (use_reference_model): Llama-3.1-8B (8,030,261,248 parameters) at PP 2
+    # on 16 H100: 4,015,130,624 per GPU, 8,030,261,248 B in BF16. Three copies over PCIe Gen5 at
+    # 64 GB/s x 0.8: 3 x 8,030,261,248 / 51.2e9 = 0.470523 s; the DP parameter all-gather of the
+    # distributed optimizer (8 ranks in one node, NVLink 450 GB/s x 0.7): 7/8 x 8,030,261,248 / 315e9
+    # = 0.022306 s. Total 0.492829 s, added to the reference forward once per step.
+    kw = dict(gpus=16, pp=2, reference_model=True)
+    t = AnalyticalTraining("meta-llama/Llama-3.1-8B", "H100", reference_on_host=True, **kw)
+    assert t.params_per_gpu() == 4_015_130_624
+    assert t.reference_swap_time() == pytest.approx(3 * 8_030_261_248 / 51.2e9 + 7 / 8 * 8_030_261_248 / 315e9,
+                                                    rel=1e-12)
+    assert t.reference_swap_time() == pytest.approx(0.492829, abs=1e-6)
+    on_gpu = AnalyticalTraining("meta-llama/Llama-3.1-8B", "H100", **kw)
+    ph, base = t.phases(SEQS), on_gpu.phases(SEQS)
+    assert on_gpu.reference_swap_time() == 0.0
+    assert ph["ref_forward"] == pytest.approx(base["ref_forward"] + t.reference_swap_time(), rel=1e-12)
+    assert {k: v for k, v in ph.items() if k != "ref_forward"} == {k: v for k, v in base.items() if k != "ref_forward"}
+    # one DP rank (PP 2 on 2 GPUs): no all-gather, only the three host copies
+    one = AnalyticalTraining("meta-llama/Llama-3.1-8B", "H100", gpus=2, pp=2, reference_model=True,
+                             reference_on_host=True)
+    assert one.reference_swap_time() == pytest.approx(3 * 8_030_261_248 / 51.2e9, rel=1e-12)
+    with pytest.raises(CostModelError, match="reference_on_host=true needs reference_model=true"):
+        AnalyticalTraining("meta-llama/Llama-3.1-8B", "H100", gpus=16, pp=2, reference_on_host=True)
+
+
+def test_lm_head_on_the_last_pipeline_stage_by_hand():
+    # Megatron's even split: Qwen3-8B's 36 layers 18 + 18 over pp=2, the LM head (2 x 151,936 x 4,096 =
+    # 1,244,659,712 FLOPs per token) on stage 2. 8 GPUs, dp 4: 4,096 tokens per rank. Every pass runs
+    # at the last stage's pace: H (pp - 1) more per rank's tokens, 4,096 x 1,244,659,712 x 1 /
+    # (2 x 989e12 x 0.4) = 6.443537e-3 s per forward-equivalent pass.
+    kw = dict(gpus=8, pp=2, recompute_old_logprob=True)
+    t = AnalyticalTraining("qwen3-8b", "H100", head_on_last_stage=True, **kw)
+    even = AnalyticalTraining("qwen3-8b", "H100", **kw)
+    last = 4096 * 1_244_659_712 / (2 * 989e12 * 0.4)
+    assert last == pytest.approx(6.443537e-3, rel=1e-6)
+    ph, base = t.phases(SEQS), even.phases(SEQS)
+    assert ph["old_log_prob"] == pytest.approx(base["old_log_prob"] + last, rel=1e-12)
+    assert ph["actor_update"] == pytest.approx(base["actor_update"] + 4 * last, rel=1e-12)  # 3 passes + recompute
+    # one stage holds everything: nothing to add
+    one = AnalyticalTraining("qwen3-8b", "H100", gpus=8, head_on_last_stage=True)
+    assert one.phases(SEQS) == AnalyticalTraining("qwen3-8b", "H100", gpus=8).phases(SEQS)
+
+
+def test_fp32_log_softmax_over_the_vocabulary_by_hand():
+    # NeMo-RL DistributedLogprob (with the temperature div_): 50 B per vocabulary entry and token in a
+    # forward, 22 B more in the backward. Qwen3-8B (vocab 151,936) at TP 1 on 8 GPUs, dp 8: 2,048 tokens
+    # per rank, H100 HBM 3.35 TB/s x 0.7. Forward-only pass: 2,048 x 50 x 151,936 / 2.345e12 =
+    # 6.634647e-3 s; update (forward + backward once): 2,048 x 72 x 151,936 / 2.345e12 = 9.553891e-3 s.
+    kw = dict(gpus=8, recompute_old_logprob=True, reference_model=True)
+    t = AnalyticalTraining("qwen3-8b", "H100", distributed_logprob=True, **kw)
+    base = AnalyticalTraining("qwen3-8b", "H100", **kw).phases(SEQS)
+    ph = t.phases(SEQS)
+    fwd, both = 2048 * 50 * 151_936 / 2.345e12, 2048 * 72 * 151_936 / 2.345e12
+    assert fwd == pytest.approx(6.634647e-3, rel=1e-6) and both == pytest.approx(9.553891e-3, rel=1e-6)
+    assert ph["old_log_prob"] == pytest.approx(base["old_log_prob"] + fwd, rel=1e-12)
+    assert ph["ref_forward"] == pytest.approx(base["ref_forward"] + fwd, rel=1e-12)
+    assert ph["actor_update"] == pytest.approx(base["actor_update"] + both, rel=1e-12)
+    # TP 2 splits the vocabulary: half of it per GPU; 4 DP ranks: twice the tokens per rank -> the same
+    tp2 = AnalyticalTraining("qwen3-8b", "H100", tp=2, distributed_logprob=True, **kw)
+    tp2_base = AnalyticalTraining("qwen3-8b", "H100", tp=2, **kw).phases(SEQS)
+    assert tp2.phases(SEQS)["old_log_prob"] == pytest.approx(tp2_base["old_log_prob"] + fwd, rel=1e-12)
+    # the PPO value model computes no log-probs: its phase does not change
+    crit = AnalyticalTraining("qwen3-8b", "H100", critic=True, distributed_logprob=True, **kw)
+    assert crit.phases(SEQS)["critic_update"] == AnalyticalTraining(
+        "qwen3-8b", "H100", critic=True, **kw).phases(SEQS)["critic_update"]

@@ -176,7 +176,17 @@ def test_analytical_jax_and_python_give_identical_floats():
                       (MOE, dict(gpus=8, ep=8, zero_stage=3, micro_batch_size=2, moe_imbalance=1.3)),
                       (MOE, dict(gpus=8, ep=8, moe_host_s_per_layer=2.935e-3)),  # the host floor (off by default)
                       # the flex dispatcher across nodes: NVLink and NIC copies at once (maximum)
-                      (MOE, dict(gpus=16, ep=16, moe_token_dispatcher_type="flex"))):
+                      (MOE, dict(gpus=16, ep=16, moe_token_dispatcher_type="flex")),
+                      # the forward passes' own micro-batches, a host-resident reference (NeMo-RL)
+                      (dense, dict(pp=2, max_tokens_per_gpu=2048, logprob_max_tokens_per_gpu=8192,
+                                   recompute_old_logprob=True, reference_model=True, reference_on_host=True,
+                                   head_on_last_stage=True, distributed_logprob=True)),
+                      (dense, dict(gpus=8, zero_stage=3, logprob_micro_batch_size=3, recompute_old_logprob=True)),
+                      (MOE, dict(gpus=16, tp=2, ep=8, max_tokens_per_gpu=1024, logprob_max_tokens_per_gpu=4096,
+                                 recompute_old_logprob=True, reference_model=True, reference_on_host=True,
+                                 distributed_logprob=True)),
+                      (dense, dict(gpus=8, pp=2, critic=True, head_on_last_stage=True, distributed_logprob=True,
+                                   mini_batch_samples=2))):
         t = AnalyticalTraining(model, "H100", **kw)
         qj = F.AnalyticalParams(*(jnp.float64(x) for x in t.array_params()))
         assert float(step(qj, jnp.asarray(lens, dtype=jnp.float64))) == t.step_time(lens), kw
@@ -206,7 +216,15 @@ def test_roofline_and_analytical_runs_equal_in_both_engines():
              # an MoE model: touched experts (1 - k/E)^tokens in the rollout, EP all-to-alls in training
              roofline_case(wl, "deployment.model=qwen3-30b-a3b", "deployment.rollout.tp=2",
                            "deployment.training.gpus=8", "deployment.training.tp=2", "deployment.training.ep=4",
-                           "deployment.training.zero_stage=3")]
+                           "deployment.training.zero_stage=3"),
+             # NeMo-RL's trainer: log-prob micro-batches, host-resident reference, LM head on the last
+             # PP stage, fp32 log-softmax
+             roofline_case(wl, "deployment.training.gpus=4", "deployment.training.pp=2",
+                           "cost.training_knobs.max_tokens_per_gpu=256",
+                           "cost.training_knobs.logprob_max_tokens_per_gpu=1024",
+                           "cost.training_knobs.recompute_old_logprob=true", "cost.training_knobs.reference_model=true",
+                           "cost.training_knobs.reference_on_host=true", "cost.training_knobs.head_on_last_stage=true",
+                           "cost.training_knobs.distributed_logprob=true")]
     for c in cases:
         c.run_simpy()
     res = run_fast(cases)
