@@ -99,6 +99,15 @@ class InstState(NamedTuple):
     #                    prefilling (0 after an abort: every resumed request re-prefills)
     plan: jnp.ndarray  # [K] bool: the boundary is in Instance.plan's preemption loop (admission is over)
     preempt: jnp.ndarray  # [K] int32: Instance.preemptions
+    # -- prefix cache (Params.pc; simrl_fast.prefix; [K, 1] stubs and zeros when Static.prefix is off) --
+    ph: jnp.ndarray  # [K] int64: prefix-hit tokens of the requests admitted at the anchor (their prefill is pa - ph)
+    slot_sh: jnp.ndarray  # [K, S] int32: Request.holds_shared of each running request: 0 no, 1 yes (it allocated
+    #                       the entry: prefilled the whole prompt), 2 yes, its prompt hit the shared prefix
+    sh_ref: jnp.ndarray  # [K, Gm] int32: Instance.shared[gid][1], references to a group's shared prefix
+    c_ser: jnp.ndarray  # [K, Gm] int32: LRU serial of the group's entry in Instance.cache (live when >= c_floor)
+    c_next: jnp.ndarray  # [K] int32: the next serial (above every live one: the MRU end)
+    c_floor: jnp.ndarray  # [K] int32: serials below it were cleared (Instance.clear_cache)
+    cache_tok: jnp.ndarray  # [K] int64: Instance.cache_tokens
 
 
 class CallState(NamedTuple):
@@ -197,6 +206,12 @@ class SimState(NamedTuple):
     count_off: jnp.ndarray  # int32: running + buffered - dispatched at the last publication (admit_count_since_publish)
 
 
+def serials(static) -> bool:
+    """Whether the batch carries admission serials and queued tokens (`InstState.slot_ser`, `CallState.qgen`):
+    on_demand KV (the newest is preempted) or the prefix cache (aborted requests are re-queued in order)."""
+    return bool(static.on_demand or static.prefix)
+
+
 def admit_max(static) -> int:
     """Calls one scan step admits at most (the rest of a long admission takes further steps)."""
     return max(1, min(static.slots, 16))
@@ -217,11 +232,14 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         wq_pos=i32(0, K), wq_len=i32(0, K),
         slot_key=i64(KEY_EMPTY, (K, S)), slot_len=i32(0, (K, S)), psum=i64(0, K),
         # (a batch without on_demand KV carries no per-slot serials nor queued tokens: [K, 1] stubs)
-        slot_ser=i32(0, (K, S if static.on_demand else 1)), ser=i32(0, K), ser0=i32(0, K), plan=jnp.zeros(K, bool),
+        # (the prefix cache's abort releases need the admission order and the kept tokens too)
+        slot_ser=i32(0, (K, S if serials(static) else 1)), ser=i32(0, K), ser0=i32(0, K), plan=jnp.zeros(K, bool),
         preempt=i32(0, K),
+        ph=i64(0, K), slot_sh=i32(0, (K, S if static.prefix else 1)), sh_ref=i32(0, (K, Gm if static.prefix else 1)),
+        c_ser=i32(0, (K, Gm if static.prefix else 1)), c_next=i32(1, K), c_floor=i32(1, K), cache_tok=i64(0, K),
     )
     Q = R + admit_max(static) + 1
-    calls = CallState(queue=i32(-1, (K, Q)), qgen=i32(0, (K, Q if static.on_demand else 1)))
+    calls = CallState(queue=i32(-1, (K, Q)), qgen=i32(0, (K, Q if serials(static) else 1)))
     groups = GroupState(status=i32(G_FREE, Gm), done=i32(0, Gm), minv=i32(BIG, Gm), buf=i32(-1, Gm))
     trainer = TrainerState(phase=i32(T_WAIT), step=i32(0), timer_t=f64(jnp.inf), timer_prev=f64(jnp.inf),
                            timer_seq=i32(BIG), acks=i32(0), taken=i32(0), dur=f64(0.0))
