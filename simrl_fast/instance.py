@@ -28,6 +28,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from simrl_fast import chunked as ch
 from simrl_fast.closed_form import event_of, forks_of
 from simrl_fast.costs import rollout_times
 from simrl_fast.lowering import RULE_ABORT_RESTART, RULE_ABORT_RESUME
@@ -106,6 +107,9 @@ def instance_action(st, p, w, static, on, i, new_now):
     sser = ins.slot_ser[i] if OD else jnp.zeros(S, jnp.int32)  # [S] int32: admission serials
     od = (p.od == 1) & OD
     in_plan = cont & ins.plan[i] & OD  # this step is one turn of Instance.plan's preemption loop
+    CH = static.chunked_prefill  # some configuration has a token budget (simrl_fast.chunked; else not traced)
+    if CH:
+        pq_done, pq_tail, spos = ins.pq_done[i], ins.pq_tail[i], ins.slot_pos[i]
 
     # -- 1. entry --------------------------------------------------------------------------
     busy_entry = ~cont & (ph == BUSY)
@@ -115,8 +119,11 @@ def instance_action(st, p, w, static, on, i, new_now):
     it = jnp.where(busy_entry, ins.ev_it[i], it)
     nd = jnp.where(busy_entry, (nd + na), nd)
     kd = jnp.where(busy_entry, k1 + (j - 1) * b1, kd)
-    na = jnp.where(busy_entry, 0, na)
-    pa = jnp.where(busy_entry, 0, pa)
+    # chunked prefill: those the anchor iteration did not complete are still prefilling, the line advanced
+    na = jnp.where(busy_entry, ins.nw[i] if CH else 0, na)
+    pa = jnp.where(busy_entry, ins.wkv[i] if CH else 0, pa)
+    if CH:
+        pq_done = jnp.where(busy_entry, pq_done + ins.pf[i], pq_done)
     occ = key < KEY_EMPTY
     res_entry = ~cont & (ph == RESUME)
     ab = res_entry & (p.rule == RULE_ABORT_RESUME)
@@ -126,7 +133,16 @@ def instance_action(st, p, w, static, on, i, new_now):
     na = jnp.where(ab | rs, nd + na, na)
     kd = jnp.where(ab | rs, 0, kd)
     nd = jnp.where(ab | rs, 0, nd)
-    key = jnp.where(rs & occ, pack(it + ins.slot_len[i], unpack_rid(key)), key)
+    if CH:  # every running request re-prefills, in admission (= slot) order, on a new line
+        pr_s, _ = call_lengths(w, jnp.where(occ, unpack_rid(key), 0), n, G)
+        key_ab, pos_ab, line = ch.reprefill_row(key, ins.slot_len[i], pr_s, it, rs, occ)
+        key = jnp.where(ab | rs, key_ab, key)
+        spos = jnp.where(ab | rs, pos_ab, spos)
+        pa = jnp.where(ab | rs, line, pa)
+        pq_done = jnp.where(ab | rs, 0, pq_done)
+        pq_tail = jnp.where(ab | rs, line, pq_tail)
+    else:
+        key = jnp.where(rs & occ, pack(it + ins.slot_len[i], unpack_rid(key)), key)
     # on_demand: every running request holds prompt + generated (a restarted one its prompt only)
     kv_used = jnp.where(od & ~cont, kd + pa, kv_used)
     # running requests admitted after ser0 are prefilling (after an abort every one re-prefills)
@@ -141,7 +157,9 @@ def instance_action(st, p, w, static, on, i, new_now):
     has_fin = unpack_fin(k1) == it
     s_f = jnp.min(jnp.where(key == k1, sidx, S))
     # Instance.plan's victim: the newest admitted running request (max admit_serial)
-    if OD:  # one reduction: serials are distinct, so (serial, slot) packed gives both
+    if CH:  # the slots are in admission order: the newest is the last occupied one
+        top, s_v = jnp.int32(-1), jnp.where(running > 0, running - 1, S).astype(jnp.int32)
+    elif OD:  # one reduction: serials are distinct, so (serial, slot) packed gives both
         top_sv = jnp.max(jnp.where(occ, sser.astype(jnp.int64) * S + sidx, -1))
         top, s_v = (top_sv // S).astype(jnp.int32), jnp.where(top_sv < 0, S, top_sv % S).astype(jnp.int32)
     else:
@@ -158,9 +176,13 @@ def instance_action(st, p, w, static, on, i, new_now):
     len_v = ins.slot_len[i, jnp.minimum(s_v, S - 1)]
     r_v = jnp.where(do_vic, unpack_rid(key_v), -1)
     pr_v, _ = call_lengths(w, r_v, n, G)
-    gen_v = len_v.astype(jnp.int64) - (unpack_fin(key_v) - it).astype(jnp.int64)  # Instance.generated_of
+    if CH:
+        gen_v = ch.generated_of(key_v, len_v, it)
+        pf_v = ch.prefilling(key_v)  # still prefilling: the last stretch of the line
+    else:
+        gen_v = len_v.astype(jnp.int64) - (unpack_fin(key_v) - it).astype(jnp.int64)  # Instance.generated_of
+        pf_v = sser[jnp.minimum(s_v, S - 1)] > ser0  # still prefilling (admitted at this anchor)
     tok_v = jnp.where(do_vic, pr_v + gen_v, 0)
-    pf_v = sser[jnp.minimum(s_v, S - 1)] > ser0  # still prefilling (admitted at this anchor)
     counted = do_vic & (nd > 0)  # a resumed batch over capacity (nd = 0) was never re-admitted in SimPy
     pausing = pause_it <= it
     do_pause = ~has_fin & pausing
@@ -190,6 +212,11 @@ def instance_action(st, p, w, static, on, i, new_now):
     kv_used = kv_used - jnp.where(has_fin, tok_f, 0) - tok_v + adm_kv
     na = na + n_adm - (do_vic & pf_v)
     pa = pa + adm_pf - jnp.where(pf_v, tok_v, 0)
+    if CH:  # a preempted prefilling request is the line's last stretch; the admitted calls extend it
+        pq_tail = pq_tail - jnp.where(do_vic & pf_v, tok_v, 0)
+        pq_done = jnp.minimum(pq_done, pq_tail)
+        adm_pos = pq_tail + jnp.cumsum(jnp.where(adm_v, hp_v + gens[:A], 0))
+        pq_tail = pq_tail + adm_pf
     head2 = heads[n_adm]
     len2 = wq_len - n_adm + do_vic
     pause_it = jnp.where(do_pause, BIG, pause_it)
@@ -206,13 +233,32 @@ def instance_action(st, p, w, static, on, i, new_now):
     more = (nfin > 1) | (~paused & pausing & ~do_pause) | adm_more | need_pre | restart
     close = ~more
     start = close & ~paused & (running > 0)
+    s_rm = jnp.where(has_fin, s_f, s_v)
+    rem = has_fin | do_vic
+    if CH:
+        # the slot rows in admission order: the finished (or preempted) slot removed, the admitted calls
+        # appended (prefilling); then the anchor iteration's chunks (`Instance.plan`) complete a front part of
+        # the line, whose requests decode from here (the split is kept only when the iteration starts)
+        row_k = ch.append(ch.remove_shift(key, s_rm, rem, KEY_EMPTY), run_f, n_adm,
+                          ch.prefill_key(hl_v - gens[:A], heads[:A]))
+        row_l = ch.append(ch.remove_shift(ins.slot_len[i], s_rm, rem, 0), run_f, n_adm, hl_v)
+        row_p = ch.append(ch.remove_shift(spos, s_rm, rem, 0), run_f, n_adm, adm_pos)
+        pf, na_c, pa_c, nw, wkv, row_c, again = ch.plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, row_k, row_p)
+        na, pa = jnp.where(start, na_c, na), jnp.where(start, pa_c, pa)
+        nw, wkv, pf = jnp.where(start, nw, 0), jnp.where(start, wkv, 0), jnp.where(start, pf, 0)
+        row_k = jnp.where(start, row_c, row_k)
+    else:
+        pf = pa  # unchunked: the anchor iteration prefills every admitted request
     b1n = nd + na
     k1n = kd + nd + pa + na
-    dt0, alpha, beta = rollout_times(p, static, nd, kd, pa, b1n, k1n)  # simrl_fast.costs: the cost model's formula
+    dt0, alpha, beta = rollout_times(p, static, nd, kd, pf, b1n, k1n)  # simrl_fast.costs: the cost model's formula
     t1 = clock + dt0
     adm_keys = jnp.where(adm_v, pack(it + hl_v - gens[:A], heads[:A]), KEY_EMPTY)
     # the batch's own next event: its earliest finish, or the boundary where on_demand KV runs out
-    fin_min = unpack_fin(jnp.minimum(k2, jnp.min(adm_keys)))
+    if CH:  # or the next boundary, when its iteration prefills too (a prefill iteration anchors a run)
+        fin_min = jnp.minimum(ch.next_finish(row_k), jnp.where(start & again, it + 1, BIG))
+    else:
+        fin_min = unpack_fin(jnp.minimum(k2, jnp.min(adm_keys)))
     adm_it = jnp.int32(BIG)
     if OD:
         fin_min = jnp.minimum(fin_min, preempt_boundary(p, it, kv_used, nd, na))
@@ -255,30 +301,38 @@ def instance_action(st, p, w, static, on, i, new_now):
     if OD:
         inst = inst._replace(ser=put(ins.ser, ser + n_adm), ser0=put(ins.ser0, ser0), plan=put(ins.plan, need_pre),
                              preempt=put(ins.preempt, ins.preempt[i] + counted))
-    # The [K, S] slot arrays: the finished (or preempted) slot takes the last occupied one (which is
-    # freed unless an admission refills it) and the admitted calls fill slots run_f.., as element
-    # scatters into the carried arrays (no row copy); abort_restart's new finish iterations rewrite the row.
-    key_last, len_last, ser_last = key[last], ins.slot_len[i, last], sser[last]
-    s_rm = jnp.where(has_fin, s_f, s_v)
-    rem = has_fin | do_vic
-    move = on & rem & (s_rm != last)
-    clear = on & rem & (n_adm == 0)
-    cols = jnp.concatenate([jnp.where(move, s_rm, S)[None], jnp.where(clear, last, S)[None],
-                            jnp.where(on & adm_v, run_f + kk, S)])
-    reads = (ser_last, key_v.astype(jnp.int32) & 0, len_v, top) if OD else ()
-    rows = tie(jnp.full(cols.shape, i, jnp.int32), K, key_last.astype(jnp.int32) & 0, len_last, *reads)
-    keys = ins.slot_key.at[jnp.where(on & rs, i, K)].set(key, mode="drop")
-    inst = inst._replace(
-        slot_key=keys.at[rows, cols].set(
-            jnp.concatenate([key_last[None], jnp.full(1, KEY_EMPTY, jnp.int64), adm_keys]), mode="drop"),
-        slot_len=ins.slot_len.at[rows, cols].set(
-            jnp.concatenate([len_last[None], jnp.zeros(1, jnp.int32), hl_v.astype(jnp.int32)]), mode="drop"),
-    )
+    if CH:  # the rows built above, one row write each (their values depend on the rows read: in place)
+        row_i = jnp.where(on, i, K)
+        inst = inst._replace(
+            pq_done=put(ins.pq_done, pq_done), pq_tail=put(ins.pq_tail, pq_tail), pf=put(ins.pf, pf),
+            nw=put(ins.nw, nw), wkv=put(ins.wkv, wkv),
+            slot_key=ins.slot_key.at[row_i].set(row_k, mode="drop"),
+            slot_len=ins.slot_len.at[row_i].set(row_l.astype(jnp.int32), mode="drop"),
+            slot_pos=ins.slot_pos.at[row_i].set(row_p, mode="drop"))
+    else:
+        # The [K, S] slot arrays: the finished (or preempted) slot takes the last occupied one (which is
+        # freed unless an admission refills it) and the admitted calls fill slots run_f.., as element
+        # scatters into the carried arrays (no row copy); abort_restart's new finish iterations rewrite the row.
+        key_last, len_last, ser_last = key[last], ins.slot_len[i, last], sser[last]
+        move = on & rem & (s_rm != last)
+        clear = on & rem & (n_adm == 0)
+        cols = jnp.concatenate([jnp.where(move, s_rm, S)[None], jnp.where(clear, last, S)[None],
+                                jnp.where(on & adm_v, run_f + kk, S)])
+        reads = (ser_last, key_v.astype(jnp.int32) & 0, len_v, top) if OD else ()
+        rows = tie(jnp.full(cols.shape, i, jnp.int32), K, key_last.astype(jnp.int32) & 0, len_last, *reads)
+        keys = ins.slot_key.at[jnp.where(on & rs, i, K)].set(key, mode="drop")
+        inst = inst._replace(
+            slot_key=keys.at[rows, cols].set(
+                jnp.concatenate([key_last[None], jnp.full(1, KEY_EMPTY, jnp.int64), adm_keys]), mode="drop"),
+            slot_len=ins.slot_len.at[rows, cols].set(
+                jnp.concatenate([len_last[None], jnp.zeros(1, jnp.int32), hl_v.astype(jnp.int32)]), mode="drop"),
+        )
     calls = C
-    if OD:
+    if OD and not CH:  # (with chunked prefill traced the victim is the last slot: no serials kept)
         inst = inst._replace(slot_ser=ins.slot_ser.at[rows, cols].set(
             jnp.concatenate([ser_last[None], jnp.zeros(1, jnp.int32), (ser + 1 + kk).astype(jnp.int32)]),
             mode="drop"))
+    if OD:
         # Instance.preempt: the victim goes back to the head of the waiting queue, keeping its tokens
         qrow = jnp.where(on & do_vic, tie(i, K, heads, gens.astype(jnp.int32)), K)
         calls = C._replace(queue=C.queue.at[qrow, wq_pos - 1].set(r_v, mode="drop"),
