@@ -603,6 +603,11 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
     steps = max(int(p.steps) for p in params)
     K = max(int(p.n_inst) for p in params)
     actions = mg * (1 + 3 * n) + steps * (2 * K + 6) + 64
+    if any(int(p.token_budget) > 0 for p in params):
+        # chunked prefill visits every boundary whose iteration prefills: a chunk is at least one token, so at
+        # most one visit per prefilled token (a bound for the safety cap only; a real run takes far fewer)
+        actions += mg * n * int((wa.prompt.astype(np.int64) + wa.completion).max())
+        actions = 1 << (actions - 1).bit_length()  # a power of two: fewer distinct shapes (one compile each)
     chunk = 256
     return Static(
         instances=K, slots=max(int(p.max_seqs) for p in params), group_size=n, groups=G, max_groups=mg,

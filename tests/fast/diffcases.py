@@ -60,11 +60,27 @@ def preemptions_until_done(sim) -> list[int]:
     return out
 
 
-def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_policy: str = "reserve") -> Case:
+def draw_token_budget(rng: np.random.Generator, slots: int) -> int:
+    """A ``max_num_batched_tokens``: unchunked (0), the vLLM default (8192), a budget below the longer
+    prompts (chunks split across iterations), or a tight one near ``max_num_seqs`` (a budget at or below
+    the decoding sequences holds every prefill until a finish frees some)."""
+    kind = rng.choice(["off", "default", "split", "tight"], p=[0.3, 0.1, 0.3, 0.3])
+    if kind == "off":
+        return 0
+    if kind == "default":
+        return 8192
+    if kind == "split":
+        return int(rng.integers(64, 1025))
+    return int(rng.integers(max(8, slots // 2), slots + 33))
+
+
+def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_policy: str = "reserve",
+                chunked: bool = True) -> Case:
     """A random configuration inside the declared feature set.
 
     ``kv_policy``: ``reserve``, ``on_demand`` or ``any`` (drawn last, so the other draws of a seed do
-    not depend on it; small KV capacities make on_demand preempt)."""
+    not depend on it; small KV capacities make on_demand preempt). ``chunked``: draw
+    ``max_num_batched_tokens`` (`draw_token_budget`, after everything else), else 0."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -104,7 +120,11 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
         kv_policy = str(rng.choice(["reserve", "on_demand"]))
     if kv_policy != "reserve":
         ov.append(f"deployment.rollout.kv_policy={kv_policy}")
-    return Case(ov, wl, costs, label=f"K={K} S={S} kv={kv} {kv_policy} c={c:.2g} p={p:.2g} {' '.join(pol)}")
+    tb = draw_token_budget(rng, S) if chunked else 0
+    if tb:
+        ov = [o for o in ov if not o.startswith("deployment.rollout.max_num_batched_tokens=")]
+        ov.append(f"deployment.rollout.max_num_batched_tokens={tb}")
+    return Case(ov, wl, costs, label=f"K={K} S={S} kv={kv} {kv_policy} tb={tb} c={c:.2g} p={p:.2g} {' '.join(pol)}")
 
 
 def run_fast(cases: list[Case], chunk: int | None = None):
