@@ -71,7 +71,7 @@ def draw_token_budget(rng: np.random.Generator, slots: int) -> int:
         return 8192
     if kind == "split":
         return int(rng.integers(64, 1025))
-    return int(rng.integers(max(8, slots // 2), slots + 33))
+    return int(rng.integers(max(8, slots // 4), max(9, slots + 9)))  # (at least 8: fewer prefill visits)
 
 
 def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_policy: str = "reserve",
