@@ -28,6 +28,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from simrl_fast import chunked as ch
 from simrl_fast.closed_form import event_of, forks_of
 from simrl_fast.costs import rollout_times
 from simrl_fast.lowering import RULE_ABORT_RESTART, RULE_ABORT_RESUME
@@ -44,6 +45,7 @@ from simrl_fast.state import (
     START,
     admit_max,
     pack,
+    queued_gen,
     serials,
     tie,
     unpack_fin,
@@ -108,10 +110,14 @@ def instance_action(st, p, w, static, on, i, new_now):
     ser, ser0 = ins.ser[i], ins.ser0[i]
     OD = static.on_demand  # some configuration of the batch has on_demand KV (else none of its code is traced)
     PX = static.prefix  # some configuration of the batch shares prompt prefixes (simrl_fast.prefix)
+    CH = static.chunked_prefill  # some configuration has a token budget (simrl_fast.chunked; else not traced)
     SER = serials(static)
-    sser = ins.slot_ser[i] if SER else jnp.zeros(S, jnp.int32)  # [S] int32: admission serials
+    # [S] int32: admission serials (with the chunked code the slots are in admission order: their index)
+    sser = ins.slot_ser[i] if SER else (jnp.arange(S, dtype=jnp.int32) if CH else jnp.zeros(S, jnp.int32))
     od = (p.od == 1) & OD
     in_plan = cont & ins.plan[i] & OD  # this step is one turn of Instance.plan's preemption loop
+    if CH:
+        pq_done, pq_tail, spos = ins.pq_done[i], ins.pq_tail[i], ins.slot_pos[i]
     pcx = (p.pc == 1) & PX
     Gm, K = static.max_groups, static.instances
     if PX:
@@ -128,8 +134,11 @@ def instance_action(st, p, w, static, on, i, new_now):
     it = jnp.where(busy_entry, ins.ev_it[i], it)
     nd = jnp.where(busy_entry, (nd + na), nd)
     kd = jnp.where(busy_entry, k1 + (j - 1) * b1, kd)
-    na = jnp.where(busy_entry, 0, na)
-    pa = jnp.where(busy_entry, 0, pa)
+    # chunked prefill: those the anchor iteration did not complete are still prefilling, the line advanced
+    na = jnp.where(busy_entry, ins.nw[i] if CH else 0, na)
+    pa = jnp.where(busy_entry, ins.wkv[i] if CH else 0, pa)
+    if CH:
+        pq_done = jnp.where(busy_entry, pq_done + ins.pf[i], pq_done)
     occ = key < KEY_EMPTY
     res_entry = ~cont & (ph == RESUME)
     # the prefix cache re-admits aborted requests through the queue (`Instance.abort_all` then `admit`): a
@@ -142,7 +151,16 @@ def instance_action(st, p, w, static, on, i, new_now):
     na = jnp.where(ab | rs, nd + na, na)
     kd = jnp.where(ab | rs, 0, kd)
     nd = jnp.where(ab | rs, 0, nd)
-    key = jnp.where(rs & occ, pack(it + ins.slot_len[i], unpack_rid(key)), key)
+    if CH:  # every running request re-prefills, in admission (= slot) order, on a new line
+        pr_s, _ = call_lengths(w, jnp.where(occ, unpack_rid(key), 0), n, G)
+        key_ab, pos_ab, line = ch.reprefill_row(key, ins.slot_len[i], pr_s, it, rs, occ)
+        key = jnp.where(ab | rs, key_ab, key)
+        spos = jnp.where(ab | rs, pos_ab, spos)
+        pa = jnp.where(ab | rs, line, pa)
+        pq_done = jnp.where(ab | rs, 0, pq_done)
+        pq_tail = jnp.where(ab | rs, line, pq_tail)
+    else:
+        key = jnp.where(rs & occ, pack(it + ins.slot_len[i], unpack_rid(key)), key)
     # on_demand: every running request holds prompt + generated (a restarted one its prompt only)
     if PX:  # a shared prefix is held once: the KV grows by B1 per iteration from the anchor's
         kv_pc = kv_used + jnp.where(busy_entry & od, j * b1, 0)
@@ -160,7 +178,10 @@ def instance_action(st, p, w, static, on, i, new_now):
         # only that (the admission follows in the next one, as SimPy's resumed loop admits from the queue)
         rq = requeue & (running > 0)
         rq_n = jnp.where(rq, running, 0)
-        gen_s = ins.slot_len[i].astype(jnp.int32) - (unpack_fin(key) - it)  # Instance.generated_of
+        if CH:
+            gen_s = ch.generated_of(key, ins.slot_len[i], it).astype(jnp.int32)
+        else:
+            gen_s = ins.slot_len[i].astype(jnp.int32) - (unpack_fin(key) - it)  # Instance.generated_of
         gen_s = jnp.where(p.rule == RULE_ABORT_RESTART, 0, gen_s)
         _, q_rid, q_gen = jax.lax.sort((jnp.where(occ, sser, BIG), unpack_rid(key), gen_s), num_keys=1)
         g_s = unpack_rid(key) // n
@@ -177,6 +198,8 @@ def instance_action(st, p, w, static, on, i, new_now):
         nd, na = jnp.where(rq, 0, nd), jnp.where(rq, 0, na)
         kd, pa, phit = jnp.where(rq, 0, kd), jnp.where(rq, 0, pa), jnp.where(rq, 0, phit)
         kv_used = jnp.where(rq, 0, kv_used)
+        if CH:
+            pq_done, pq_tail = jnp.where(rq, 0, pq_done), jnp.where(rq, 0, pq_tail)
         ser0 = jnp.where(rq, ser, ser0)
         key = jnp.where(rq, KEY_EMPTY, key)
         occ = key < KEY_EMPTY
@@ -190,7 +213,9 @@ def instance_action(st, p, w, static, on, i, new_now):
     has_fin = unpack_fin(k1) == it
     s_f = jnp.min(jnp.where(key == k1, sidx, S))
     # Instance.plan's victim: the newest admitted running request (max admit_serial)
-    if OD:  # one reduction: serials are distinct, so (serial, slot) packed gives both
+    if CH:  # the slots are in admission order: the newest is the last occupied one
+        top, s_v = jnp.int32(-1), jnp.where(running > 0, running - 1, S).astype(jnp.int32)
+    elif OD:  # one reduction: serials are distinct, so (serial, slot) packed gives both
         top_sv = jnp.max(jnp.where(occ, sser.astype(jnp.int64) * S + sidx, -1))
         top, s_v = (top_sv // S).astype(jnp.int32), jnp.where(top_sv < 0, S, top_sv % S).astype(jnp.int32)
     else:
@@ -209,9 +234,13 @@ def instance_action(st, p, w, static, on, i, new_now):
     len_v = ins.slot_len[i, jnp.minimum(s_v, S - 1)]
     r_v = jnp.where(do_vic, unpack_rid(key_v), -1)
     pr_v, _ = call_lengths(w, r_v, n, G)
-    gen_v = len_v.astype(jnp.int64) - (unpack_fin(key_v) - it).astype(jnp.int64)  # Instance.generated_of
+    if CH:
+        gen_v = ch.generated_of(key_v, len_v, it)
+        pf_v = ch.prefilling(key_v)  # still prefilling: the last stretch of the line
+    else:
+        gen_v = len_v.astype(jnp.int64) - (unpack_fin(key_v) - it).astype(jnp.int64)  # Instance.generated_of
+        pf_v = sser[jnp.minimum(s_v, S - 1)] > ser0  # still prefilling (admitted at this anchor)
     tok_v = jnp.where(do_vic, pr_v + gen_v, 0)
-    pf_v = sser[jnp.minimum(s_v, S - 1)] > ser0  # still prefilling (admitted at this anchor)
     counted = do_vic & (nd > 0)  # a resumed batch over capacity (nd = 0) was never re-admitted in SimPy
     pausing = pause_it <= it
     do_pause = ~has_fin & pausing
@@ -253,7 +282,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     A = admit_max(static)
     # the waiting queue's first A + 1 calls: one contiguous window of this instance's queue row
     heads = jax.lax.dynamic_slice(C.queue, (i, wq_pos), (1, A + 1))[0]
-    gens = (jax.lax.dynamic_slice(C.qgen, (i, wq_pos), (1, A + 1))[0].astype(jnp.int64) if SER
+    gens = (jax.lax.dynamic_slice(C.qgen, (i, wq_pos), (1, A + 1))[0].astype(jnp.int64) if queued_gen(static)
             else jnp.zeros(A + 1, jnp.int64))
     hp_v, hl_v = call_lengths(w, heads[:A], n, G)
     need_v = kv_need(p, hp_v, hl_v, gens[:A])
@@ -292,6 +321,7 @@ def instance_action(st, p, w, static, on, i, new_now):
         r_row = r_row.at[jnp.where(adm_sh, h_g[:A], Gm)].add(1, mode="drop")
         c_row = jnp.where(gone, 0, c_row).at[jnp.where(adm_ca, h_g[:A], Gm)].set(0, mode="drop")
         adm_shv = jnp.where(adm_sh, jnp.where(insh[:A] | inca[:A], SH_HIT, SH_NONE + 1), SH_NONE)
+        adm_hit = jnp.where(adm_v & (insh[:A] | inca[:A]), h_sh[:A], 0)  # [A]: prompt tokens not prefilled
 
     running = running - has_fin - do_vic + n_adm
     nd = nd - has_fin - (do_vic & ~pf_v)
@@ -299,6 +329,13 @@ def instance_action(st, p, w, static, on, i, new_now):
     kv_used = kv_used - rel_f - rel_v + adm_kv
     na = na + n_adm - (do_vic & pf_v)
     pa = pa + adm_pf - jnp.where(pf_v, tok_v, 0)
+    if CH:  # a preempted prefilling request is the line's last stretch; the admitted calls extend it
+        # (with the prefix cache a stretch is the prefill: prompt + tokens to recompute - the hit shared prefix)
+        pq_tail = pq_tail - jnp.where(do_vic & pf_v, tok_v - (jnp.where(hit_v, sh_v, 0) if PX else 0), 0)
+        pq_done = jnp.minimum(pq_done, pq_tail)
+        adm_pf_k = jnp.where(adm_v, hp_v + gens[:A] - (adm_hit if PX else 0), 0)
+        adm_pos = pq_tail + jnp.cumsum(adm_pf_k)
+        pq_tail = pq_tail + jnp.sum(adm_pf_k)
     head2 = heads[n_adm]
     len2 = wq_len - n_adm + do_vic + rq_n
     pause_it = jnp.where(do_pause, BIG, pause_it)
@@ -318,14 +355,38 @@ def instance_action(st, p, w, static, on, i, new_now):
     more = (nfin > 1) | (~paused & pausing & ~do_pause) | adm_more | need_pre | restart | (rq_n > 0)
     close = ~more
     start = close & ~paused & (running > 0)
+    s_rm = jnp.where(has_fin, s_f, s_v)
+    rem = has_fin | do_vic
+    if CH:
+        # the slot rows in admission order: the finished (or preempted) slot removed, the admitted calls
+        # appended (prefilling); then the anchor iteration's chunks (`Instance.plan`) complete a front part of
+        # the line, whose requests decode from here (the split is kept only when the iteration starts)
+        row_k = ch.append(ch.remove_shift(key, s_rm, rem, KEY_EMPTY), run_f, n_adm,
+                          ch.prefill_key(hl_v - gens[:A], heads[:A]))
+        row_l = ch.append(ch.remove_shift(ins.slot_len[i], s_rm, rem, 0), run_f, n_adm, hl_v)
+        row_p = ch.append(ch.remove_shift(spos, s_rm, rem, 0), run_f, n_adm, adm_pos)
+        hits = None
+        if PX:  # each running request's hit shared prefix (on the KV side of a request, not on the line)
+            row_sh = ch.append(ch.remove_shift(ssh, s_rm, rem, 0), run_f, n_adm, adm_shv)
+            hits = jnp.where(row_sh == SH_HIT, call_shared(w, jnp.where(row_k < KEY_EMPTY, unpack_rid(row_k), -1),
+                                                           n, G), 0)
+        pf, na_c, pa_c, nw, wkv, row_c, again = ch.plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, row_k, row_p,
+                                                               hits)
+        na, pa = jnp.where(start, na_c, na), jnp.where(start, pa_c, pa)
+        nw, wkv, pf = jnp.where(start, nw, 0), jnp.where(start, wkv, 0), jnp.where(start, pf, 0)
+        row_k = jnp.where(start, row_c, row_k)
+    else:  # unchunked: the anchor iteration prefills every admitted request (but a prompt's hit shared prefix)
+        pf = pa - phit if PX else pa
     b1n = nd + na
     k1n = kd + nd + pa + na
-    pf = pa - phit if PX else pa  # prefill tokens: a prompt's hit on its shared prefix is not prefilled
     dt0, alpha, beta = rollout_times(p, static, nd, kd, pf, b1n, k1n)  # simrl_fast.costs: the cost model's formula
     t1 = clock + dt0
     adm_keys = jnp.where(adm_v, pack(it + hl_v - gens[:A], heads[:A]), KEY_EMPTY)
     # the batch's own next event: its earliest finish, or the boundary where on_demand KV runs out
-    fin_min = unpack_fin(jnp.minimum(k2, jnp.min(adm_keys)))
+    if CH:  # or the next boundary, when its iteration prefills too (a prefill iteration anchors a run)
+        fin_min = jnp.minimum(ch.next_finish(row_k), jnp.where(start & again, it + 1, BIG))
+    else:
+        fin_min = unpack_fin(jnp.minimum(k2, jnp.min(adm_keys)))
     adm_it = jnp.int32(BIG)
     if OD:
         fin_min = jnp.minimum(fin_min, preempt_boundary(p, it, kv_used, nd, na))
@@ -366,7 +427,7 @@ def instance_action(st, p, w, static, on, i, new_now):
                                      - jnp.where(do_vic, pr_v, 0) + adm_p)),
         wq_pos=put(ins.wq_pos, wq_pos + n_adm - do_vic - rq_n), wq_len=put(ins.wq_len, len2),
     )
-    if SER:
+    if OD or PX:
         inst = inst._replace(ser=put(ins.ser, ser + n_adm), ser0=put(ins.ser0, ser0))
     if OD:
         inst = inst._replace(plan=put(ins.plan, need_pre), preempt=put(ins.preempt, ins.preempt[i] + counted))
@@ -375,36 +436,46 @@ def instance_action(st, p, w, static, on, i, new_now):
                              cache_tok=put(ins.cache_tok, cache),
                              sh_ref=ins.sh_ref.at[jnp.where(on, i, K)].set(r_row, mode="drop"),
                              c_ser=ins.c_ser.at[jnp.where(on, i, K)].set(c_row, mode="drop"))
-    # The [K, S] slot arrays: the finished (or preempted) slot takes the last occupied one (which is
-    # freed unless an admission refills it) and the admitted calls fill slots run_f.., as element
-    # scatters into the carried arrays (no row copy); abort_restart's new finish iterations rewrite the row.
-    key_last, len_last, ser_last = key[last], ins.slot_len[i, last], sser[last]
-    s_rm = jnp.where(has_fin, s_f, s_v)
-    rem = has_fin | do_vic
-    move = on & rem & (s_rm != last)
-    clear = on & rem & (n_adm == 0)
-    cols = jnp.concatenate([jnp.where(move, s_rm, S)[None], jnp.where(clear, last, S)[None],
-                            jnp.where(on & adm_v, run_f + kk, S)])
-    reads = (ser_last, key_v.astype(jnp.int32) & 0, len_v, top) if OD else ()
-    if PX:
-        sh_last = ssh[last]
-        reads = (*reads, sh_last, ssh[jnp.minimum(s_f, S - 1)], ssh[jnp.minimum(s_v, S - 1)])
-    rows = tie(jnp.full(cols.shape, i, jnp.int32), K, key_last.astype(jnp.int32) & 0, len_last, *reads)
-    keys = ins.slot_key.at[jnp.where(on & (rs | (rq_n > 0)), i, K)].set(key, mode="drop")
-    inst = inst._replace(
-        slot_key=keys.at[rows, cols].set(
-            jnp.concatenate([key_last[None], jnp.full(1, KEY_EMPTY, jnp.int64), adm_keys]), mode="drop"),
-        slot_len=ins.slot_len.at[rows, cols].set(
-            jnp.concatenate([len_last[None], jnp.zeros(1, jnp.int32), hl_v.astype(jnp.int32)]), mode="drop"),
-    )
+    if CH:  # the rows built above, one row write each (their values depend on the rows read: in place)
+        row_i = jnp.where(on, i, K)
+        inst = inst._replace(
+            pq_done=put(ins.pq_done, pq_done), pq_tail=put(ins.pq_tail, pq_tail), pf=put(ins.pf, pf),
+            nw=put(ins.nw, nw), wkv=put(ins.wkv, wkv),
+            slot_key=ins.slot_key.at[row_i].set(row_k, mode="drop"),
+            slot_len=ins.slot_len.at[row_i].set(row_l.astype(jnp.int32), mode="drop"),
+            slot_pos=ins.slot_pos.at[row_i].set(row_p, mode="drop"))
+        if PX:
+            inst = inst._replace(slot_sh=ins.slot_sh.at[row_i].set(row_sh.astype(jnp.int32), mode="drop"))
+    else:
+        # The [K, S] slot arrays: the finished (or preempted) slot takes the last occupied one (which is
+        # freed unless an admission refills it) and the admitted calls fill slots run_f.., as element
+        # scatters into the carried arrays (no row copy); abort_restart's new finish iterations rewrite the row.
+        key_last, len_last, ser_last = key[last], ins.slot_len[i, last], sser[last]
+        move = on & rem & (s_rm != last)
+        clear = on & rem & (n_adm == 0)
+        cols = jnp.concatenate([jnp.where(move, s_rm, S)[None], jnp.where(clear, last, S)[None],
+                                jnp.where(on & adm_v, run_f + kk, S)])
+        reads = (ser_last, key_v.astype(jnp.int32) & 0, len_v, top) if OD else ()
+        if PX:
+            sh_last = ssh[last]
+            reads = (*reads, sh_last, ssh[jnp.minimum(s_f, S - 1)], ssh[jnp.minimum(s_v, S - 1)])
+        rows = tie(jnp.full(cols.shape, i, jnp.int32), K, key_last.astype(jnp.int32) & 0, len_last, *reads)
+        keys = ins.slot_key.at[jnp.where(on & (rs | (rq_n > 0)), i, K)].set(key, mode="drop")
+        inst = inst._replace(
+            slot_key=keys.at[rows, cols].set(
+                jnp.concatenate([key_last[None], jnp.full(1, KEY_EMPTY, jnp.int64), adm_keys]), mode="drop"),
+            slot_len=ins.slot_len.at[rows, cols].set(
+                jnp.concatenate([len_last[None], jnp.zeros(1, jnp.int32), hl_v.astype(jnp.int32)]), mode="drop"),
+        )
+        if PX:
+            inst = inst._replace(slot_sh=ins.slot_sh.at[rows, cols].set(
+                jnp.concatenate([sh_last[None], jnp.zeros(1, jnp.int32), adm_shv.astype(jnp.int32)]), mode="drop"))
     calls = C
-    if SER:
+    if SER:  # (with chunked prefill traced the slots are in admission order: no serials kept)
         inst = inst._replace(slot_ser=ins.slot_ser.at[rows, cols].set(
             jnp.concatenate([ser_last[None], jnp.zeros(1, jnp.int32), (ser + 1 + kk).astype(jnp.int32)]),
             mode="drop"))
     if PX:
-        inst = inst._replace(slot_sh=ins.slot_sh.at[rows, cols].set(
-            jnp.concatenate([sh_last[None], jnp.zeros(1, jnp.int32), adm_shv.astype(jnp.int32)]), mode="drop"))
         # the aborted requests re-queued in admission order at wq_pos - running .. wq_pos - 1 (their slots are free)
         sidx32 = jnp.arange(S, dtype=jnp.int32)
         qrows = jnp.where(on & (sidx32 < rq_n), tie(jnp.full(S, i, jnp.int32), K, heads, gens.astype(jnp.int32)), K)

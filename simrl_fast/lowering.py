@@ -28,7 +28,8 @@ from simrl.policy.rules import Enforcement, InflightRule, code
 FEATURES = {
     "workload": "single-call trajectories, equal group sizes, no tool latency",
     "deployment.rollout.kv_policy": "reserve, on_demand (preemption of the newest request, recomputed on re-admission)",
-    "deployment.rollout.max_num_batched_tokens": "0 (unchunked prefill)",
+    "deployment.rollout.max_num_batched_tokens": "any: 0 (unchunked prefill) or a per-iteration token budget "
+                                                 "(chunked prefill in admission order, decoding first)",
     "deployment.rollout.prefix_caching": "true or false: group-shared prompt prefixes (one reference-counted "
                                          "entry per instance and group, released into an LRU cache, evicted "
                                          "LRU by admissions and by on_demand's plan; cleared at publications "
@@ -125,6 +126,7 @@ class Static(NamedTuple):
     max_chunks: int  # outer turns before giving up (a safety bound; deadlocks stop earlier)
     formulas: int = 3  # cost formulas the batch uses (bit 1: roofline rollout, bit 2: analytical training)
     on_demand: bool = True  # some configuration of the batch has kv_policy=on_demand (else its code is not traced)
+    chunked_prefill: bool = True  # some configuration has max_num_batched_tokens > 0 (else its code is not traced)
     prefix: bool = False  # some configuration of the batch shares prompt prefixes (Params.pc; else not traced)
 
     @property
@@ -139,6 +141,7 @@ class Params(NamedTuple):
     max_seqs: np.ndarray  # int32: max_num_seqs
     kv_cap: np.ndarray  # int64: KV capacity per instance, tokens
     od: np.ndarray  # int32: 1 = kv_policy on_demand (tokens take KV as generated; preemption), 0 = reserve
+    token_budget: np.ndarray  # int64: max_num_batched_tokens (tokens one iteration decodes + prefills; 0: unlimited)
     ro_kind: np.ndarray  # int32: rollout formula (simrl_fast.costs: 0 the linear form a..p, 1 roofline)
     ro: np.ndarray  # [NR] float64: simrl.cost.formulas.RooflineParams (zeros under the linear form)
     tr_kind: np.ndarray  # int32: training formula (0 train_a + train_per_token * tokens, 1 analytical)
@@ -310,9 +313,6 @@ def check_supported(cfg, workload, costs) -> None:
     r = cfg.deployment.rollout
     if r.kv_policy not in KV_POLICIES:
         _reject(f"deployment.rollout.kv_policy={r.kv_policy}")
-    if r.max_num_batched_tokens != 0:
-        _reject(f"deployment.rollout.max_num_batched_tokens={r.max_num_batched_tokens} (chunked prefill)",
-                "set it to 0")
     if _colocated(cfg):
         _colocated_checks(cfg, costs)
     if cfg.router.name not in ROUTERS:
@@ -590,7 +590,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
     stale_bound = int(pp.staleness_bound)
     params = Params(
         n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs),
-        od=np.int32(KV_POLICIES[r.kv_policy]),
+        od=np.int32(KV_POLICIES[r.kv_policy]), token_budget=np.int64(r.max_num_batched_tokens),
         steps=np.int32(cfg.run.training_steps), router=np.int32(ROUTERS[cfg.router.name]),
         conc=np.float64(pp.admit_concurrency_groups), budget_base=np.float64(pp.admit_budget_base_groups),
         budget_per_version=np.float64(pp.admit_budget_per_version_groups),
@@ -628,6 +628,11 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
     steps = max(int(p.steps) for p in params)
     K = max(int(p.n_inst) for p in params)
     actions = mg * (1 + 3 * n) + steps * (2 * K + 6) + 64
+    if any(int(p.token_budget) > 0 for p in params):
+        # chunked prefill visits every boundary whose iteration prefills: a chunk is at least one token, so at
+        # most one visit per prefilled token (a bound for the safety cap only; a real run takes far fewer)
+        actions += mg * n * int((wa.prompt.astype(np.int64) + wa.completion).max())
+        actions = 1 << (actions - 1).bit_length()  # a power of two: fewer distinct shapes (one compile each)
     chunk = 256
     return Static(
         instances=K, slots=max(int(p.max_seqs) for p in params), group_size=n, groups=G, max_groups=mg,
@@ -636,6 +641,7 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
         formulas=(1 if any(int(p.ro_kind) == 1 for p in params) else 0)
         | (2 if any(int(p.tr_kind) == 1 for p in params) else 0),
         on_demand=any(int(p.od) == 1 for p in params),
+        chunked_prefill=any(int(p.token_budget) > 0 for p in params),
         prefix=any(int(p.pc) == 1 for p in params),
     )
 

@@ -422,7 +422,10 @@ def make_step(static):
         st = st0._replace(out=empty_out(static.group_size, 0)._replace(
             par_rid=st0.out.par_rid * 0 - 1, par_t=st0.out.par_t + jnp.nan))
         # Every instance's local boundaries before the next global event, in parallel; then one action.
-        st, par = local_phase(st, p, w, static, rounds) if rounds else (st, jnp.asarray(False))
+        # (not with chunked prefill traced: its slot rows are kept in admission order, which the rounds' moves
+        # would break; such batches run the sequential step)
+        local = rounds and not static.chunked_prefill
+        st, par = local_phase(st, p, w, static, rounds) if local else (st, jnp.asarray(False))
         act, i, new_now = select(st, p, static)
         st = st._replace(now=new_now)
         st = instance_action(st, p, w, static, act == A_INST, i, new_now)

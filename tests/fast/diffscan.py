@@ -1,6 +1,6 @@
 """Scan many random seeds of the differential generator: SimPy vs the fast path, compared exactly.
 
-    .venv/bin/python tests/fast/diffscan.py --seeds 0:1000 [--batch 200] [--rel 0]
+    .venv/bin/python tests/fast/diffscan.py --seeds 0:1000 [--batch 200] [--rel 0] [--kv-policy any]
 
 Each seed draws `diffcases.random_case(np.random.default_rng(seed), 8, 4, 3, prefix=...)` (the shape of
 tests/fast/test_hypothesis_differential.py), runs SimPy, then the fast path in vmapped batches
@@ -30,6 +30,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0:1000", help="start:stop (a range) or a comma-separated list")
     ap.add_argument("--batch", type=int, default=250, help="configurations per fast-path batch")
     ap.add_argument("--rel", type=float, default=0.0, help="relative tolerance on times (0: exact)")
+    ap.add_argument("--kv-policy", default="reserve", choices=["reserve", "on_demand", "any"],
+                    help="KV policy of the drawn configurations (random_case's kv_policy)")
     ap.add_argument("--prefix", default="any", choices=["off", "on", "any"],
                     help="prefix caching over group-shared prompts (random_case's prefix draw)")
     args = ap.parse_args(argv)
@@ -50,7 +52,8 @@ def main(argv=None) -> int:
         chunk = seeds[b0:b0 + args.batch]
         cases, ps, was = [], [], []
         for s in chunk:
-            case = random_case(np.random.default_rng(s), GROUPS, N, STEPS, prefix=args.prefix)
+            case = random_case(np.random.default_rng(s), GROUPS, N, STEPS, kv_policy=args.kv_policy,
+                               prefix=args.prefix)
             case.run_simpy()
             _, p, wa = lower(case.cfg, case.workload, case.costs)
             cases.append(case)

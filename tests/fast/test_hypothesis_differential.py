@@ -1,5 +1,6 @@
 """Hypothesis-driven differential test: configurations drawn over the declared feature set
 (`diffcases.random_case`: instances, max_num_seqs, KV capacity and policy (reserve or on_demand),
+max_num_batched_tokens (unchunked, 8192, budgets that split prompts or that decoding uses up),
 linear costs with zero and non-zero terms, sync / bounded_async (every in-flight rule,
 concurrency caps) / skyrl / areal, both routers, zero-variance groups, prefix caching over group-shared
 prompts), each run on SimPy and on the fast path with one fixed
@@ -41,8 +42,10 @@ def _check(seed: int, kv_policy: str = "any", prefix: str = "any") -> None:
     # one shape for every example (random_case draws K <= 4, max_num_seqs <= 64, batches <= 4)
     mg = max(need.max_groups, 48)
     fixed = static_for([p._replace(n_inst=np.int32(4), max_seqs=np.int32(64), batch=np.int32(4), od=np.int32(1),
-                                  pc=np.int32(1))],
-                       wa, mg)
+                                  token_budget=np.int32(1), pc=np.int32(1))], wa, mg)
+    # (chunked prefill's cap on scan chunks grows with the workload's lengths: one fixed cap, so one shape;
+    # a finished or deadlocked run stops at once whatever the cap)
+    fixed = fixed._replace(max_chunks=1 << 14)
     res = run_params([p], [wa], static=fixed)
     _STATIC[fixed] = _STATIC.get(fixed, 0) + 1
     compare(case, res, 0)
