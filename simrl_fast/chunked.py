@@ -90,7 +90,7 @@ def append(row, start, count, vals):
     return jnp.where(put, vals[jnp.clip(rel, 0, A - 1)].astype(row.dtype), row)
 
 
-def plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, key, pos, hits=None):
+def plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, key, pos, hits=None, zero=None):
     """`Instance.plan`'s chunks for the anchor iteration starting at boundary ``it`` and what they complete.
 
     ``nd``/``kd``: decoding sequences and their KV; ``na``/``pa``: every prefilling request and its
@@ -99,12 +99,17 @@ def plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, key, pos, hits=None):
     prefilling after it, the key row with the completed requests decoding from ``it`` (first token at this
     iteration's end), and whether the next iteration prefills too -- its start boundary ``it + 1`` is then an
     event). ``hits`` (the prefix cache, `simrl_fast.prefix`): per slot, the prompt tokens a request's prefill
-    skips (its hit shared prefix), which it holds but not on the line."""
+    skips (its hit shared prefix), which it holds but not on the line; ``zero``: per slot, a stretch of length
+    0 (its whole prompt hit): `Instance.plan` gives it its chunk of 0 tokens only while the budget left
+    before it is > 0. Also returns whether the requests still prefilling are all such and the next iteration
+    has budget for them: they complete in that iteration, which prefills nothing (`prefix`, late zeros)."""
     tb = p.token_budget
     budget = jnp.where(tb > 0, tb - nd.astype(jnp.int64), _UNLIMITED)
     pend = pq_tail - pq_done
     pf = jnp.where(budget > 0, jnp.minimum(budget, pend), 0)
     comp = prefilling(key) & (pos <= pq_done + pf)
+    if zero is not None:  # the budget was used up before it (`Instance.plan`'s `if budget <= 0: break`)
+        comp = comp & ~(zero & (pos - pq_done >= budget))
     na_c = jnp.sum(comp.astype(jnp.int32))
     # the still prefilling requests own the line after the last completed one (all of it when none completed)
     c_end = jnp.max(jnp.where(comp, pos, -1))
@@ -113,8 +118,11 @@ def plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, key, pos, hits=None):
     pa_c = pa - wkv
     nw = na - na_c
     new_key = jnp.where(comp, key - ((PF_BASE - jnp.asarray(it).astype(jnp.int64)) << 32), key)
-    again = (pend - pf > 0) & (tb - (nd + na_c).astype(jnp.int64) > 0)
-    return pf, na_c, pa_c, nw, wkv, new_key, again
+    room = tb - (nd + na_c).astype(jnp.int64) > 0
+    again = (pend - pf > 0) & room
+    if zero is None:
+        return pf, na_c, pa_c, nw, wkv, new_key, again
+    return pf, na_c, pa_c, nw, wkv, new_key, again, (pend - pf == 0) & (nw > 0) & room
 
 
 def next_finish(key):

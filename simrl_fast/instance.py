@@ -41,6 +41,7 @@ from simrl_fast.state import (
     IDLE,
     KEY_EMPTY,
     PAUSED,
+    PF_BASE,
     RESUME,
     START,
     admit_max,
@@ -139,6 +140,18 @@ def instance_action(st, p, w, static, on, i, new_now):
     pa = jnp.where(busy_entry, ins.wkv[i] if CH else 0, pa)
     if CH:
         pq_done = jnp.where(busy_entry, pq_done + ins.pf[i], pq_done)
+    late_n = jnp.int32(0)
+    if CH and PX:
+        # the anchor iteration left only requests with nothing to prefill, and the one after it (not visited:
+        # it prefills nothing, SimPy continues its run there) completed them: they decode from this boundary,
+        # the first one SimPy anchors after them (its decoding batch changed)
+        late = busy_entry & ins.zlate[i] & (j == 2)
+        late_n = jnp.where(late, ins.nw[i], 0)
+        nd = nd + late_n
+        kd = kd + jnp.where(late, ins.wkv[i] + late_n, 0)
+        na = jnp.where(late, 0, na)
+        pa = jnp.where(late, 0, pa)
+        key = jnp.where(late & ch.prefilling(key), key - ((PF_BASE - (it - 1).astype(jnp.int64)) << 32), key)
     occ = key < KEY_EMPTY
     res_entry = ~cont & (ph == RESUME)
     # the prefix cache re-admits aborted requests through the queue (`Instance.abort_all` then `admit`): a
@@ -163,7 +176,7 @@ def instance_action(st, p, w, static, on, i, new_now):
         key = jnp.where(rs & occ, pack(it + ins.slot_len[i], unpack_rid(key)), key)
     # on_demand: every running request holds prompt + generated (a restarted one its prompt only)
     if PX:  # a shared prefix is held once: the KV grows by B1 per iteration from the anchor's
-        kv_pc = kv_used + jnp.where(busy_entry & od, j * b1, 0)
+        kv_pc = kv_used + jnp.where(busy_entry & od, j * b1 + late_n, 0)
         kv_used = jnp.where(od & ~cont & ~pcx, kd + pa, jnp.where(pcx, kv_pc, kv_used))
         phit = jnp.where(busy_entry, 0, phit)
     else:
@@ -260,7 +273,7 @@ def instance_action(st, p, w, static, on, i, new_now):
         # Instance.plan's evictions (a plan step) or those of the plans run since the anchor (entry, on_demand):
         # the LRU entries until the decoding tokens fit, at most the whole cache
         d1 = jnp.where(in_plan, kv_used + nd + cache - p.kv_cap,
-                       jnp.where(busy_entry & (j >= 2), kv_used + cache - p.kv_cap, 0))
+                       jnp.where(busy_entry & (j >= 2), kv_used - late_n + cache - p.kv_cap, 0))
         d1 = jnp.where(pcx & od, jnp.minimum(d1, cache), 0)
         r_row = r_row.at[jnp.where(hold_f, g_f0, Gm)].add(-1, mode="drop").at[
             jnp.where(hold_v, g_v0, Gm)].add(-1, mode="drop")
@@ -365,13 +378,17 @@ def instance_action(st, p, w, static, on, i, new_now):
                           ch.prefill_key(hl_v - gens[:A], heads[:A]))
         row_l = ch.append(ch.remove_shift(ins.slot_len[i], s_rm, rem, 0), run_f, n_adm, hl_v)
         row_p = ch.append(ch.remove_shift(spos, s_rm, rem, 0), run_f, n_adm, adm_pos)
-        hits = None
         if PX:  # each running request's hit shared prefix (on the KV side of a request, not on the line)
             row_sh = ch.append(ch.remove_shift(ssh, s_rm, rem, 0), run_f, n_adm, adm_shv)
-            hits = jnp.where(row_sh == SH_HIT, call_shared(w, jnp.where(row_k < KEY_EMPTY, unpack_rid(row_k), -1),
-                                                           n, G), 0)
-        pf, na_c, pa_c, nw, wkv, row_c, again = ch.plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, row_k, row_p,
-                                                               hits)
+            row_rid = jnp.where(row_k < KEY_EMPTY, unpack_rid(row_k), -1)
+            hits = jnp.where(row_sh == SH_HIT, call_shared(w, row_rid, n, G), 0)
+            zero = (hits > 0) & (hits == call_lengths(w, row_rid, n, G)[0])  # nothing to prefill
+            pf, na_c, pa_c, nw, wkv, row_c, again, zl = ch.plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail,
+                                                                       row_k, row_p, hits, zero)
+            zl = start & zl
+        else:
+            pf, na_c, pa_c, nw, wkv, row_c, again = ch.plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, row_k,
+                                                                   row_p)
         na, pa = jnp.where(start, na_c, na), jnp.where(start, pa_c, pa)
         nw, wkv, pf = jnp.where(start, nw, 0), jnp.where(start, wkv, 0), jnp.where(start, pf, 0)
         row_k = jnp.where(start, row_c, row_k)
@@ -385,6 +402,8 @@ def instance_action(st, p, w, static, on, i, new_now):
     # the batch's own next event: its earliest finish, or the boundary where on_demand KV runs out
     if CH:  # or the next boundary, when its iteration prefills too (a prefill iteration anchors a run)
         fin_min = jnp.minimum(ch.next_finish(row_k), jnp.where(start & again, it + 1, BIG))
+        if PX:  # ... or the boundary after the next, when the next iteration completes only prefills of nothing
+            fin_min = jnp.minimum(fin_min, jnp.where(zl, it + 2, BIG))
     else:
         fin_min = unpack_fin(jnp.minimum(k2, jnp.min(adm_keys)))
     adm_it = jnp.int32(BIG)
@@ -445,7 +464,8 @@ def instance_action(st, p, w, static, on, i, new_now):
             slot_len=ins.slot_len.at[row_i].set(row_l.astype(jnp.int32), mode="drop"),
             slot_pos=ins.slot_pos.at[row_i].set(row_p, mode="drop"))
         if PX:
-            inst = inst._replace(slot_sh=ins.slot_sh.at[row_i].set(row_sh.astype(jnp.int32), mode="drop"))
+            inst = inst._replace(slot_sh=ins.slot_sh.at[row_i].set(row_sh.astype(jnp.int32), mode="drop"),
+                                 zlate=put(ins.zlate, zl))
     else:
         # The [K, S] slot arrays: the finished (or preempted) slot takes the last occupied one (which is
         # freed unless an admission refills it) and the admitted calls fill slots run_f.., as element

@@ -124,6 +124,8 @@ class InstState(NamedTuple):
     c_next: jnp.ndarray  # [K] int32: the next serial (above every live one: the MRU end)
     c_floor: jnp.ndarray  # [K] int32: serials below it were cleared (Instance.clear_cache)
     cache_tok: jnp.ndarray  # [K] int64: Instance.cache_tokens
+    zlate: jnp.ndarray  # [K] bool: chunked prefill: the requests still prefilling after the anchor iteration all
+    #                     have nothing to prefill (whole prompt hit) and complete in the next one (simrl_fast.prefix)
 
 
 class CallState(NamedTuple):
@@ -263,6 +265,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         slot_pos=i64(0, (K, S if static.chunked_prefill else 1)),
         ph=i64(0, K), slot_sh=i32(0, (K, S if static.prefix else 1)), sh_ref=i32(0, (K, Gm if static.prefix else 1)),
         c_ser=i32(0, (K, Gm if static.prefix else 1)), c_next=i32(1, K), c_floor=i32(1, K), cache_tok=i64(0, K),
+        zlate=jnp.zeros(K, bool),
     )
     Q = R + admit_max(static) + 1
     calls = CallState(queue=i32(-1, (K, Q)), qgen=i32(0, (K, Q if queued_gen(static) else 1)))
