@@ -50,7 +50,10 @@ def cases(monkeypatch_module):
     monkeypatch_module.setattr(oracle.Instance, "finish_iteration", spy)
     lru = _case([_group(0, 100), _group(1, 60), _group(2, 80)], 346, "lru")
     salted = _case([_group(0, 100, salted=True), _group(1, 60), _group(2, 80)], 346, "salted")
-    out = [lru, salted]
+    # chunked prefill: three groups sharing their whole prompt (a hit prefills nothing), a budget of 120 tokens
+    whole = [_group(g, 120, (4, 2, 2)) for g in range(3)]
+    chunk = _case(whole, 1000, "chunk", extra=["deployment.rollout.max_num_batched_tokens=120"])
+    out = [lru, salted, chunk]
     for c in out:
         monkeypatch_module.setattr(oracle.Instance, "label", c.label, raising=False)
         c.run_simpy()
@@ -80,7 +83,7 @@ def test_shared_prefix_is_allocated_once_hit_released_to_the_cache_and_evicted_l
     tokens: 122 free); KV 206, cache {g1: 60}. Prefill 120 + 40 + 40 = 200: 1 + 25 = 26 s -> 83,
     then 85.5; released: cache {g1: 60, g2: 80} = 140 tokens (evicting g1 instead would leave 180).
     Batch [0, 1, 2] trains 85.5 -> 86.5, published at 87 (continue: the cache is kept)."""
-    (lru, _), seen, res = cases
+    (lru, _, _), seen, res = cases
     assert seen["lru"] == [(23.5, 0, [(0, 100)]), (57.0, 0, [(0, 100), (1, 60)]), (85.5, 0, [(1, 60), (2, 80)])]
     finish = {c.gid * 3 + c.tid % 3: c.finish for c in lru.report.calls}
     assert finish == {0: 23.5, 1: 23.5, 2: 23.5, 3: 57.0, 4: 57.0, 5: 57.0, 6: 85.5, 7: 85.5, 8: 85.5}
@@ -99,9 +102,24 @@ def test_salted_calls_never_share_and_a_cached_prefix_moves_back(cases):
     60; calls 6 (group 2 allocates: 122 -> 244) and 7 (hit: 42 -> 286); prefill 60 + 120 + 40 = 220:
     1 + 27.5 = 28.5 s -> 102.5, then 105: cache {g1: 60, g2: 80}. Call 8 moves g2's back (42 + 80 <= 346
     - 140) and prefills 40: 1 + 5 = 6 s -> 111, 1.5 s -> 112.5: cache {g1: 60, g2: 80} = 140."""
-    (_, salted), seen, res = cases
+    (_, salted, _), seen, res = cases
     assert seen["salted"] == [(33.0, 0, []), (74.0, 0, [(1, 60)]), (105.0, 0, [(1, 60), (2, 80)]),
                               (112.5, 0, [(1, 60), (2, 80)])]
     assert res.call_finish[1, :9].tolist() == [33.0, 33.0, 74.0, 74.0, 74.0, 105.0, 105.0, 105.0, 112.5]
     assert res.cache_tokens[1].tolist() == [140]
     compare(salted, res, 1, rel=0.0)
+
+
+def test_a_whole_prompt_hit_prefills_nothing_under_a_token_budget(cases):
+    """Budget 120, every prompt (120) shared. t=0: calls 0, 1, 2 admitted; call 0 allocates the prefix and
+    its chunk of 120 uses the whole budget, so calls 1 and 2 (nothing to prefill) get no chunk (the plan
+    stops at a budget of 0): 1 + 0.125*120 = 16 s. t=16: call 0 decodes, the budget is 119: calls 1 and 2 get
+    their chunks of 0 tokens; the iteration prefills nothing (SimPy continues its run): 1 + 0.5 = 1.5 s ->
+    17.5, their first tokens. 3 decoding: 1 + 1.5 = 2.5 s -> 20: calls 1 and 2 have their 2 tokens, call 0
+    3. t=20: calls 3 (group 1 allocates, a chunk of 119 = the budget left by call 0) and 4 (no chunk)
+    admitted: 1 + 0.5 + 0.125*119 = 16.375 s -> 36.375, call 0's 4th token."""
+    (_, _, chunk), _, res = cases
+    finish = {c.gid * 3 + c.tid % 3: c.finish for c in chunk.report.calls}
+    assert (finish[0], finish[1], finish[2]) == (36.375, 20.0, 20.0)
+    assert res.call_finish[2, :3].tolist() == [36.375, 20.0, 20.0]
+    compare(chunk, res, 2, rel=0.0)
