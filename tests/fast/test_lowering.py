@@ -58,7 +58,6 @@ def test_chunked_prefill_lowers_its_token_budget():
 
 
 @pytest.mark.parametrize("override, feature", [
-    ("deployment.rollout.prefix_caching=true", "prefix_caching=true"),
     ("router.name=kv_cache_aware", "router.name=kv_cache_aware"),
     ("router.active_cap=4", "router.active_cap=4"),
     ("run.time_horizon_s=100", "time_horizon_s"),
@@ -228,17 +227,18 @@ DISAGGREGATED_EXACT = ("areal", "nemo_rl", "openrlhf", "roll", "skyrl", "verl")
 
 
 @pytest.mark.parametrize("kind", DISAGGREGATED_EXACT)
-def test_presets_lower_at_their_defaults_but_the_shared_prefix_cache(kind):
-    """At full defaults every preset is rejected for the prefix cache over shared prompts; with it off,
-    these six lower with their default chunked prefill (8192), on_demand KV and roofline rollout cost."""
+def test_presets_lower_at_their_full_defaults(kind):
+    """These six lower at their full defaults: the prefix cache over the workload's shared prompts, chunked
+    prefill (8192), on_demand KV and the roofline rollout cost; with prefix caching off the cache is not traced."""
     from simrl.cost.build import build_costs
     from simrl.engine.sim import load_workload
 
     cfg = load_config(overrides=[f"policy={kind}"])
     wl, costs = load_workload(cfg), build_costs(cfg)
-    with pytest.raises(FastPathUnsupported, match="prefix_caching=true with group-shared prompts"):
-        lower(cfg, wl, costs)
-    cfg = load_config(overrides=[f"policy={kind}", "deployment.rollout.prefix_caching=false"])
-    assert cfg.deployment.rollout.kv_policy == "on_demand"
-    _, p, _ = lower(cfg, wl, costs)
+    assert cfg.deployment.rollout.kv_policy == "on_demand" and cfg.deployment.rollout.prefix_caching
+    static, p, _ = lower(cfg, wl, costs)
     assert int(p.od) == 1 and int(p.ro_kind) == 1 and int(p.token_budget) == 8192
+    assert int(p.pc) == 1 and static.prefix
+    cfg = load_config(overrides=[f"policy={kind}", "deployment.rollout.prefix_caching=false"])
+    static, p, _ = lower(cfg, wl, costs)
+    assert int(p.pc) == 0 and not static.prefix

@@ -5,18 +5,63 @@ sequence, c = 0, p = 0.125 s per prefilled token), so every boundary time below 
 and both engines must give it exactly. Every call has a 120-token prompt and 2 completion tokens.
 """
 
+import attrs
+import numpy as np
 import pytest
+from diffcases import BASE, Case, compare
+from simhelpers import linear_costs, random_workload
 
-pytest.importorskip("jax")
-
-from diffcases import BASE, Case, compare, run_fast  # noqa: E402
-from simhelpers import linear_costs  # noqa: E402
-
-import simrl.engine.instance as oracle  # noqa: E402
-from workloads.types import CallSpec, GroupSpec, TrajectorySpec, build_workload  # noqa: E402
+from simrl.config import load_config
+from simrl.policy.params import PolicyParams
+from simrl.policy.record import ParamsPolicy
+from simrl_fast.lowering import lower, stack_params, static_for
+from workloads.types import CallSpec, GroupSpec, TrajectorySpec, build_workload
 
 PREFIX = [b.replace("prefix_caching=false", "prefix_caching=true") for b in BASE]
 COSTS = {"a": 1.0, "b": 0.5, "c": 0.0, "p": 0.125}
+
+
+def _lowered(*extra, workload=None, policy=None):
+    cfg = load_config(overrides=[*PREFIX, "policy=bounded_async", "policy.batch_groups=2", *extra])
+    if policy is not None:
+        cfg = attrs.evolve(cfg, policy=policy)
+    return lower(cfg, workload or random_workload(groups=4, n=2), linear_costs())
+
+
+@pytest.mark.parametrize("extra, clear", [
+    (["policy.inflight_rule=continue"], 0),  # no pause, no clear
+    (["policy.inflight_rule=keep_pause"], 1), (["policy.inflight_rule=abort_resume"], 1),
+    (["policy.inflight_rule=abort_restart"], 1),  # pause_all clears: at the resume, after the aborts
+    (["policy.inflight_rule=drain"], 2), (["policy.inflight_rule=swap_in_place"], 2),  # at the publication
+    (["policy.inflight_rule=continue", "deployment.placement=colocated"], 1),  # every colocated step pauses
+])
+def test_prefix_caching_lowers_with_when_the_sync_rule_clears_the_cache(extra, clear):
+    static, p, wa = _lowered(*extra)
+    assert int(p.pc) == 1 and int(p.pc_clear) == clear and static.prefix
+    # random_workload shares each group's whole prompt; salted calls share nothing
+    assert (wa.shared == wa.prompt).all() and (wa.gshared == wa.prompt[:, 0]).all()
+
+
+def test_prefix_caching_without_shared_prompts_or_clears_is_not_traced():
+    wl = build_workload("unshared", 0, [_group(g, 0) for g in range(2)] + [_group(2, 100, salted=True)])
+    static, p, wa = _lowered(workload=wl)
+    assert int(p.pc) == 0 and not static.prefix and int(wa.gshared[2]) == 100 and not wa.shared.any()
+    static, p, _ = _lowered("deployment.rollout.prefix_caching=false")
+    assert int(p.pc) == 0 and not static.prefix
+    keep = ParamsPolicy(PolicyParams(admit_concurrency_groups=2, batch_min_groups=2, batch_max_groups=2,
+                                     inflight_rule=1, clear_cache_on_sync=0, fast_path_exact=1))
+    _, p, _ = _lowered(policy=keep)
+    assert int(p.pc) == 1 and int(p.pc_clear) == 0  # the policy keeps its caches across updates
+
+
+def test_a_static_without_the_prefix_cache_refuses_a_configuration_that_needs_it():
+    from simrl_fast.engine import run
+
+    static, p, wa = _lowered()
+    off = static._replace(prefix=False)
+    with pytest.raises(ValueError, match="Static.prefix=False"):
+        run(off, stack_params([p]), wa)
+    assert static_for([p._replace(pc=np.int32(0))], wa).prefix is False
 
 
 def _group(g: int, shared: int, completions=(2, 2, 2), salted=False) -> GroupSpec:
@@ -36,6 +81,11 @@ def _case(groups, kv: int, label: str, extra=()):
 
 @pytest.fixture(scope="module")
 def cases(monkeypatch_module):
+    pytest.importorskip("jax")
+    from diffcases import run_fast
+
+    import simrl.engine.instance as oracle
+
     # SimPy's instance state after every iteration that finished a call: (time, kv_used, cache entries)
     seen: dict[str, list] = {}
     orig = oracle.Instance.finish_iteration
