@@ -29,8 +29,8 @@ over the row runs in admission order (an abort re-prefills every running request
 A configuration with ``max_num_batched_tokens = 0`` in such a batch runs the same code with an
 unlimited budget: the whole line in the anchor iteration, as the unchunked kernel does.
 
-Prefix caching is not modelled here: a request's prefill and the KV it brings to the decoding sum are
-both its prompt + generated tokens.
+The line counts prefill tokens, the decoding sum counts each request's prompt + generated tokens
+(`plan_chunks`'s ``kv`` row); without a prefix cache the two are the same numbers.
 """
 
 from __future__ import annotations
@@ -89,11 +89,12 @@ def append(row, start, count, vals):
     return jnp.where(put, vals[jnp.clip(rel, 0, A - 1)].astype(row.dtype), row)
 
 
-def plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, key, pos):
+def plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, key, pos, kv):
     """`Instance.plan`'s chunks for the anchor iteration starting at boundary ``it`` and what they complete.
 
     ``nd``/``kd``: decoding sequences and their KV; ``na``/``pa``: every prefilling request and its
-    prompt + generated tokens; the line ``pq_done .. pq_tail``; the slot ``key``/``pos`` rows.
+    prompt + generated tokens; the line ``pq_done .. pq_tail``; the slot ``key``/``pos`` rows and ``kv``, each
+    request's prompt + generated tokens (what it brings to the decoding KV sum).
     Returns (pf: tokens prefilled, na_c / pa_c: requests completed and their tokens, nw / wkv: those still
     prefilling after it, the key row with the completed requests decoding from ``it`` (first token at this
     iteration's end), and whether the next iteration prefills too -- its start boundary ``it + 1`` is then an
@@ -104,10 +105,8 @@ def plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, key, pos):
     pf = jnp.where(budget > 0, jnp.minimum(budget, pend), 0)
     comp = prefilling(key) & (pos <= pq_done + pf)
     na_c = jnp.sum(comp.astype(jnp.int32))
-    # the still prefilling requests own the line after the last completed one (all of it when none completed)
-    c_end = jnp.max(jnp.where(comp, pos, -1))
-    wkv = jnp.where(na_c > 0, pq_tail - c_end, pa)
-    pa_c = pa - wkv
+    pa_c = jnp.sum(jnp.where(comp, kv, 0))
+    wkv = pa - pa_c
     nw = na - na_c
     new_key = jnp.where(comp, key - ((PF_BASE - jnp.asarray(it).astype(jnp.int64)) << 32), key)
     again = (pend - pf > 0) & (tb - (nd + na_c).astype(jnp.int64) > 0)

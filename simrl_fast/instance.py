@@ -243,7 +243,10 @@ def instance_action(st, p, w, static, on, i, new_now):
                           ch.prefill_key(hl_v - gens[:A], heads[:A]))
         row_l = ch.append(ch.remove_shift(ins.slot_len[i], s_rm, rem, 0), run_f, n_adm, hl_v)
         row_p = ch.append(ch.remove_shift(spos, s_rm, rem, 0), run_f, n_adm, adm_pos)
-        pf, na_c, pa_c, nw, wkv, row_c, again = ch.plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, row_k, row_p)
+        row_pr = ch.append(ch.remove_shift(pr_s, s_rm, rem, 0), run_f, n_adm, hp_v)
+        kv_row = jnp.where(ch.prefilling(row_k), row_pr + ch.generated_of(row_k, row_l, it), 0)
+        pf, na_c, pa_c, nw, wkv, row_c, again = ch.plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, row_k, row_p,
+                                                               kv_row)
         na, pa = jnp.where(start, na_c, na), jnp.where(start, pa_c, pa)
         nw, wkv, pf = jnp.where(start, nw, 0), jnp.where(start, wkv, 0), jnp.where(start, pf, 0)
         row_k = jnp.where(start, row_c, row_k)
