@@ -29,8 +29,9 @@ over the row runs in admission order (an abort re-prefills every running request
 A configuration with ``max_num_batched_tokens = 0`` in such a batch runs the same code with an
 unlimited budget: the whole line in the anchor iteration, as the unchunked kernel does.
 
-The line counts prefill tokens, the decoding sum counts each request's prompt + generated tokens
-(`plan_chunks`'s ``kv`` row); without a prefix cache the two are the same numbers.
+A request's stretch of the line is its prompt + generated tokens: both its prefill and what it brings to
+the decoding KV sum (`plan_chunks` takes the completed requests' KV from the line). A prefix cache,
+whose hits are prefilled by nobody but held in KV, would need the two told apart.
 """
 
 from __future__ import annotations
@@ -89,12 +90,11 @@ def append(row, start, count, vals):
     return jnp.where(put, vals[jnp.clip(rel, 0, A - 1)].astype(row.dtype), row)
 
 
-def plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, key, pos, kv):
+def plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, key, pos):
     """`Instance.plan`'s chunks for the anchor iteration starting at boundary ``it`` and what they complete.
 
     ``nd``/``kd``: decoding sequences and their KV; ``na``/``pa``: every prefilling request and its
-    prompt + generated tokens; the line ``pq_done .. pq_tail``; the slot ``key``/``pos`` rows and ``kv``, each
-    request's prompt + generated tokens (what it brings to the decoding KV sum).
+    prompt + generated tokens; the line ``pq_done .. pq_tail``; the slot ``key``/``pos`` rows.
     Returns (pf: tokens prefilled, na_c / pa_c: requests completed and their tokens, nw / wkv: those still
     prefilling after it, the key row with the completed requests decoding from ``it`` (first token at this
     iteration's end), and whether the next iteration prefills too -- its start boundary ``it + 1`` is then an
@@ -105,8 +105,11 @@ def plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, key, pos, kv):
     pf = jnp.where(budget > 0, jnp.minimum(budget, pend), 0)
     comp = prefilling(key) & (pos <= pq_done + pf)
     na_c = jnp.sum(comp.astype(jnp.int32))
-    pa_c = jnp.sum(jnp.where(comp, kv, 0))
-    wkv = pa - pa_c
+    # the still prefilling requests own the line after the last completed one (all of it when none completed),
+    # and a request's stretch is its prompt + generated tokens, what it brings to the decoding KV sum
+    c_end = jnp.max(jnp.where(comp, pos, -1))
+    wkv = jnp.where(na_c > 0, pq_tail - c_end, pa)
+    pa_c = pa - wkv
     nw = na - na_c
     new_key = jnp.where(comp, key - ((PF_BASE - jnp.asarray(it).astype(jnp.int64)) << 32), key)
     again = (pend - pf > 0) & (tb - (nd + na_c).astype(jnp.int64) > 0)

@@ -109,7 +109,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     in_plan = cont & ins.plan[i] & OD  # this step is one turn of Instance.plan's preemption loop
     CH = static.chunked_prefill  # some configuration has a token budget (simrl_fast.chunked; else not traced)
     if CH:
-        pq_done, pq_tail, spos = ins.pq_done[i], ins.pq_tail[i], ins.slot_pos[i]
+        pq_done, pq_tail, spos, pr_s = ins.pq_done[i], ins.pq_tail[i], ins.slot_pos[i], ins.slot_pr[i]
 
     # -- 1. entry --------------------------------------------------------------------------
     busy_entry = ~cont & (ph == BUSY)
@@ -134,7 +134,6 @@ def instance_action(st, p, w, static, on, i, new_now):
     kd = jnp.where(ab | rs, 0, kd)
     nd = jnp.where(ab | rs, 0, nd)
     if CH:  # every running request re-prefills, in admission (= slot) order, on a new line
-        pr_s, _ = call_lengths(w, jnp.where(occ, unpack_rid(key), 0), n, G)
         key_ab, pos_ab, line = ch.reprefill_row(key, ins.slot_len[i], pr_s, it, rs, occ)
         key = jnp.where(ab | rs, key_ab, key)
         spos = jnp.where(ab | rs, pos_ab, spos)
@@ -244,9 +243,7 @@ def instance_action(st, p, w, static, on, i, new_now):
         row_l = ch.append(ch.remove_shift(ins.slot_len[i], s_rm, rem, 0), run_f, n_adm, hl_v)
         row_p = ch.append(ch.remove_shift(spos, s_rm, rem, 0), run_f, n_adm, adm_pos)
         row_pr = ch.append(ch.remove_shift(pr_s, s_rm, rem, 0), run_f, n_adm, hp_v)
-        kv_row = jnp.where(ch.prefilling(row_k), row_pr + ch.generated_of(row_k, row_l, it), 0)
-        pf, na_c, pa_c, nw, wkv, row_c, again = ch.plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, row_k, row_p,
-                                                               kv_row)
+        pf, na_c, pa_c, nw, wkv, row_c, again = ch.plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, row_k, row_p)
         na, pa = jnp.where(start, na_c, na), jnp.where(start, pa_c, pa)
         nw, wkv, pf = jnp.where(start, nw, 0), jnp.where(start, wkv, 0), jnp.where(start, pf, 0)
         row_k = jnp.where(start, row_c, row_k)
@@ -311,7 +308,8 @@ def instance_action(st, p, w, static, on, i, new_now):
             nw=put(ins.nw, nw), wkv=put(ins.wkv, wkv),
             slot_key=ins.slot_key.at[row_i].set(row_k, mode="drop"),
             slot_len=ins.slot_len.at[row_i].set(row_l.astype(jnp.int32), mode="drop"),
-            slot_pos=ins.slot_pos.at[row_i].set(row_p, mode="drop"))
+            slot_pos=ins.slot_pos.at[row_i].set(row_p, mode="drop"),
+            slot_pr=ins.slot_pr.at[row_i].set(row_pr.astype(jnp.int32), mode="drop"))
     else:
         # The [K, S] slot arrays: the finished (or preempted) slot takes the last occupied one (which is
         # freed unless an admission refills it) and the admitted calls fill slots run_f.., as element

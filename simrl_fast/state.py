@@ -115,6 +115,7 @@ class InstState(NamedTuple):
     nw: jnp.ndarray  # [K] int32: requests still prefilling after the anchor iteration (na/pa: those it completes)
     wkv: jnp.ndarray  # [K] int64: their prompt + generated tokens
     slot_pos: jnp.ndarray  # [K, S] int64: end of each running request's prefill on the line (stale once decoding)
+    slot_pr: jnp.ndarray  # [K, S] int32: each running request's prompt tokens (an abort re-prefills them)
 
 
 class CallState(NamedTuple):
@@ -236,7 +237,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         slot_ser=i32(0, (K, S if static.on_demand and not static.chunked_prefill else 1)), ser=i32(0, K), ser0=i32(0, K), plan=jnp.zeros(K, bool),
         preempt=i32(0, K),
         pq_done=i64(0, K), pq_tail=i64(0, K), pf=i64(0, K), nw=i32(0, K), wkv=i64(0, K),
-        slot_pos=i64(0, (K, S if static.chunked_prefill else 1)),
+        slot_pos=i64(0, (K, S if static.chunked_prefill else 1)), slot_pr=i32(0, (K, S if static.chunked_prefill else 1)),
     )
     Q = R + admit_max(static) + 1
     calls = CallState(queue=i32(-1, (K, Q)), qgen=i32(0, (K, Q if static.on_demand else 1)))
