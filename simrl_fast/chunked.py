@@ -29,9 +29,10 @@ over the row runs in admission order (an abort re-prefills every running request
 A configuration with ``max_num_batched_tokens = 0`` in such a batch runs the same code with an
 unlimited budget: the whole line in the anchor iteration, as the unchunked kernel does.
 
-With the prefix cache (`simrl_fast.prefix`) a request's stretch of the line is its prefill (prompt +
-generated - its hit shared prefix) while the KV it brings to the decoding sum is its prompt + generated
-tokens (`plan_chunks`' ``hits``).
+A request's stretch of the line is its prompt + generated tokens (its prefill), which is also what it
+brings to the decoding KV sum (`plan_chunks` takes the still prefilling requests' KV from the line), but
+with the prefix cache (`simrl_fast.prefix`): there a stretch is the prefill (prompt + generated - its hit
+shared prefix) and `plan_chunks`' ``hits`` adds the hit part back on the KV side.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail, key, pos, hits=None, ze
     if zero is not None:  # the budget was used up before it (`Instance.plan`'s `if budget <= 0: break`)
         comp = comp & ~(zero & (pos - pq_done >= budget))
     na_c = jnp.sum(comp.astype(jnp.int32))
-    # the still prefilling requests own the line after the last completed one (all of it when none completed)
+    # the still prefilling requests own the line after the last completed one (all of it when none completed),
+    # and a request's stretch is its prompt + generated tokens, what it brings to the decoding KV sum
     c_end = jnp.max(jnp.where(comp, pos, -1))
     skipped = 0 if hits is None else jnp.sum(jnp.where(prefilling(key) & ~comp, hits, 0))
     wkv = jnp.where(na_c > 0, pq_tail - c_end + skipped, pa)

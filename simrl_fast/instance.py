@@ -118,7 +118,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     od = (p.od == 1) & OD
     in_plan = cont & ins.plan[i] & OD  # this step is one turn of Instance.plan's preemption loop
     if CH:
-        pq_done, pq_tail, spos = ins.pq_done[i], ins.pq_tail[i], ins.slot_pos[i]
+        pq_done, pq_tail, spos, pr_s = ins.pq_done[i], ins.pq_tail[i], ins.slot_pos[i], ins.slot_pr[i]
     pcx = (p.pc == 1) & PX
     Gm, K = static.max_groups, static.instances
     if PX:
@@ -165,7 +165,6 @@ def instance_action(st, p, w, static, on, i, new_now):
     kd = jnp.where(ab | rs, 0, kd)
     nd = jnp.where(ab | rs, 0, nd)
     if CH:  # every running request re-prefills, in admission (= slot) order, on a new line
-        pr_s, _ = call_lengths(w, jnp.where(occ, unpack_rid(key), 0), n, G)
         key_ab, pos_ab, line = ch.reprefill_row(key, ins.slot_len[i], pr_s, it, rs, occ)
         key = jnp.where(ab | rs, key_ab, key)
         spos = jnp.where(ab | rs, pos_ab, spos)
@@ -378,11 +377,12 @@ def instance_action(st, p, w, static, on, i, new_now):
                           ch.prefill_key(hl_v - gens[:A], heads[:A]))
         row_l = ch.append(ch.remove_shift(ins.slot_len[i], s_rm, rem, 0), run_f, n_adm, hl_v)
         row_p = ch.append(ch.remove_shift(spos, s_rm, rem, 0), run_f, n_adm, adm_pos)
+        row_pr = ch.append(ch.remove_shift(pr_s, s_rm, rem, 0), run_f, n_adm, hp_v)
         if PX:  # each running request's hit shared prefix (on the KV side of a request, not on the line)
             row_sh = ch.append(ch.remove_shift(ssh, s_rm, rem, 0), run_f, n_adm, adm_shv)
             row_rid = jnp.where(row_k < KEY_EMPTY, unpack_rid(row_k), -1)
             hits = jnp.where(row_sh == SH_HIT, call_shared(w, row_rid, n, G), 0)
-            zero = (hits > 0) & (hits == call_lengths(w, row_rid, n, G)[0])  # nothing to prefill
+            zero = (hits > 0) & (hits == row_pr)  # nothing to prefill
             pf, na_c, pa_c, nw, wkv, row_c, again, zl = ch.plan_chunks(p, it, nd, kd, na, pa, pq_done, pq_tail,
                                                                        row_k, row_p, hits, zero)
             zl = start & zl
@@ -462,7 +462,8 @@ def instance_action(st, p, w, static, on, i, new_now):
             nw=put(ins.nw, nw), wkv=put(ins.wkv, wkv),
             slot_key=ins.slot_key.at[row_i].set(row_k, mode="drop"),
             slot_len=ins.slot_len.at[row_i].set(row_l.astype(jnp.int32), mode="drop"),
-            slot_pos=ins.slot_pos.at[row_i].set(row_p, mode="drop"))
+            slot_pos=ins.slot_pos.at[row_i].set(row_p, mode="drop"),
+            slot_pr=ins.slot_pr.at[row_i].set(row_pr.astype(jnp.int32), mode="drop"))
         if PX:
             inst = inst._replace(slot_sh=ins.slot_sh.at[row_i].set(row_sh.astype(jnp.int32), mode="drop"),
                                  zlate=put(ins.zlate, zl))

@@ -115,6 +115,7 @@ class InstState(NamedTuple):
     nw: jnp.ndarray  # [K] int32: requests still prefilling after the anchor iteration (na/pa: those it completes)
     wkv: jnp.ndarray  # [K] int64: their prompt + generated tokens
     slot_pos: jnp.ndarray  # [K, S] int64: end of each running request's prefill on the line (stale once decoding)
+    slot_pr: jnp.ndarray  # [K, S] int32: each running request's prompt tokens (an abort re-prefills them)
     # -- prefix cache (Params.pc; simrl_fast.prefix; [K, 1] stubs and zeros when Static.prefix is off) --
     ph: jnp.ndarray  # [K] int64: prefix-hit tokens of the requests admitted at the anchor (their prefill is pa - ph)
     slot_sh: jnp.ndarray  # [K, S] int32: Request.holds_shared of each running request: 0 no, 1 yes (it allocated
@@ -262,7 +263,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         slot_ser=i32(0, (K, S if serials(static) else 1)), ser=i32(0, K), ser0=i32(0, K), plan=jnp.zeros(K, bool),
         preempt=i32(0, K),
         pq_done=i64(0, K), pq_tail=i64(0, K), pf=i64(0, K), nw=i32(0, K), wkv=i64(0, K),
-        slot_pos=i64(0, (K, S if static.chunked_prefill else 1)),
+        slot_pos=i64(0, (K, S if static.chunked_prefill else 1)), slot_pr=i32(0, (K, S if static.chunked_prefill else 1)),
         ph=i64(0, K), slot_sh=i32(0, (K, S if static.prefix else 1)), sh_ref=i32(0, (K, Gm if static.prefix else 1)),
         c_ser=i32(0, (K, Gm if static.prefix else 1)), c_next=i32(1, K), c_floor=i32(1, K), cache_tok=i64(0, K),
         zlate=jnp.zeros(K, bool),
