@@ -32,7 +32,7 @@ from simrl_fast import chunked as ch
 from simrl_fast.closed_form import event_of, forks_of
 from simrl_fast.costs import rollout_times
 from simrl_fast.lowering import RULE_ABORT_RESTART, RULE_ABORT_RESUME
-from simrl_fast.prefix import SH_HIT, SH_NONE, call_shared, classify, entry_tokens, evict_lru, lru_sort
+from simrl_fast.prefix import SH_HIT, SH_NONE, call_shared, classify, entry_tokens, evict_lru
 from simrl_fast.state import (
     BIG,
     BUSY,
@@ -195,7 +195,11 @@ def instance_action(st, p, w, static, on, i, new_now):
         else:
             gen_s = ins.slot_len[i].astype(jnp.int32) - (unpack_fin(key) - it)  # Instance.generated_of
         gen_s = jnp.where(p.rule == RULE_ABORT_RESTART, 0, gen_s)
-        _, q_rid, q_gen = jax.lax.sort((jnp.where(occ, sser, BIG), unpack_rid(key), gen_s), num_keys=1)
+        if CH:  # the slots are in admission order already
+            q_rid, q_gen = unpack_rid(key), gen_s
+        else:  # one sort of packed (serial, slot) keys (a sort carrying several arrays is far slower on CPU)
+            order = (jnp.sort(jnp.where(occ, sser, BIG).astype(jnp.int64) * S + jnp.arange(S)) % S).astype(jnp.int32)
+            q_rid, q_gen = unpack_rid(key)[order], gen_s[order]
         g_s = unpack_rid(key) // n
         rel = rq & occ & (ssh != SH_NONE)
         c_row = jnp.where(rq, c_row.at[jnp.where(rel, g_s, Gm)].max(c_next + sser, mode="drop"), c_row)
@@ -281,10 +285,9 @@ def instance_action(st, p, w, static, on, i, new_now):
         new_g = jnp.where(free_f, g_f0, jnp.where(free_v, g_v0, -1))
         c_next = c_next + free_f + free_v
         cache = cache + jnp.where(free_f, sh_f, 0) + jnp.where(free_v, sh_v, 0)
-        live, sk, stok, sg = lru_sort(c_row, c_floor, tokg)
-        ev1, e1, th1 = evict_lru(sk, stok, sg == new_g, d1)
         gidx = jnp.arange(Gm, dtype=jnp.int32)
-        gone1 = live & (c_row <= th1) & (gidx != new_g)
+        live = c_row >= c_floor
+        gone1, e1 = evict_lru(c_row, c_floor, c_next, tokg, gidx == new_g, d1)
         cache = cache - e1
     # Admission: the longest prefix of the waiting queue that fits, up to A calls in this step
     # (Instance.try_admit's loop; the rest, if it still fits, in the next step of this boundary).
@@ -324,8 +327,8 @@ def instance_action(st, p, w, static, on, i, new_now):
         # make_room for the head when it did not fit as it was: LRU entries but its own
         d2 = jnp.where(n_adm >= 1, kv_f + cache + need_free[0] - p.kv_cap, 0)
         keep = jnp.where(inca[0], h_g[0], -1)
-        ev2, e2, th2 = evict_lru(sk, stok, ev1 | (sg == keep), d2)
-        gone = gone1 | (live & ~gone1 & (c_row <= th2) & (gidx != keep))
+        gone2, e2 = evict_lru(c_row, c_floor, c_next, tokg, gone1 | (gidx == keep), d2)
+        gone = gone1 | gone2
         adm_sh, adm_ca = adm_v & share[:A], adm_v & inca[:A]
         cache = cache - e2 - jnp.sum(jnp.where(adm_ca, h_sh[:A], 0))
         phit = phit + jnp.sum(jnp.where(adm_v & (insh[:A] | inca[:A]), h_sh[:A], 0)) - jnp.where(

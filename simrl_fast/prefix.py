@@ -22,8 +22,9 @@ the cache's ``("t", tid)`` entries, are rejected with multi-call workloads):
 The kernel's boundary step (`instance.instance_action`) admits, in one scan step, the longest
 prefix of the waiting queue that fits *without evicting*, or else the head alone with its
 evictions (so the classification of the next calls sees them); evictions are "the entries of
-smallest serial until it fits", one sort of the instance's row per step (`lru_sort`,
-`evict_lru`). Between observable boundaries an on_demand instance's KV grows by ``B1`` per
+smallest serial until it fits": the smallest serial threshold whose entries free enough, found by
+bisection over the serials (`evict_lru`: masked sums over the instance's row; a sort of the row, with
+its tokens, costs several times a whole scan step on CPU). Between observable boundaries an on_demand instance's KV grows by ``B1`` per
 iteration while its cache stays, so the evictions of the plans run at the boundaries before an
 event are applied at the event, all at once (`instance_action`, entry: the largest of them was
 the last one's, ``kv(E-1) + B1 = kv(E)``); they never preempt (`instance.preempt_boundary` is
@@ -34,8 +35,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-
-from simrl_fast.state import BIG
 
 # InstState.slot_sh: whether a running request holds its group's shared prefix, and whether its prefill skipped it
 SH_NONE, SH_ALLOC, SH_HIT = 0, 1, 2
@@ -53,24 +52,26 @@ def entry_tokens(w, static):
     return w.gshared[jnp.arange(static.max_groups) % static.groups].astype(jnp.int64)
 
 
-def lru_sort(c_row, floor, tokg):
-    """The row's live cache entries in LRU order: (live [Gm] by gid, sorted serials (BIG: none), their
-    tokens, their gids)."""
-    live = c_row >= floor  # floor >= 1: serial 0 is "no entry"
-    gidx = jnp.arange(c_row.shape[0], dtype=jnp.int32)
-    sk, stok, sg = jax.lax.sort((jnp.where(live, c_row, BIG), jnp.where(live, tokg, 0), gidx), num_keys=1)
-    return live, sk, stok, sg
+def evict_lru(c_row, floor, top, tokg, skip, d):
+    """`Instance.make_room` / `plan`'s eviction: the live cache entries of the row (serial >= ``floor``, below
+    ``top``; ``skip``: not evictable, or gone already) taken in LRU order (serial order) one by one while
+    fewer than ``d`` tokens are freed (none when d <= 0, all of them when they free less). Returns (evicted
+    [Gm] by gid, their tokens)."""
+    ok = (c_row >= floor) & ~skip
+    tok = jnp.where(ok, tokg, 0)
 
+    def freed(th):
+        return jnp.sum(jnp.where(c_row <= th, tok, 0))
 
-def evict_lru(sk, stok, skip, d):
-    """`Instance.make_room` / `plan`'s eviction: the LRU entries (sorted positions, ``skip``: not
-    evictable or gone already) taken one by one while fewer than ``d`` tokens are freed (none when d <= 0).
-    Returns (evicted sorted positions, their tokens, the largest evicted serial (0: none))."""
-    ok = ~skip & (sk < BIG)
-    t = jnp.where(ok, stok, 0)
-    before = jnp.cumsum(t) - t
-    ev = ok & (before < d)
-    return ev, jnp.sum(jnp.where(ev, stok, 0)), jnp.max(jnp.where(ev, sk, 0))
+    def body(_, lohi):  # the smallest threshold th in [lo, hi] with freed(th) >= d (hi = top: all)
+        lo, hi = lohi
+        mid = lo + (hi - lo) // 2
+        enough = freed(mid) >= d
+        return jnp.where(enough, lo, mid + 1), jnp.where(enough, mid, hi)
+
+    _, th = jax.lax.fori_loop(0, 32, body, (floor - 1, top))
+    ev = ok & (c_row <= th)
+    return ev, jnp.sum(jnp.where(ev, tokg, 0))
 
 
 def classify(pcx, heads, gens, n, G, w, r_row, live_row):
