@@ -37,6 +37,7 @@ shared prefix) and `plan_chunks`' ``hits`` adds the hit part back on the KV side
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from simrl_fast.state import BIG, KEY_EMPTY, PF_BASE, pack, unpack_fin, unpack_rid
@@ -71,7 +72,7 @@ def reprefill_row(key, length, prompt, it, restart, occ):
     and the line's length."""
     gen = jnp.where(restart, 0, generated_of(key, length, it))
     tok = jnp.where(occ, prompt.astype(jnp.int64) + gen, 0)
-    pos = jnp.cumsum(tok)
+    pos = jax.lax.associative_scan(jnp.add, tok)  # (jnp.cumsum lowers to an O(S^2) reduce-window on CPU)
     new_key = jnp.where(occ, prefill_key(length.astype(jnp.int64) - gen, unpack_rid(key)), key)
     return new_key, pos, pos[-1]
 

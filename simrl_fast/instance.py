@@ -17,6 +17,11 @@ at it (nothing else runs in between, as in SimPy where the whole turn is synchro
 4. close when nothing is left: start the next iteration (new closed form and next event),
    go idle, or stay paused.
 
+Chunked prefill (`Params.token_budget`, `simrl_fast.chunked`): the anchor iteration prefills the next
+chunk of the instance's prefill line, ``na``/``pa`` are the requests it completes, and a boundary whose
+iteration prefills is always visited; with the chunked code traced the slot rows are kept in admission
+order and rewritten once per step.
+
 KV under ``on_demand`` (`Params.od`): a request holds prompt + generated tokens, so at the anchor
 ``kv_used = kd + pa`` and after j iterations ``kv_used + j * (nd + na)``; admission needs prompt +
 generated (a preempted request's `CallState.qgen`), and `Instance.plan` preempts before the

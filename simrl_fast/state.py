@@ -67,8 +67,10 @@ class InstState(NamedTuple):
     it: jnp.ndarray  # [K] int32: Instance.it at the anchor (iterations completed)
     nd: jnp.ndarray  # [K] int32: Instance.n_decoding at the anchor
     kd: jnp.ndarray  # [K] int64: Instance.kv_decode_sum at the anchor
-    na: jnp.ndarray  # [K] int32: len(Instance.prefilling) admitted at the anchor
-    pa: jnp.ndarray  # [K] int64: their prefill tokens (the anchor iteration's prefill_tokens)
+    na: jnp.ndarray  # [K] int32: len(Instance.prefilling) admitted at the anchor (chunked prefill: those the
+    #                  anchor iteration completes; `nw` are still prefilling after it)
+    pa: jnp.ndarray  # [K] int64: their prompt + generated tokens (unchunked: the anchor iteration's prefill_tokens;
+    #                  chunked: `pf`)
     t1: jnp.ndarray  # [K] f64: end of the anchor iteration (its env.timeout)
     alpha: jnp.ndarray  # [K] f64: duration of the iteration after it (rollout_cost.iteration_time)
     beta: jnp.ndarray  # [K] f64: growth of the duration per iteration (c * n_decoding)
