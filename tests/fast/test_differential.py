@@ -95,9 +95,9 @@ def colocated_cases(wl):
 
 
 def run_batch(seed, count, groups=GROUPS, n=N, steps=STEPS, edges=True, on_demand=0, chunked=False):
-    """``chunked``: the random cases draw max_num_batched_tokens too (then the whole batch runs the chunked
-    code; unchunked, the batch runs the unchunked kernel, which tests/fast/test_chunked_prefill.py and the
-    hypothesis suite do not)."""
+    """``chunked``: the random cases draw max_num_batched_tokens too (the whole batch then runs the chunked
+    code). Unchunked (the default) the batch runs the unchunked kernel; the chunked code has its own CI cases
+    (tests/fast/test_chunked_prefill.py, the hypothesis suite)."""
     rng = np.random.default_rng(seed)
     cases = [random_case(rng, groups, n, steps, chunked=chunked) for _ in range(count)]
     cases += [random_case(rng, groups, n, steps, kv_policy="on_demand", chunked=chunked) for _ in range(on_demand)]
