@@ -25,7 +25,7 @@ def _record(cls, vec):
 
 def check_static(static, params) -> None:
     """Refuse a Static whose ``formulas`` leave out a formula some configuration of ``params`` uses (or
-    whose ``on_demand`` leaves out on_demand KV)."""
+    whose ``on_demand`` leaves out on_demand KV, ``chunked_prefill`` a token budget, or ``prefix`` the prefix cache)."""
     for bit, kind, name in ((1, params.ro_kind, "the roofline rollout"), (2, params.tr_kind, "analytical training")):
         if not static.formulas & bit and np.any(np.asarray(kind) == 1):
             raise ValueError(f"simrl_fast: Static.formulas={static.formulas} leaves out {name}, which some "
@@ -33,6 +33,12 @@ def check_static(static, params) -> None:
     if not static.on_demand and np.any(np.asarray(params.od) == 1):
         raise ValueError("simrl_fast: Static.on_demand=False but some configuration of the batch has "
                          "kv_policy=on_demand; build the Static with static_for over these params")
+    if not static.chunked_prefill and np.any(np.asarray(params.token_budget) > 0):
+        raise ValueError("simrl_fast: Static.chunked_prefill=False but some configuration of the batch has "
+                         "max_num_batched_tokens > 0; build the Static with static_for over these params")
+    if not static.prefix and np.any(np.asarray(params.pc) == 1):
+        raise ValueError("simrl_fast: Static.prefix=False but some configuration of the batch shares prompt "
+                         "prefixes (prefix_caching); build the Static with static_for over these params")
 
 
 def rollout_times(p, static, nd, kd, pa, b1n, k1n):

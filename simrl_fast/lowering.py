@@ -28,8 +28,12 @@ from simrl.policy.rules import Enforcement, InflightRule, code
 FEATURES = {
     "workload": "single-call trajectories, equal group sizes, no tool latency",
     "deployment.rollout.kv_policy": "reserve, on_demand (preemption of the newest request, recomputed on re-admission)",
-    "deployment.rollout.max_num_batched_tokens": "0 (unchunked prefill)",
-    "deployment.rollout.prefix_caching": "false (or a workload without shared prompts)",
+    "deployment.rollout.max_num_batched_tokens": "any: 0 (unchunked prefill) or a per-iteration token budget "
+                                                 "(chunked prefill in admission order, decoding first)",
+    "deployment.rollout.prefix_caching": "true or false: group-shared prompt prefixes (one reference-counted "
+                                         "entry per instance and group, released into an LRU cache, evicted "
+                                         "LRU by admissions and by on_demand's plan; cleared at publications "
+                                         "as the sync rule says; salted calls never share)",
     "deployment.placement": "disaggregated, or colocated (every instance paused at its next iteration boundary "
                             "when a batch is taken, under the sync rule, keep_pause for drain; offload_before_s, the "
                             "step, offload_after_s, then version + 1 and resume: Costs' phase times, taken once)",
@@ -122,6 +126,8 @@ class Static(NamedTuple):
     max_chunks: int  # outer turns before giving up (a safety bound; deadlocks stop earlier)
     formulas: int = 3  # cost formulas the batch uses (bit 1: roofline rollout, bit 2: analytical training)
     on_demand: bool = True  # some configuration of the batch has kv_policy=on_demand (else its code is not traced)
+    chunked_prefill: bool = True  # some configuration has max_num_batched_tokens > 0 (else its code is not traced)
+    prefix: bool = False  # some configuration of the batch shares prompt prefixes (Params.pc; else not traced)
 
     @property
     def max_calls(self) -> int:
@@ -135,6 +141,7 @@ class Params(NamedTuple):
     max_seqs: np.ndarray  # int32: max_num_seqs
     kv_cap: np.ndarray  # int64: KV capacity per instance, tokens
     od: np.ndarray  # int32: 1 = kv_policy on_demand (tokens take KV as generated; preemption), 0 = reserve
+    token_budget: np.ndarray  # int64: max_num_batched_tokens (tokens one iteration decodes + prefills; 0: unlimited)
     ro_kind: np.ndarray  # int32: rollout formula (simrl_fast.costs: 0 the linear form a..p, 1 roofline)
     ro: np.ndarray  # [NR] float64: simrl.cost.formulas.RooflineParams (zeros under the linear form)
     tr_kind: np.ndarray  # int32: training formula (0 train_a + train_per_token * tokens, 1 analytical)
@@ -172,6 +179,10 @@ class Params(NamedTuple):
     off_before: np.ndarray  # float64: Costs.offload_before_s() (pause acknowledged -> training starts)
     off_after: np.ndarray  # float64: Costs.offload_after_s(instances) (training ends -> version + 1 and resume)
     offload_s: np.ndarray  # float64: Costs.offload_s (StepRecord.offload_s of a colocated step)
+    # prefix cache (Instance.try_admit / release / clear_cache; simrl_fast.prefix)
+    pc: np.ndarray  # int32: 1 = prefix_caching on and the workload has group-shared prompt tokens not salted
+    pc_clear: np.ndarray  # int32: when Weights clears the caches (sync.clear_prefix_cache): 0 never (continue),
+    #                       1 at the resume of a pause (pause_all), 2 at the publication (swap_in_place, drain)
 
 
 class WorkloadArrays(NamedTuple):
@@ -182,6 +193,8 @@ class WorkloadArrays(NamedTuple):
     zero_var: np.ndarray  # [G] bool: GroupRecord.reward_std() == 0
     seq_tokens: np.ndarray  # [G] int64: sum of prompt + completion (trained sequence lengths)
     completion_sum: np.ndarray  # [G] int64: group completion tokens (trained tokens)
+    shared: np.ndarray  # [G, n] int32: Request.shared_tokens of each call (group_shared_prompt_tokens; 0 if salted)
+    gshared: np.ndarray  # [G] int32: group_shared_prompt_tokens (the tokens of a group's cache entry)
 
 
 def lower_workload(workload) -> WorkloadArrays:
@@ -197,9 +210,13 @@ def lower_workload(workload) -> WorkloadArrays:
     prompt = w.call_prompt_tokens.reshape(G, n)
     comp = w.call_completion_tokens.reshape(G, n)
     zero_var = np.array([_reward_std(w, g) == 0.0 for g in range(G)], dtype=bool)
+    gshared = np.asarray(w.group_shared_prompt_tokens, dtype=np.int64)
+    salted = np.asarray(w.call_cache_salted, dtype=bool).reshape(G, n)
+    shared = np.where(salted, 0, gshared[:, None])  # simrl.engine.groups: shared_tokens=0 when salted
     return WorkloadArrays(
         prompt=prompt.astype(np.int32), completion=comp.astype(np.int32), zero_var=zero_var,
         seq_tokens=(prompt + comp).sum(axis=1).astype(np.int64), completion_sum=comp.sum(axis=1).astype(np.int64),
+        shared=shared.astype(np.int32), gshared=gshared.astype(np.int32),
     )
 
 
@@ -296,11 +313,6 @@ def check_supported(cfg, workload, costs) -> None:
     r = cfg.deployment.rollout
     if r.kv_policy not in KV_POLICIES:
         _reject(f"deployment.rollout.kv_policy={r.kv_policy}")
-    if r.max_num_batched_tokens != 0:
-        _reject(f"deployment.rollout.max_num_batched_tokens={r.max_num_batched_tokens} (chunked prefill)",
-                "set it to 0")
-    if r.prefix_caching and np.any(workload.group_shared_prompt_tokens[~_salted_groups(workload)] > 0):
-        _reject("deployment.rollout.prefix_caching=true with group-shared prompts")
     if _colocated(cfg):
         _colocated_checks(cfg, costs)
     if cfg.router.name not in ROUTERS:
@@ -357,9 +369,22 @@ def _colocated_rule(rule: int) -> int:
     return rule if rule in (RULE_ABORT_RESUME, RULE_ABORT_RESTART) else RULE_KEEP_PAUSE
 
 
-def _salted_groups(w) -> np.ndarray:
-    first = w.traj_call_start[w.group_traj_start[:-1]]
-    return w.call_cache_salted[first]
+def prefix_fields(cfg, wa: WorkloadArrays, pp: PolicyParams, colocated: bool) -> dict:
+    """`Params.pc` and `Params.pc_clear`: whether the run shares prompt prefixes (prefix caching on and some
+    call carries shared tokens: else the cache never holds an entry, multi-turn contexts being rejected), and
+    when `simrl.engine.weights.Weights` clears the caches (``clear_prefix_cache``): `pause_all` (every pausing
+    rule and every colocated step: at the resume, after the aborted requests were released), `_swap_in_place`
+    and drain's `pause_all` (at the publication: the instances are idle or untouched since), never under
+    ``continue``."""
+    pc = bool(cfg.deployment.rollout.prefix_caching) and bool(np.any(wa.shared > 0))
+    rule = pp.inflight_rule
+    if not (pc and cfg.policy.sync_spec.clear_prefix_cache) or (rule == RULE_CONTINUE and not colocated):
+        clear = 0
+    elif colocated or rule in (RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART):
+        clear = 1
+    else:  # swap_in_place, drain
+        clear = 2
+    return dict(pc=np.int32(pc), pc_clear=np.int32(clear))
 
 
 class RolloutLowered(NamedTuple):
@@ -565,7 +590,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
     stale_bound = int(pp.staleness_bound)
     params = Params(
         n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs),
-        od=np.int32(KV_POLICIES[r.kv_policy]),
+        od=np.int32(KV_POLICIES[r.kv_policy]), token_budget=np.int64(r.max_num_batched_tokens),
         steps=np.int32(cfg.run.training_steps), router=np.int32(ROUTERS[cfg.router.name]),
         conc=np.float64(pp.admit_concurrency_groups), budget_base=np.float64(pp.admit_budget_base_groups),
         budget_per_version=np.float64(pp.admit_budget_per_version_groups),
@@ -578,7 +603,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         count_since_pub=np.int32(pp.admit_count_since_publish), buf_cap=np.float64(pp.admit_buffer_cap_groups),
         batch_window=np.int32(pp.batch_order == 1), batch_max=np.int32(pp.batch_max_groups),
         queue_block=np.float64(pp.admit_queue_blocks_groups), collapse=np.int32(pp.collapse_zero_variance_groups),
-        **cf,
+        **prefix_fields(cfg, wa, pp, bool(cf["colocated"])), **cf,
     )
     static = static_for([params], wa)
     return static, params, wa
@@ -603,6 +628,11 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
     steps = max(int(p.steps) for p in params)
     K = max(int(p.n_inst) for p in params)
     actions = mg * (1 + 3 * n) + steps * (2 * K + 6) + 64
+    if any(int(p.token_budget) > 0 for p in params):
+        # chunked prefill visits every boundary whose iteration prefills: a chunk is at least one token, so at
+        # most one visit per prefilled token (a bound for the safety cap only; a real run takes far fewer)
+        actions += mg * n * int((wa.prompt.astype(np.int64) + wa.completion).max())
+        actions = 1 << (actions - 1).bit_length()  # a power of two: fewer distinct shapes (one compile each)
     chunk = 256
     return Static(
         instances=K, slots=max(int(p.max_seqs) for p in params), group_size=n, groups=G, max_groups=mg,
@@ -611,6 +641,8 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
         formulas=(1 if any(int(p.ro_kind) == 1 for p in params) else 0)
         | (2 if any(int(p.tr_kind) == 1 for p in params) else 0),
         on_demand=any(int(p.od) == 1 for p in params),
+        chunked_prefill=any(int(p.token_budget) > 0 for p in params),
+        prefix=any(int(p.pc) == 1 for p in params),
     )
 
 

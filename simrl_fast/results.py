@@ -35,6 +35,7 @@ class FastResults(NamedTuple):
     overflow: np.ndarray  # [M] bool
     actions: np.ndarray  # [M] int32: scan steps that did something
     preemptions: np.ndarray  # [M, K] int32: per instance, Instance.preemptions (on_demand KV)
+    cache_tokens: np.ndarray  # [M, K] int64: per instance, Instance.cache_tokens at the end (prefix cache)
 
     @classmethod
     def from_state(cls, st, steps, static, per_call) -> FastResults:
@@ -48,7 +49,7 @@ class FastResults(NamedTuple):
             seq_tokens=lg.seq_tokens, offload_s=lg.offload_s,
             call_finish=call_finish, call_inst=call_inst, group_finish=group_finish,
             groups_dispatched=st.dispatched, groups_accepted=st.accepted, stuck=st.stuck, overflow=st.overflow, actions=st.actions,
-            preemptions=st.inst.preempt,
+            preemptions=st.inst.preempt, cache_tokens=st.inst.cache_tok,
         )
 
     @classmethod

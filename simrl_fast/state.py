@@ -18,6 +18,10 @@ import jax.numpy as jnp
 
 BIG = 2**30  # "never" for int32 iteration counts and sequence numbers
 KEY_EMPTY = (BIG << 32) | (2**32 - 1)  # a free slot's key: after every real key, finish iteration BIG
+#: chunked prefill: a request still prefilling has the slot key `pack`(PF_BASE + tokens left to generate, rid),
+#: after every decoding request's key and before KEY_EMPTY; the boundary whose iteration completes its
+#: prefill subtracts PF_BASE - it (simrl_fast.chunked)
+PF_BASE = BIG // 2
 
 
 def pack(fin, rid):
@@ -63,8 +67,10 @@ class InstState(NamedTuple):
     it: jnp.ndarray  # [K] int32: Instance.it at the anchor (iterations completed)
     nd: jnp.ndarray  # [K] int32: Instance.n_decoding at the anchor
     kd: jnp.ndarray  # [K] int64: Instance.kv_decode_sum at the anchor
-    na: jnp.ndarray  # [K] int32: len(Instance.prefilling) admitted at the anchor
-    pa: jnp.ndarray  # [K] int64: their prefill tokens (the anchor iteration's prefill_tokens)
+    na: jnp.ndarray  # [K] int32: len(Instance.prefilling) admitted at the anchor (chunked prefill: those the
+    #                  anchor iteration completes; `nw` are still prefilling after it)
+    pa: jnp.ndarray  # [K] int64: their prompt + generated tokens (unchunked: the anchor iteration's prefill_tokens;
+    #                  chunked: `pf`)
     t1: jnp.ndarray  # [K] f64: end of the anchor iteration (its env.timeout)
     alpha: jnp.ndarray  # [K] f64: duration of the iteration after it (rollout_cost.iteration_time)
     beta: jnp.ndarray  # [K] f64: growth of the duration per iteration (c * n_decoding)
@@ -99,6 +105,30 @@ class InstState(NamedTuple):
     #                    prefilling (0 after an abort: every resumed request re-prefills)
     plan: jnp.ndarray  # [K] bool: the boundary is in Instance.plan's preemption loop (admission is over)
     preempt: jnp.ndarray  # [K] int32: Instance.preemptions
+    # -- chunked prefill (max_num_batched_tokens > 0; simrl_fast.chunked) --
+    # Instance.prefilling is a line of prefill tokens in admission order: each admitted request appends its
+    # prefill (prompt + tokens to recompute) at pq_tail, and every iteration prefills the next chunk from
+    # pq_done (Instance.plan's chunks, in that order); a request is prefilling while its slot key is
+    # >= PF_BASE. With the chunked code traced the slots are kept in admission order (a finish shifts the
+    # later ones down), so the newest running request is the last slot.
+    pq_done: jnp.ndarray  # [K] int64: prefill tokens of the line done before the anchor iteration
+    pq_tail: jnp.ndarray  # [K] int64: end of the line (pq_tail - pq_done: Instance.prefilling's prefill_remaining)
+    pf: jnp.ndarray  # [K] int64: tokens the anchor iteration prefills (its chunks)
+    nw: jnp.ndarray  # [K] int32: requests still prefilling after the anchor iteration (na/pa: those it completes)
+    wkv: jnp.ndarray  # [K] int64: their prompt + generated tokens
+    slot_pos: jnp.ndarray  # [K, S] int64: end of each running request's prefill on the line (stale once decoding)
+    slot_pr: jnp.ndarray  # [K, S] int32: each running request's prompt tokens (an abort re-prefills them)
+    # -- prefix cache (Params.pc; simrl_fast.prefix; [K, 1] stubs and zeros when Static.prefix is off) --
+    ph: jnp.ndarray  # [K] int64: prefix-hit tokens of the requests admitted at the anchor (their prefill is pa - ph)
+    slot_sh: jnp.ndarray  # [K, S] int32: Request.holds_shared of each running request: 0 no, 1 yes (it allocated
+    #                       the entry: prefilled the whole prompt), 2 yes, its prompt hit the shared prefix
+    sh_ref: jnp.ndarray  # [K, Gm] int32: Instance.shared[gid][1], references to a group's shared prefix
+    c_ser: jnp.ndarray  # [K, Gm] int32: LRU serial of the group's entry in Instance.cache (live when >= c_floor)
+    c_next: jnp.ndarray  # [K] int32: the next serial (above every live one: the MRU end)
+    c_floor: jnp.ndarray  # [K] int32: serials below it were cleared (Instance.clear_cache)
+    cache_tok: jnp.ndarray  # [K] int64: Instance.cache_tokens
+    zlate: jnp.ndarray  # [K] bool: chunked prefill: the requests still prefilling after the anchor iteration all
+    #                     have nothing to prefill (whole prompt hit) and complete in the next one (simrl_fast.prefix)
 
 
 class CallState(NamedTuple):
@@ -197,6 +227,19 @@ class SimState(NamedTuple):
     count_off: jnp.ndarray  # int32: running + buffered - dispatched at the last publication (admit_count_since_publish)
 
 
+def serials(static) -> bool:
+    """Whether the batch carries admission serials (`InstState.slot_ser`): for on_demand KV (the newest is
+    preempted) or the prefix cache (aborted requests are re-queued in admission order), unless chunked
+    prefill is traced (its slots are kept in admission order)."""
+    return bool((static.on_demand or static.prefix) and not static.chunked_prefill)
+
+
+def queued_gen(static) -> bool:
+    """Whether the batch carries the tokens a queued call keeps (`CallState.qgen`): a preempted request
+    (on_demand) or an aborted one re-queued by the prefix cache."""
+    return bool(static.on_demand or static.prefix)
+
+
 def admit_max(static) -> int:
     """Calls one scan step admits at most (the rest of a long admission takes further steps)."""
     return max(1, min(static.slots, 16))
@@ -217,11 +260,18 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         wq_pos=i32(0, K), wq_len=i32(0, K),
         slot_key=i64(KEY_EMPTY, (K, S)), slot_len=i32(0, (K, S)), psum=i64(0, K),
         # (a batch without on_demand KV carries no per-slot serials nor queued tokens: [K, 1] stubs)
-        slot_ser=i32(0, (K, S if static.on_demand else 1)), ser=i32(0, K), ser0=i32(0, K), plan=jnp.zeros(K, bool),
+        # (the per-slot serials are kept for on_demand's victim and the prefix cache's abort releases, unless the
+        # chunked code keeps the slots in admission order; queued tokens for on_demand and the prefix cache)
+        slot_ser=i32(0, (K, S if serials(static) else 1)), ser=i32(0, K), ser0=i32(0, K), plan=jnp.zeros(K, bool),
         preempt=i32(0, K),
+        pq_done=i64(0, K), pq_tail=i64(0, K), pf=i64(0, K), nw=i32(0, K), wkv=i64(0, K),
+        slot_pos=i64(0, (K, S if static.chunked_prefill else 1)), slot_pr=i32(0, (K, S if static.chunked_prefill else 1)),
+        ph=i64(0, K), slot_sh=i32(0, (K, S if static.prefix else 1)), sh_ref=i32(0, (K, Gm if static.prefix else 1)),
+        c_ser=i32(0, (K, Gm if static.prefix else 1)), c_next=i32(1, K), c_floor=i32(1, K), cache_tok=i64(0, K),
+        zlate=jnp.zeros(K, bool),
     )
     Q = R + admit_max(static) + 1
-    calls = CallState(queue=i32(-1, (K, Q)), qgen=i32(0, (K, Q if static.on_demand else 1)))
+    calls = CallState(queue=i32(-1, (K, Q)), qgen=i32(0, (K, Q if queued_gen(static) else 1)))
     groups = GroupState(status=i32(G_FREE, Gm), done=i32(0, Gm), minv=i32(BIG, Gm), buf=i32(-1, Gm))
     trainer = TrainerState(phase=i32(T_WAIT), step=i32(0), timer_t=f64(jnp.inf), timer_prev=f64(jnp.inf),
                            timer_seq=i32(BIG), acks=i32(0), taken=i32(0), dur=f64(0.0))

@@ -18,6 +18,7 @@ from simrl_fast import state as _state
 from simrl_fast.closed_form import N_FORKS, WALK, event_of, first_after, forks_of, walk_back
 from simrl_fast.costs import rollout_times
 from simrl_fast.instance import call_lengths, fits, fits_routed, instance_action
+from simrl_fast.prefix import call_shared
 from simrl_fast.state import (
     BIG,
     BUSY,
@@ -184,6 +185,8 @@ def local_phase(st, p, w, static, rounds):
         # on_demand KV (growth, preemption, slot serials) is not on the rounds' path: those configurations
         # take the sequential step only (docs/fastpath.md, "Instances in parallel between global events")
         cand = quiet & active & (ins.phase == BUSY) & (ins.ev_t < jnp.inf) & (p.od == 0)
+        if static.prefix:  # nor is the prefix cache (references, LRU evictions)
+            cand = cand & (p.pc == 0)
         now_k = jnp.maximum(ins.ev_t, st.now)
         # entry: rebase the closed form to the boundary
         it = ins.ev_it
@@ -379,7 +382,11 @@ def route_group(st, p, w, static, on, j_all):
     was_empty = ins.wq_len == 0
     wake = got & (ins.phase == IDLE)
     hp, hl = call_lengths(w, f_rid, n, G)
-    fit = got & (ins.phase == BUSY) & was_empty & fits_routed(p, static, ins, j_all, hp, hl)
+    hit = 0
+    if static.prefix:  # the first call's shared prefix, held there by a running request of its group
+        sh = call_shared(w, f_rid, n, G)
+        hit = jnp.where((p.pc == 1) & (ins.sh_ref[kk, f_rid // n] > 0), sh, 0)
+    fit = got & (ins.phase == BUSY) & was_empty & fits_routed(p, static, ins, j_all, hp, hl, hit)
     adm_it = jnp.where(fit, ins.it + j_all, ins.adm_it)
     ev_it, ev_t, ev_prev = event_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.fin_min, adm_it, ins.pause_it)
     rank = jnp.sum((wake[None, :] & (first[None, :] < first[:, None])).astype(i32), axis=1)
@@ -415,7 +422,10 @@ def make_step(static):
         st = st0._replace(out=empty_out(static.group_size, 0)._replace(
             par_rid=st0.out.par_rid * 0 - 1, par_t=st0.out.par_t + jnp.nan))
         # Every instance's local boundaries before the next global event, in parallel; then one action.
-        st, par = local_phase(st, p, w, static, rounds) if rounds else (st, jnp.asarray(False))
+        # (not with chunked prefill traced: its slot rows are kept in admission order, which the rounds' moves
+        # would break; such batches run the sequential step)
+        local = rounds and not static.chunked_prefill
+        st, par = local_phase(st, p, w, static, rounds) if local else (st, jnp.asarray(False))
         act, i, new_now = select(st, p, static)
         st = st._replace(now=new_now)
         st = instance_action(st, p, w, static, act == A_INST, i, new_now)

@@ -158,6 +158,10 @@ def timer_action(st, p, static, on):
         ev_prev=jnp.where(resume, now, ins.ev_prev),
         ev_seq=jnp.where(resume, seq0 + rank, ins.ev_seq),
     )
+    if static.prefix:  # Instance.clear_cache at the publication (swap_in_place, drain: simrl_fast.prefix)
+        clr = pub & (p.pc == 1) & (p.pc_clear == 2) & active
+        inst = inst._replace(c_floor=jnp.where(clr, inst.c_next, inst.c_floor),
+                             cache_tok=jnp.where(clr, 0, inst.cache_tok))
     timed = to_publish | off
     trainer = tr._replace(
         phase=phase, step=new_step, acks=jnp.where(pause, n_busy, tr.acks),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import numpy as np
 from simhelpers import linear_costs, random_workload
 
@@ -60,11 +61,43 @@ def preemptions_until_done(sim) -> list[int]:
     return out
 
 
-def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_policy: str = "reserve") -> Case:
+def draw_token_budget(rng: np.random.Generator, slots: int) -> int:
+    """A ``max_num_batched_tokens``: unchunked (0), the vLLM default (8192), a budget below the longer
+    prompts (chunks split across iterations), or a tight one near ``max_num_seqs`` (a budget at or below
+    the decoding sequences holds every prefill until a finish frees some)."""
+    kind = rng.choice(["off", "default", "split", "tight"], p=[0.3, 0.1, 0.3, 0.3])
+    if kind == "off":
+        return 0
+    if kind == "default":
+        return 8192
+    if kind == "split":
+        return int(rng.integers(64, 1025))
+    return int(rng.integers(max(8, slots // 4), max(9, slots + 9)))  # (at least 8: fewer prefill visits)
+
+
+def shared_prompts(rng: np.random.Generator, wl):
+    """``wl`` with group-shared prompt prefixes drawn per group (the whole first prompt, a part of it, or
+    none) and some calls salted (`CallSpec.cache_salted`: they never share): the prefix cache's draws."""
+    first = wl.call_prompt_tokens[wl.traj_call_start[wl.group_traj_start[:-1]]]
+    kind = rng.integers(0, 4, wl.n_groups)  # 0 whole prompt, 1 a part, 2 none, 3 a part with salted calls
+    part = np.array([int(rng.integers(1, max(int(x), 1) + 1)) for x in first])
+    shared = np.where(kind == 0, first, np.where(kind == 2, 0, part))
+    salted = np.zeros(len(wl.call_prompt_tokens), dtype=bool)
+    for g in np.nonzero(kind == 3)[0]:
+        calls = np.arange(wl.traj_call_start[wl.group_traj_start[g]], wl.traj_call_start[wl.group_traj_start[g + 1]])
+        salted[calls] = rng.random(len(calls)) < 0.5
+    return attrs.evolve(wl, group_shared_prompt_tokens=shared, call_cache_salted=salted)
+
+
+def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_policy: str = "reserve",
+                chunked: bool = True, prefix: str = "off") -> Case:
     """A random configuration inside the declared feature set.
 
     ``kv_policy``: ``reserve``, ``on_demand`` or ``any`` (drawn last, so the other draws of a seed do
-    not depend on it; small KV capacities make on_demand preempt)."""
+    not depend on it; small KV capacities make on_demand preempt). ``chunked``: draw
+    ``max_num_batched_tokens`` (`draw_token_budget`, after everything else), else 0. ``prefix``: ``off``
+    (prefix caching off), ``on`` or ``any`` (drawn after the budget): prefix caching with group-shared
+    prompts redrawn by `shared_prompts` half the time (else the whole prompt: a hit prefills nothing)."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -104,7 +137,18 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
         kv_policy = str(rng.choice(["reserve", "on_demand"]))
     if kv_policy != "reserve":
         ov.append(f"deployment.rollout.kv_policy={kv_policy}")
-    return Case(ov, wl, costs, label=f"K={K} S={S} kv={kv} {kv_policy} c={c:.2g} p={p:.2g} {' '.join(pol)}")
+    tb = draw_token_budget(rng, S) if chunked else 0
+    if tb:
+        ov = [o for o in ov if not o.startswith("deployment.rollout.max_num_batched_tokens=")]
+        ov.append(f"deployment.rollout.max_num_batched_tokens={tb}")
+    if prefix == "any":
+        prefix = "on" if rng.random() < 0.5 else "off"
+    if prefix == "on":
+        ov.append("deployment.rollout.prefix_caching=true")
+        if rng.random() < 0.5:
+            wl = shared_prompts(rng, wl)
+        kv_policy += " prefix"
+    return Case(ov, wl, costs, label=f"K={K} S={S} kv={kv} {kv_policy} tb={tb} c={c:.2g} p={p:.2g} {' '.join(pol)}")
 
 
 def run_fast(cases: list[Case], chunk: int | None = None):

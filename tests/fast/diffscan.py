@@ -1,8 +1,8 @@
 """Scan many random seeds of the differential generator: SimPy vs the fast path, compared exactly.
 
-    .venv/bin/python tests/fast/diffscan.py --seeds 0:1000 [--batch 200] [--rel 0]
+    .venv/bin/python tests/fast/diffscan.py --seeds 0:1000 [--batch 200] [--rel 0] [--kv-policy any]
 
-Each seed draws `diffcases.random_case(np.random.default_rng(seed), 8, 4, 3)` (the shape of
+Each seed draws `diffcases.random_case(np.random.default_rng(seed), 8, 4, 3, prefix=...)` (the shape of
 tests/fast/test_hypothesis_differential.py), runs SimPy, then the fast path in vmapped batches
 with one Static, and compares per step and per call with `diffcases.compare` at relative
 tolerance ``--rel`` (0: times equal, not close). Prints the mismatching seeds and the count.
@@ -30,6 +30,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0:1000", help="start:stop (a range) or a comma-separated list")
     ap.add_argument("--batch", type=int, default=250, help="configurations per fast-path batch")
     ap.add_argument("--rel", type=float, default=0.0, help="relative tolerance on times (0: exact)")
+    ap.add_argument("--kv-policy", default="reserve", choices=["reserve", "on_demand", "any"],
+                    help="KV policy of the drawn configurations (random_case's kv_policy)")
+    ap.add_argument("--prefix", default="any", choices=["off", "on", "any"],
+                    help="prefix caching over group-shared prompts (random_case's prefix draw)")
     args = ap.parse_args(argv)
     if ":" in args.seeds:
         lo, hi = (int(x) for x in args.seeds.split(":"))
@@ -48,7 +52,8 @@ def main(argv=None) -> int:
         chunk = seeds[b0:b0 + args.batch]
         cases, ps, was = [], [], []
         for s in chunk:
-            case = random_case(np.random.default_rng(s), GROUPS, N, STEPS)
+            case = random_case(np.random.default_rng(s), GROUPS, N, STEPS, kv_policy=args.kv_policy,
+                               prefix=args.prefix)
             case.run_simpy()
             _, p, wa = lower(case.cfg, case.workload, case.costs)
             cases.append(case)
@@ -56,8 +61,8 @@ def main(argv=None) -> int:
             was.append(wa)
         need = static_for(ps, was[0])
         mg = max(need.max_groups, 48)
-        fixed = static_for([p._replace(n_inst=np.int32(4), max_seqs=np.int32(64), batch=np.int32(4)) for p in ps],
-                           was[0], mg)
+        fixed = static_for([p._replace(n_inst=np.int32(4), max_seqs=np.int32(64), batch=np.int32(4),
+                                       pc=np.int32(args.prefix != "off")) for p in ps], was[0], mg)
         res = run_params(ps, was, static=fixed, chunk=len(ps))
         for m, (s, case) in enumerate(zip(chunk, cases, strict=True)):
             try:

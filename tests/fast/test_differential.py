@@ -94,10 +94,13 @@ def colocated_cases(wl):
     return out
 
 
-def run_batch(seed, count, groups=GROUPS, n=N, steps=STEPS, edges=True, on_demand=0):
+def run_batch(seed, count, groups=GROUPS, n=N, steps=STEPS, edges=True, on_demand=0, chunked=False):
+    """``chunked``: the random cases draw max_num_batched_tokens too (the whole batch then runs the chunked
+    code). Unchunked (the default) the batch runs the unchunked kernel; the chunked code has its own CI cases
+    (tests/fast/test_chunked_prefill.py, the hypothesis suite)."""
     rng = np.random.default_rng(seed)
-    cases = [random_case(rng, groups, n, steps) for _ in range(count)]
-    cases += [random_case(rng, groups, n, steps, kv_policy="on_demand") for _ in range(on_demand)]
+    cases = [random_case(rng, groups, n, steps, chunked=chunked) for _ in range(count)]
+    cases += [random_case(rng, groups, n, steps, kv_policy="on_demand", chunked=chunked) for _ in range(on_demand)]
     if edges:
         cases += edge_cases(rng)
     for c in cases:
@@ -140,12 +143,12 @@ def test_random_and_edge_configurations_match_simpy():
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_more_random_configurations_match_simpy(seed):
-    run_batch(seed=seed, count=150, edges=False, on_demand=60)
+    run_batch(seed=seed, count=150, edges=False, on_demand=60, chunked=True)
 
 
 @pytest.mark.slow
 def test_other_workload_shape_matches_simpy():
-    run_batch(seed=9, count=100, groups=7, n=8, steps=4, edges=False)
+    run_batch(seed=9, count=100, groups=7, n=8, steps=4, edges=False, chunked=True)
 
 
 #: the coverage table's fixes (docs/fastpath.md): the three configuration features fkv's area lacks

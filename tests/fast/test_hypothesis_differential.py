@@ -1,7 +1,9 @@
 """Hypothesis-driven differential test: configurations drawn over the declared feature set
 (`diffcases.random_case`: instances, max_num_seqs, KV capacity and policy (reserve or on_demand),
+max_num_batched_tokens (unchunked, 8192, budgets that split prompts or that decoding uses up),
 linear costs with zero and non-zero terms, sync / bounded_async (every in-flight rule,
-concurrency caps) / skyrl / areal, both routers, zero-variance groups), each run on SimPy and on the fast path with one fixed
+concurrency caps) / skyrl / areal, both routers, zero-variance groups, prefix caching over group-shared
+prompts), each run on SimPy and on the fast path with one fixed
 Static (one compile for every example) and compared per step and per call (`diffcases.compare`).
 
 CI runs a small derandomised sample; `-m slow` runs a long, randomised tail.
@@ -28,19 +30,22 @@ GROUPS, N, STEPS = 8, 4, 3
 _STATIC = {}
 
 
-def _check(seed: int, kv_policy: str = "any") -> None:
+def _check(seed: int, kv_policy: str = "any", prefix: str = "any") -> None:
     from simrl_fast import lower
     from simrl_fast.engine import run_params
     from simrl_fast.lowering import static_for
 
-    case = random_case(np.random.default_rng(seed), GROUPS, N, STEPS, kv_policy=kv_policy)
+    case = random_case(np.random.default_rng(seed), GROUPS, N, STEPS, kv_policy=kv_policy, prefix=prefix)
     case.run_simpy()
     _, p, wa = lower(case.cfg, case.workload, case.costs)
     need = static_for([p], wa)
     # one shape for every example (random_case draws K <= 4, max_num_seqs <= 64, batches <= 4)
     mg = max(need.max_groups, 48)
-    fixed = static_for([p._replace(n_inst=np.int32(4), max_seqs=np.int32(64), batch=np.int32(4), od=np.int32(1))],
-                       wa, mg)
+    fixed = static_for([p._replace(n_inst=np.int32(4), max_seqs=np.int32(64), batch=np.int32(4), od=np.int32(1),
+                                  token_budget=np.int32(1), pc=np.int32(1))], wa, mg)
+    # (chunked prefill's cap on scan chunks grows with the workload's lengths: one fixed cap, so one shape;
+    # a finished or deadlocked run stops at once whatever the cap)
+    fixed = fixed._replace(max_chunks=1 << 14)
     res = run_params([p], [wa], static=fixed)
     _STATIC[fixed] = _STATIC.get(fixed, 0) + 1
     compare(case, res, 0)
@@ -61,7 +66,7 @@ def test_regression_lockstep_tie_order(seed):
     that order (step 3 takes (6, 7, 8), not (6, 8, 7)). 806563476: two instances make the same
     prefill iteration at the same instant, so the order they had before it (set by an earlier,
     different prefill) decides (step 1 takes (1, 2, 3), not (1, 3, 2))."""
-    _check(seed, kv_policy="reserve")
+    _check(seed, kv_policy="reserve", prefix="off")
 
 
 def test_hypothesis_examples_share_one_shape():

@@ -33,7 +33,8 @@ def _run(cases, rounds: int):
 
 def _cases(seed: int, count: int, edges: bool):
     rng = np.random.default_rng(seed)
-    cases = [random_case(rng, GROUPS, N, STEPS) for _ in range(count)]
+    # unchunked prefill: a batch with a token budget takes no local rounds (docs/fastpath.md, "Chunked prefill")
+    cases = [random_case(rng, GROUPS, N, STEPS, chunked=False) for _ in range(count)]
     if edges:
         cases += edge_cases(rng)
     for c in cases:

@@ -46,14 +46,18 @@ def test_supported_configuration_lowers_to_numbers():
 def test_both_kv_policies_lower():
     assert int(lowered()[1].od) == 0
     assert int(lowered("deployment.rollout.kv_policy=on_demand")[1].od) == 1
-    # on_demand does not lift the other KV-related rejections
-    with pytest.raises(FastPathUnsupported, match="max_num_batched_tokens=8192 \\(chunked prefill\\)"):
-        lowered("deployment.rollout.kv_policy=on_demand", "deployment.rollout.max_num_batched_tokens=8192")
+
+
+def test_chunked_prefill_lowers_its_token_budget():
+    """max_num_batched_tokens is a Params number; a batch with a budget traces the chunked code
+    (Static.chunked_prefill), one without does not."""
+    static, p, _ = lowered("deployment.rollout.kv_policy=on_demand", "deployment.rollout.max_num_batched_tokens=8192")
+    assert int(p.token_budget) == 8192 and static.chunked_prefill
+    static, p, _ = lowered()
+    assert int(p.token_budget) == 0 and not static.chunked_prefill
 
 
 @pytest.mark.parametrize("override, feature", [
-    ("deployment.rollout.max_num_batched_tokens=8192", "max_num_batched_tokens=8192"),
-    ("deployment.rollout.prefix_caching=true", "prefix_caching=true"),
     ("router.name=kv_cache_aware", "router.name=kv_cache_aware"),
     ("router.active_cap=4", "router.active_cap=4"),
     ("run.time_horizon_s=100", "time_horizon_s"),
@@ -242,21 +246,18 @@ DISAGGREGATED_EXACT = ("areal", "nemo_rl", "openrlhf", "roll", "skyrl", "verl")
 
 
 @pytest.mark.parametrize("kind", DISAGGREGATED_EXACT)
-def test_presets_lower_at_their_defaults_but_chunked_prefill_and_the_shared_prefix_cache(kind):
-    """At full defaults every preset is rejected for chunked prefill first; with it and the prefix
-    cache off, these six lower with their default on_demand KV and roofline rollout cost."""
+def test_presets_lower_at_their_full_defaults(kind):
+    """These six lower at their full defaults: the prefix cache over the workload's shared prompts, chunked
+    prefill (8192), on_demand KV and the roofline rollout cost; with prefix caching off the cache is not traced."""
     from simrl.cost.build import build_costs
     from simrl.engine.sim import load_workload
 
     cfg = load_config(overrides=[f"policy={kind}"])
     wl, costs = load_workload(cfg), build_costs(cfg)
-    with pytest.raises(FastPathUnsupported, match="max_num_batched_tokens=8192 \\(chunked prefill\\)"):
-        lower(cfg, wl, costs)
-    cfg = load_config(overrides=[f"policy={kind}", "deployment.rollout.max_num_batched_tokens=0"])
-    with pytest.raises(FastPathUnsupported, match="prefix_caching=true with group-shared prompts"):
-        lower(cfg, wl, costs)
-    cfg = load_config(overrides=[f"policy={kind}", "deployment.rollout.max_num_batched_tokens=0",
-                                 "deployment.rollout.prefix_caching=false"])
-    assert cfg.deployment.rollout.kv_policy == "on_demand"
-    _, p, _ = lower(cfg, wl, costs)
-    assert int(p.od) == 1 and int(p.ro_kind) == 1
+    assert cfg.deployment.rollout.kv_policy == "on_demand" and cfg.deployment.rollout.prefix_caching
+    static, p, _ = lower(cfg, wl, costs)
+    assert int(p.od) == 1 and int(p.ro_kind) == 1 and int(p.token_budget) == 8192
+    assert int(p.pc) == 1 and static.prefix
+    cfg = load_config(overrides=[f"policy={kind}", "deployment.rollout.prefix_caching=false"])
+    static, p, _ = lower(cfg, wl, costs)
+    assert int(p.pc) == 0 and not static.prefix

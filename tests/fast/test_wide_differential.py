@@ -23,7 +23,7 @@ from simrl.policy.record import ParamsPolicy  # noqa: E402
 
 def test_the_generator_reaches_the_feature_set():
     """60 draws (no simulation): records and presets, every in-flight rule, roofline and analytical
-    costs, MoE, variable batches, on_demand KV, colocated placement, and most draws lower (a refusal
+    costs, MoE, variable batches, on_demand KV, colocated placement, chunked prefill, and most draws lower (a refusal
     is a named feature outside the set)."""
     cases = [draw(11, i) for i in range(60)]
     lowered = [lowered_or_reason(c) for c in cases]
@@ -43,6 +43,11 @@ def test_the_generator_reaches_the_feature_set():
     # record and by the trl / slime presets, with a drawn offload and with the built colocated phases
     assert {int(p.od) for _, p, _ in ok} == {0, 1} and {int(p.colocated) for _, p, _ in ok} == {0, 1}
     assert any(int(p.od) and int(p.colocated) for _, p, _ in ok)
+    # chunked prefill: unchunked, budgets that split prompts, budgets at or below max_num_seqs (decoding can use
+    # the whole budget), with on_demand KV
+    assert {int(p.token_budget) > 0 for _, p, _ in ok} == {False, True}
+    assert any(0 < int(p.token_budget) <= int(p.max_seqs) for _, p, _ in ok)
+    assert any(int(p.token_budget) > 0 and int(p.od) for _, p, _ in ok)
     col = [c for c, low in zip(cases, lowered, strict=True) if not isinstance(low, str) and int(low[1].colocated)]
     assert any(c.costs.colocated is not None and c.costs.offload_s > 0 for c in col)
     assert any(c.costs.colocated is None and c.costs.offload_s > 0 for c in col)

@@ -22,7 +22,11 @@ A case draws, independently:
   of one to three calls' need (preemption is frequent), and ``deployment.placement=colocated`` (the
   training GPUs raised to hold the rollout) with a drawn offload or, when the costs are built, the
   built colocated phases; a record may declare colocated itself, and a preset draw may become trl or
-  slime in their default (sync, colocated) mode.
+  slime in their default (sync, colocated) mode; then ``max_num_batched_tokens``
+  (`diffcases.draw_token_budget`: unchunked, 8192, budgets that split prompts, budgets near
+  max_num_seqs that decoding sequences can use up); then ``prefix_caching=true`` with group-shared prompt
+  prefixes (whole, partial, none, some calls salted: `diffcases.shared_prompts`) and, half the time,
+  a KV capacity of one to three calls' need (evictions are frequent).
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -34,7 +38,7 @@ from importlib.resources import files
 
 import attrs
 import numpy as np
-from diffcases import BASE, Case
+from diffcases import BASE, Case, draw_token_budget, shared_prompts
 from simhelpers import random_workload
 
 from simrl.config import load_config
@@ -258,6 +262,20 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
                       ["policy=slime"]][int(rng.integers(4))]
             labels[-1] = " ".join(pol_ov)
         labels.insert(0, f"colocated offload={offload:.3g}")
+    tb = draw_token_budget(rng, S)
+    if tb:
+        ov = [o for o in ov if not o.startswith("deployment.rollout.max_num_batched_tokens=")]
+        ov.append(f"deployment.rollout.max_num_batched_tokens={tb}")
+        labels.insert(0, f"tb={tb}")
+    if rng.random() < 0.5:  # the prefix cache over group-shared prompts (tight KV: evictions)
+        ov.append("deployment.rollout.prefix_caching=true")
+        if rng.random() < 0.6:
+            wl = shared_prompts(rng, wl)
+        if rng.random() < 0.5:
+            kv = int(need * rng.choice([1.0, 1.25, 1.5, 2.0, 3.0]))
+            ov = [o for o in ov if not o.startswith("deployment.rollout.kv_capacity_tokens=")]
+            ov.append(f"deployment.rollout.kv_capacity_tokens={kv}")
+        labels.insert(0, "prefix")
     ov += pol_ov
     if colocated:  # the rollout shares the training GPUs: raise them (a multiple, so the layout still divides)
         d = load_config(overrides=[o for o in ov if o != "deployment.placement=colocated"]).deployment
