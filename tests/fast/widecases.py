@@ -22,7 +22,8 @@ A case draws, independently:
   of one to three calls' need (preemption is frequent), and ``deployment.placement=colocated`` (the
   training GPUs raised to hold the rollout) with a drawn offload or, when the costs are built, the
   built colocated phases; a record may declare colocated itself, and a preset draw may become trl or
-  slime in their default (sync, colocated) mode.
+  slime in their default (sync, colocated) mode; ``fail_on_version_crossing`` (0..2) on a record whose
+  instances are all paused at a publication (a pausing rule or colocated), or dressage with small knobs.
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -98,6 +99,15 @@ PRESETS = [
     *[["policy=bounded_async", "policy.batch_groups=2", "policy.max_staleness=1", f"policy.inflight_rule={r.value}"]
       for r in InflightRule],
 ]
+
+# in-flight rules that pause every instance at a publication (fail_on_version_crossing is exact there)
+PAUSING = tuple(code(r) for r in (InflightRule.KEEP_PAUSE, InflightRule.ABORT_RESUME, InflightRule.ABORT_RESTART,
+                                  InflightRule.DRAIN))
+DRESSAGE = [["policy=dressage", "policy.rollout_batch_size=3", "policy.async_max_active_groups=5"],
+            ["policy=dressage", "policy.rollout_batch_size=2", "policy.rollout_max_retries=0",
+             "policy.async_max_active_groups=3", "policy.async_output_queue_size=4"],
+            ["policy=dressage", "policy.rollout_batch_size=1", "policy.rollout_max_retries=1",
+             "policy.async_max_active_groups=4", "policy.dressage_staleness_keep_versions=2"]]
 
 
 def random_record(rng: np.random.Generator, n_inst: int, tries: int = 200) -> PolicyParams:
@@ -258,6 +268,17 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
                       ["policy=slime"]][int(rng.integers(4))]
             labels[-1] = " ".join(pol_ov)
         labels.insert(0, f"colocated offload={offload:.3g}")
+    # drawn last too: groups failed at a publication (fail_on_version_crossing), by a record or by dressage
+    if kind == "record" and rng.random() < 0.3:
+        k = int(rng.integers(0, 3))
+        paused = rec.colocated or (colocated and not rec.disaggregated) or rec.inflight_rule in PAUSING
+        if paused and rec.batch_order != 1 and not rec.admit_count_since_publish and not (k and rec.collapse_zero_variance_groups):
+            rec = attrs.evolve(rec, fail_on_version_crossing=k)
+            policy = ParamsPolicy(rec)
+            labels[-1] = f"record {_short(rec)}"
+    elif kind == "preset" and rng.random() < 0.2:
+        pol_ov = DRESSAGE[int(rng.integers(len(DRESSAGE)))]
+        labels[-1] = " ".join(pol_ov)
     ov += pol_ov
     if colocated:  # the rollout shares the training GPUs: raise them (a multiple, so the layout still divides)
         d = load_config(overrides=[o for o in ov if o != "deployment.placement=colocated"]).deployment
