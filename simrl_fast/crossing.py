@@ -151,6 +151,6 @@ def fail_crossed(st, p, w, static, pub):
     return st._replace(
         inst=inst, calls=calls, groups=G._replace(status=jnp.where(crossed, G_DROPPED, G.status)),
         n_running=st.n_running - n_fail,
-        overflow=st.overflow | (pub & jnp.any(ins.wq_len > W)),  # never, by the bound (a safety net)
+        overflow=st.overflow | (pub & (p.cross > 0) & jnp.any(ins.wq_len > W)),  # never, by the bound (a safety net)
         cross=X._replace(rq=rq, rq_tail=X.rq_tail + jnp.sum(requeue.astype(i32))),
     )

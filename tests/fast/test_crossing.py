@@ -102,3 +102,23 @@ def test_crossing_is_refused_where_rollout_runs_through_a_publication():
         cfg = Case([*hand.overrides, extra], None, None).cfg
         with pytest.raises(FastPathUnsupported):
             lower(cfg, hand.workload, hand.costs)
+
+
+@pytest.mark.slow
+def test_dressage_at_its_defaults_matches_simpy():
+    """The default scenario (roofline rollout, analytical training, on_demand KV, 2 instances, 5 steps,
+    32 groups of 8 per step) with chunked prefill and prefix caching off: every group in flight at an
+    update fails (148 re-dispatched, 160 aborted in SimPy); every step and call equal, times included."""
+    from simrl.config import load_config
+    from simrl.cost.build import build_costs
+    from simrl.engine.sim import load_workload
+
+    ov = ["policy=dressage", "deployment.rollout.max_num_batched_tokens=0", "deployment.rollout.prefix_caching=false"]
+    cfg = load_config(overrides=ov)
+    wl = load_workload(cfg)
+    case = Case(ov, wl, build_costs(cfg), label="dressage defaults")
+    events = _run_simpy(case)
+    assert case.report.totals["groups_retried"] == 148
+    assert sum(e["kind"] == "group_abort" for e in events) == 160
+    res = run_fast([case])
+    assert compare(case, res, 0) == {"time": 0.0, "call": 0.0}
