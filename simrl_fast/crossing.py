@@ -146,7 +146,8 @@ def fail_crossed(st, p, w, static, pub):
     calls = C._replace(queue=compact_q(C.queue, -1))
     if C.qgen.shape[1] == Q:  # a preempted call's kept tokens move with it
         calls = calls._replace(qgen=compact_q(C.qgen, 0))
-    inst = inst._replace(wq_len=jnp.where(pub, jnp.sum(keepq.astype(i32), axis=1), ins.wq_len))
+    # (a configuration that fails nothing may hold longer queues than the window: only removals count)
+    inst = inst._replace(wq_len=ins.wq_len - jnp.sum((inq & ~keepq).astype(i32), axis=1))
 
     return st._replace(
         inst=inst, calls=calls, groups=G._replace(status=jnp.where(crossed, G_DROPPED, G.status)),
