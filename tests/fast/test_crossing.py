@@ -68,8 +68,18 @@ def test_groups_crossing_a_publication_fail_and_their_prompts_are_dispatched_aga
     aborted = sorted(e["gid"] for e in events if e["kind"] == "group_abort")
     assert aborted == [1, 3, 4, 5, 9] and rep.totals["groups_retried"] == 3
 
-    res = run_fast([case])
+    # in the same batch, a configuration that fails nothing, with more queued calls at a publication than the
+    # window the failing one needs (Static.cross_window = 2 groups x 2 calls): its queues stay whole
+    other = _hand_case()
+    rec = PolicyParams(admit_concurrency_groups=8.0, inflight_rule=code(InflightRule.KEEP_PAUSE), fast_path_exact=1,
+                       batch_min_groups=3, batch_max_groups=3)
+    other.cfg = attrs.evolve(other.cfg, policy=ParamsPolicy(rec),
+                             deployment=attrs.evolve(other.cfg.deployment, rollout=attrs.evolve(
+                                 other.cfg.deployment.rollout, max_num_seqs=1)))
+    _run_simpy(other)
+    res = run_fast([case, other])
     compare(case, res, 0)  # every step and call, times equal
+    compare(other, res, 1)
     assert int(res.groups_dispatched[0]) == 11  # g0..g10 (SimPy's g11, g12 come after the final publication)
     # g6 trains prompt 4's samples (2 + 2 completion tokens); calls of the failed groups never finish
     assert int(res.completion_tokens[0, 2]) == 4
