@@ -39,6 +39,9 @@ def check_static(static, params) -> None:
     if not static.prefix and np.any(np.asarray(params.pc) == 1):
         raise ValueError("simrl_fast: Static.prefix=False but some configuration of the batch shares prompt "
                          "prefixes (prefix_caching); build the Static with static_for over these params")
+    if not static.crossing and np.any(np.asarray(params.cross) > 0):
+        raise ValueError("simrl_fast: Static.crossing=False but some configuration of the batch fails groups at a "
+                         "publication (fail_on_version_crossing); build the Static with static_for over these params")
 
 
 def rollout_times(p, static, nd, kd, pa, b1n, k1n):

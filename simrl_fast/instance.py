@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from simrl_fast import chunked as ch
 from simrl_fast.closed_form import event_of, forks_of
 from simrl_fast.costs import rollout_times
-from simrl_fast.lowering import RULE_ABORT_RESTART, RULE_ABORT_RESUME
+from simrl_fast.lowering import RULE_ABORT_RESTART, RULE_ABORT_RESUME, workload_group
 from simrl_fast.prefix import SH_HIT, SH_NONE, call_shared, classify, entry_tokens, evict_lru
 from simrl_fast.state import (
     BIG,
@@ -61,9 +61,9 @@ from simrl_fast.trainer import pause_acked, window_buffered
 
 
 def call_lengths(w, r, n, G):
-    """(prompt, completion) of call ``r`` (sample r % n of dispatched group r // n)."""
+    """(prompt, completion) of call ``r`` (sample r % n of dispatched group r // n, `workload_group`)."""
     rr = jnp.maximum(r, 0)
-    wg, s = (rr // n) % G, rr % n
+    wg, s = workload_group(w, rr // n, G), rr % n
     return w.prompt[wg, s].astype(jnp.int64), w.completion[wg, s].astype(jnp.int64)
 
 
@@ -523,7 +523,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     done_f, minv_f = Gs.done[g_f], Gs.minv[g_f]
     complete = fin_on & (done_f + 1 == n)
     stale = st.version - minv_f
-    drop = ((p.drop_stale == 1) & (stale > p.stale_bound)) | ((p.drop_zero_var == 1) & w.zero_var[g_f % G])
+    drop = ((p.drop_stale == 1) & (stale > p.stale_bound)) | ((p.drop_zero_var == 1) & w.zero_var[workload_group(w, g_f, G)])
     acc = complete & ~drop
     # batch_order 1: buffer positions are laid out by dispatch window (window k at k*batch ..), in
     # acceptance order within it, so the trainer's FIFO pop takes step k's window in buffer order

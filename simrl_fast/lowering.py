@@ -64,7 +64,11 @@ FEATURES = {
     "policy.collapse_zero_variance_groups": "any; a run in which that many zero-variance groups finish is "
                                             "refused after it ran (the failsafe may have fired)",
     "policy.route_needs_dispatch_version": "any under global sync (a no-op there)",
-    "policy.fail_on_version_crossing": "-1 (no group failed at a publication)",
+    "policy.fail_on_version_crossing": "any k under a pausing rule (keep_pause, abort_resume, abort_restart, drain) "
+                                       "or colocated placement: at each publication the running groups with a call "
+                                       "admitted and not finished are aborted, and re-dispatched (retries first, "
+                                       "their prompt again) while their retries < k; not with chunked prefill, a "
+                                       "prefix cache nor the collapse failsafe",
     "policy.max_dispatch_age": "-1 (none)",
     "run.time_horizon_s": "inf",
     "workload.knobs.length_growth_per_step / length_drift_knots": "unset (no length drift)",
@@ -128,6 +132,8 @@ class Static(NamedTuple):
     on_demand: bool = True  # some configuration of the batch has kv_policy=on_demand (else its code is not traced)
     chunked_prefill: bool = True  # some configuration has max_num_batched_tokens > 0 (else its code is not traced)
     prefix: bool = False  # some configuration of the batch shares prompt prefixes (Params.pc; else not traced)
+    crossing: bool = False  # some configuration fails groups at a publication (Params.cross > 0; else not traced)
+    cross_window: int = 1  # waiting-queue entries a publication's failure looks at per instance (>= any wq_len then)
 
     @property
     def max_calls(self) -> int:
@@ -183,6 +189,9 @@ class Params(NamedTuple):
     pc: np.ndarray  # int32: 1 = prefix_caching on and the workload has group-shared prompt tokens not salted
     pc_clear: np.ndarray  # int32: when Weights clears the caches (sync.clear_prefix_cache): 0 never (continue),
     #                       1 at the resume of a pause (pause_all), 2 at the publication (swap_in_place, drain)
+    # record extension fail_on_version_crossing (simrl_fast.trainer.fail_crossed)
+    cross: np.ndarray  # int32: fail_on_version_crossing + 1 (0: never; k + 1: groups failed at a publication are
+    #                    re-dispatched while their retries < k; a Params of zeros fails nothing)
 
 
 class WorkloadArrays(NamedTuple):
@@ -195,6 +204,27 @@ class WorkloadArrays(NamedTuple):
     completion_sum: np.ndarray  # [G] int64: group completion tokens (trained tokens)
     shared: np.ndarray  # [G, n] int32: Request.shared_tokens of each call (group_shared_prompt_tokens; 0 if salted)
     gshared: np.ndarray  # [G] int32: group_shared_prompt_tokens (the tokens of a group's cache entry)
+
+
+def workload_group(w, g, G):
+    """The workload group (prompt) of dispatched group ``g``: ``g % G`` (the n-th fresh dispatch takes prompt
+    n % G), or, when groups are re-dispatched (``fail_on_version_crossing`` > 0, GroupBook.retry), the
+    group map the step attaches to ``w`` (`with_group_map`). Numpy or jax arrays alike."""
+    gmap = getattr(w, "gmap", None)
+    return g % G if gmap is None else gmap[g]
+
+
+_MAPPED: dict[type, type] = {}
+
+
+def with_group_map(w, gmap):
+    """``w`` with the field ``gmap`` ([Gm]: each dispatched group's workload group) that `workload_group` reads."""
+    from collections import namedtuple
+
+    base = type(w)
+    if base not in _MAPPED:
+        _MAPPED[base] = namedtuple(base.__name__ + "Mapped", [*base._fields, "gmap"])
+    return _MAPPED[base](*w, gmap)
 
 
 def lower_workload(workload) -> WorkloadArrays:
@@ -267,8 +297,10 @@ def policy_rejections(pp: PolicyParams, name: str) -> list[str]:
         # in an instant cannot matter
         out.append(_feature("an output queue smaller than the batch minimum (admit_queue_blocks_groups < "
                             "batch_min_groups)", name))
-    if pp.fail_on_version_crossing >= 0:
-        out.append(_feature("groups failed and re-dispatched at a publication (fail_on_version_crossing)", name))
+    if pp.fail_on_version_crossing > 0 and pp.collapse_zero_variance_groups:
+        # the failsafe is checked after the run from finished gids, whose prompt a re-dispatch changes
+        out.append(_feature("the collapse failsafe with re-dispatched groups (fail_on_version_crossing > 0 and "
+                            "collapse_zero_variance_groups)", name))
     if pp.batch_shrink_by_drops:
         out.append(_feature("batches shrunk by drops (batch_shrink_by_drops=1)", name))
     if pp.batch_order == 2:
@@ -296,7 +328,7 @@ def policy_rejections(pp: PolicyParams, name: str) -> list[str]:
 def _can_drop(pp: PolicyParams) -> bool:
     """Whether the record may drop a finished or buffered group."""
     return bool(pp.drop_zero_variance or pp.evict_stale_on_publish or pp.buffer_capacity_groups != -1
-                or pp.max_dispatch_age >= 0
+                or pp.max_dispatch_age >= 0 or pp.fail_on_version_crossing >= 0
                 or (pp.staleness_enforcement == code(Enforcement.DROP_AT_COMPLETION) and pp.staleness_bound >= 0))
 
 
@@ -587,6 +619,8 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         raise FastPathNoProgress(
             f"every group of workload {workload.name!r} has rewards with zero variance and policy {cfg.policy.kind!r} "
             "drops such groups (drop_zero_variance=1): no batch can ever form, the run would dispatch groups forever")
+    if pp.fail_on_version_crossing >= 0:
+        _crossing_checks(cfg, rule)
     stale_bound = int(pp.staleness_bound)
     params = Params(
         n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs),
@@ -603,10 +637,25 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         count_since_pub=np.int32(pp.admit_count_since_publish), buf_cap=np.float64(pp.admit_buffer_cap_groups),
         batch_window=np.int32(pp.batch_order == 1), batch_max=np.int32(pp.batch_max_groups),
         queue_block=np.float64(pp.admit_queue_blocks_groups), collapse=np.int32(pp.collapse_zero_variance_groups),
-        **prefix_fields(cfg, wa, pp, bool(cf["colocated"])), **cf,
+        **prefix_fields(cfg, wa, pp, bool(cf["colocated"])), cross=np.int32(pp.fail_on_version_crossing + 1), **cf,
     )
     static = static_for([params], wa)
     return static, params, wa
+
+
+def _crossing_checks(cfg, rule: int) -> None:
+    """``fail_on_version_crossing`` is exact in the kernel where every instance is paused at a publication
+    (the failed groups' requests leave paused batches, all decoding) or nothing runs then (drain)."""
+    what = "groups failed at a publication (fail_on_version_crossing)"
+    if rule == RULE_CONTINUE:
+        _reject(f"{what} under inflight_rule continue or swap_in_place",
+                "rollout runs through the publication: the groups would leave batches mid-iteration")
+    r = cfg.deployment.rollout
+    if r.max_num_batched_tokens:
+        _reject(f"{what} with chunked prefill (deployment.rollout.max_num_batched_tokens="
+                f"{r.max_num_batched_tokens})", "set it to 0")
+    if r.prefix_caching:
+        _reject(f"{what} with deployment.rollout.prefix_caching=true", "set it to false")
 
 
 def group_bound(p: Params) -> int:
@@ -618,7 +667,17 @@ def group_bound(p: Params) -> int:
         budget *= steps + 1
     if math.isinf(budget):
         budget = float(p.conc) + 2 * steps * batch
-    return int(math.ceil(budget)) + batch
+    extra = 0.0
+    if int(p.cross) > 0:  # each publication re-dispatches at most the groups then running
+        extra = min(float(p.conc), budget) * steps
+    return int(math.ceil(budget + extra)) + batch
+
+
+def running_bound(p: Params) -> float:
+    """Groups that can run at once: the concurrency cap, or the largest budget of the run (inf: unbounded)."""
+    steps = int(p.steps)
+    budget = (float(p.budget_base) + float(p.budget_per_version) * steps + float(p.budget_per_batch) * (steps + 1))
+    return min(float(p.conc), budget)
 
 
 def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None = None) -> Static:
@@ -643,7 +702,16 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
         on_demand=any(int(p.od) == 1 for p in params),
         chunked_prefill=any(int(p.token_budget) > 0 for p in params),
         prefix=any(int(p.pc) == 1 for p in params),
+        crossing=any(int(p.cross) > 0 for p in params),
+        cross_window=_cross_window(params, mg, n),
     )
+
+
+def _cross_window(params: list[Params], mg: int, n: int) -> int:
+    """A bound on any instance's waiting queue at a publication that fails groups: its calls belong to
+    running groups (`running_bound` of them, n calls each); the whole call range when unbounded."""
+    bound = max((running_bound(p) for p in params if int(p.cross) > 0), default=0.0)
+    return int(min(mg, math.ceil(bound)) * n) if math.isfinite(bound) else mg * n
 
 
 def stack_params(params: list[Params]) -> Params:

@@ -225,6 +225,7 @@ class SimState(NamedTuple):
     actions: jnp.ndarray  # int32: non-idle steps taken
     # -- record extensions (simrl.policy.params; RecordState) --
     count_off: jnp.ndarray  # int32: running + buffered - dispatched at the last publication (admit_count_since_publish)
+    cross: CrossState  # fail_on_version_crossing's groups and retry queue (stubs unless Static.crossing)
 
 
 def serials(static) -> bool:
@@ -284,7 +285,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         training=jnp.array(False), accepted=i32(0), n_running=i32(0), dispatched=i32(0), routed=i32(0),
         rr_next=i32(0), dispatch_paused=jnp.array(False), cur=i32(-1), buf_head=i32(0), buf_tail=i32(0),
         buf_live=i32(0), buf_minv=i32(0, P + 1), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
-        count_off=i32(0),
+        count_off=i32(0), cross=init_cross(static),
     )
 
 
@@ -303,3 +304,26 @@ def tie(idx, oob, *reads):
     step (docs/fastpath.md, "In-place updates")."""
     dep = jnp.min(jnp.stack([jnp.min(r).astype(jnp.int32) for r in reads]))
     return jnp.where(dep == jnp.iinfo(jnp.int32).min, oob, idx)
+
+
+class CrossState(NamedTuple):
+    """The record extension ``fail_on_version_crossing`` (`trainer.fail_crossed`): what a publication needs
+    to fail running groups, and `GroupBook.retry`. [1] stubs (never read) unless ``Static.crossing``."""
+
+    wg: jnp.ndarray  # [Gm] int32: GroupRecord.wg, the workload group (prompt) of each dispatched group
+    retries: jnp.ndarray  # [Gm] int32: GroupRecord.retries
+    started: jnp.ndarray  # [Gm] int32: calls of the group admitted at least once (TrajRecord.min_version set)
+    seen: jnp.ndarray  # [R] bool: the call was admitted once (on_demand: a preempted call is admitted again)
+    rq: jnp.ndarray  # [Gm] int32: GroupBook.retry, gids whose prompts are dispatched again (FIFO)
+    rq_head: jnp.ndarray  # int32: the next entry of rq to dispatch
+    rq_tail: jnp.ndarray  # int32: the end of rq
+    retried: jnp.ndarray  # int32: Tally.groups_retried (fresh dispatches = dispatched - retried)
+
+
+def init_cross(static) -> CrossState:
+    on = getattr(static, "crossing", False)
+    Gm = static.max_groups if on else 1
+    R = static.max_calls if on and static.on_demand else 1
+    z = jnp.zeros((), jnp.int32)
+    return CrossState(wg=jnp.zeros(Gm, jnp.int32), retries=jnp.zeros(Gm, jnp.int32), started=jnp.zeros(Gm, jnp.int32),
+                      seen=jnp.zeros(R, bool), rq=jnp.full(Gm, -1, jnp.int32), rq_head=z, rq_tail=z, retried=z)

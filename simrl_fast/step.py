@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from simrl_fast import state as _state
 from simrl_fast.closed_form import N_FORKS, WALK, event_of, first_after, forks_of, walk_back
 from simrl_fast.costs import rollout_times
+from simrl_fast.crossing import fail_crossed, note_admitted, note_admitted_local, redispatch, with_map
 from simrl_fast.instance import call_lengths, fits, fits_routed, instance_action
 from simrl_fast.prefix import call_shared
 from simrl_fast.state import (
@@ -269,6 +270,7 @@ def local_phase(st, p, w, static, rounds):
         minv = Gs.minv.at[g_h].min(st.version, mode="drop")
         st = st._replace(inst=inst, groups=Gs._replace(done=done, minv=minv),
                          now=jnp.maximum(st.now, jnp.max(jnp.where(go, now_k, -jnp.inf))))
+        st = note_admitted_local(st, g_h, static)
         # one finish per instance and round: the rounds' finishes go to separate columns
         par_rid = par_rid.at[r * K + rows].set(jnp.where(go & has_fin, r_f, -1))
         par_t = par_t.at[r * K + rows].set(jnp.where(go & has_fin, now_k, jnp.nan))
@@ -325,6 +327,7 @@ def dispatch_action(st, on, static):
     ok = on & (gid < static.max_groups)
     G = st.groups
     status = G.status.at[jnp.where(ok, gid, static.max_groups)].set(G_RUNNING, mode="drop")
+    st = redispatch(st, ok, gid, static)  # fail_on_version_crossing: a failed group's prompt first
     return st._replace(
         groups=G._replace(status=status), dispatched=st.dispatched + ok, n_running=st.n_running + ok,
         overflow=st.overflow | (on & ~ok),
@@ -423,18 +426,23 @@ def make_step(static):
             par_rid=st0.out.par_rid * 0 - 1, par_t=st0.out.par_t + jnp.nan))
         # Every instance's local boundaries before the next global event, in parallel; then one action.
         # (not with chunked prefill traced: its slot rows are kept in admission order, which the rounds' moves
-        # would break; such batches run the sequential step)
+        # would break; such batches run the sequential step; with fail_on_version_crossing, `with_map` gives
+        # the workload arrays each gid's workload group)
         local = rounds and not static.chunked_prefill
-        st, par = local_phase(st, p, w, static, rounds) if local else (st, jnp.asarray(False))
+        st, par = local_phase(st, p, with_map(w, st, static), static, rounds) if local else (st, jnp.asarray(False))
         act, i, new_now = select(st, p, static)
         st = st._replace(now=new_now)
-        st = instance_action(st, p, w, static, act == A_INST, i, new_now)
+        pos0 = st.inst.wq_pos[i]
+        wm = with_map(w, st, static)
+        st = instance_action(st, p, wm, static, act == A_INST, i, new_now)
+        st = note_admitted(st, pos0, static, act == A_INST, i)
         pub = (act == A_TIMER) & (st.trainer.phase == T_PUBLISH)
         st = timer_action(st, p, static, act == A_TIMER)
-        st = trainer_react(st, p, w, static, (act == A_TIMER) | (act == A_REACT), pub)
+        st = fail_crossed(st, p, wm, static, pub)  # after_publication, before the trainer takes a batch
+        st = trainer_react(st, p, wm, static, (act == A_TIMER) | (act == A_REACT), pub)
         st = dispatch_action(st, act == A_DISPATCH, static)
         # A dispatched group's calls are routed in the step that dispatches it (exact: see route_all).
-        st = route_all(st, p, w, static, (act == A_ROUTE) | (act == A_DISPATCH))
+        st = route_all(st, p, with_map(w, st, static), static, (act == A_ROUTE) | (act == A_DISPATCH))
         st = mark_evicted(st, p, pub)
         done = st.trainer.phase == T_DONE
         st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~par & ~done), actions=st.actions + ((act != A_NONE) | par))

@@ -31,6 +31,7 @@ from simrl_fast.lowering import (
     RULE_CONTINUE,
     RULE_DRAIN,
     RULE_KEEP_PAUSE,
+    workload_group,
 )
 from simrl_fast.state import (
     BIG,
@@ -176,7 +177,10 @@ def timer_action(st, p, static, on):
     )
     return st._replace(
         inst=inst, trainer=trainer, log=log, version=version, training=st.training & ~te,
-        dispatch_paused=jnp.where(te & (p.rule == RULE_DRAIN), True, jnp.where(pub, False, st.dispatch_paused)),
+        # Weights._drain and _pause hold dispatch from the end of training until the resume (not colocated:
+        # the colocated pause is the trainer's own, dispatch goes on)
+        dispatch_paused=jnp.where(te & ~col & ((p.rule == RULE_DRAIN) | pausing_rule), True,
+                                  jnp.where(pub, False, st.dispatch_paused)),
         seq=seq0 + jnp.sum(resume.astype(jnp.int32)),
         buf_live=st.buf_live - n_evict,  # their status is set by `mark_evicted` at the end of the step
         # the count of admit_count_since_publish restarts from the groups running or buffered now
@@ -220,7 +224,7 @@ def trainer_react(st, p, w, static, on, pub):
     full = forming & (k + n_take == target)
     # the next entry: after the batch's last group when it is complete, else after the window
     head = jnp.where(full, jnp.max(jnp.where(take, pos, -1)) + 1, start + W)
-    wg = g0 % ng
+    wg = workload_group(w, g0, ng)
     comp = log.completion_tokens[step] + jnp.sum(jnp.where(take, w.completion_sum[wg], 0), dtype=jnp.int64)
     seqtok = log.seq_tokens[step] + jnp.sum(jnp.where(take, w.seq_tokens[wg], 0), dtype=jnp.int64)
     fwd_sum, fwd_max = log.fwd_sum[step], log.fwd_max[step]

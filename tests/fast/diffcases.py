@@ -168,7 +168,6 @@ def compare(case: Case, res, m: int, rel: float = 0.0) -> dict:
     rep = case.report
     wl = case.workload
     n = int(wl.group_traj_start[1] - wl.group_traj_start[0])
-    G = wl.n_groups
     where = f"[{case.label}]"
     # The observable record first (per step: times, version, groups, staleness histogram,
     # trained tokens, trainer busy time), then what it does not hold (batch order, calls).
@@ -197,7 +196,9 @@ def compare(case: Case, res, m: int, rel: float = 0.0) -> dict:
     for c in rep.calls:
         if c.finish is None or c.finish >= end:
             continue
-        rid = c.gid * n + (c.tid - int(wl.group_traj_start[c.gid % G]))
+        # its sample within its workload group (a re-dispatched group's prompt is not gid % G)
+        wg = int(np.searchsorted(wl.group_traj_start, c.tid, side="right")) - 1
+        rid = c.gid * n + (c.tid - int(wl.group_traj_start[wg]))
         seen.add(rid)
         worst["call"] = max(worst["call"], close(float(res.call_finish[m, rid]), c.finish, f"call {rid} finish"))
         assert int(res.call_inst[m, rid]) == c.instance, f"{where} call {rid} instance"

@@ -28,4 +28,4 @@ def test_every_reason_is_listed_not_only_the_first():
     # once the configuration reasons are fixed, the presets with an exact, supported record run
     runs = {k for k in presets() if coverage(k).fixed == "runs"}
     assert runs == {"sync", "bounded_async", "areal", "skyrl", "verl", "openrlhf", "nemo_rl", "roll", "art", "trl",
-                    "slime"}
+                    "slime", "dressage"}

@@ -63,7 +63,6 @@ def test_chunked_prefill_lowers_its_token_budget():
     ("run.time_horizon_s=100", "time_horizon_s"),
     ("policy=psrl", "policy 'psrl'"),
     ("policy=prime_rl", "policy 'prime_rl'"),
-    ("policy=dressage", "fail_on_version_crossing"),
     ("policy=art", "admit_max_batches_ahead=0"),
     ("cost.training_knobs.optimizer_cpu_offload=true", "optimizer_cpu_offload=true (trainer offload"),
 ])
@@ -124,7 +123,7 @@ DEFAULTS = {
     "sync": None, "bounded_async": None, "areal": None, "skyrl": None, "verl": None, "openrlhf": None,
     "nemo_rl": None, "roll": None,
     "trl": None, "slime": None, "verl_v1": "oldest-dispatch-first batches",
-    "art": None, "dressage": "fail_on_version_crossing", "prime_rl": "fast_path_exact=0",
+    "art": None, "dressage": None, "prime_rl": "fast_path_exact=0",
     "psrl": "per-instance weight sync",
 }
 
@@ -167,7 +166,9 @@ def test_a_bounded_queue_is_accepted_only_where_admission_keeps_it_from_overflow
     ({"batch_order": 1, "drop_zero_variance": 1}, "dispatch-window batches (batch_order=1) with a rule that drops"),
     ({"admit_max_batches_ahead": 0}, "admit_max_batches_ahead=0"),
     ({"admit_queue_blocks_groups": 31.0, "batch_min_groups": 32, "batch_max_groups": 32}, "admit_queue_blocks_groups < "),
-    ({"fail_on_version_crossing": 2, "admit_count_since_publish": 0}, "fail_on_version_crossing"),
+    ({"fail_on_version_crossing": 2, "admit_count_since_publish": 0, "drop_zero_variance": 1,
+      "collapse_zero_variance_groups": 3}, "the collapse failsafe with re-dispatched groups"),
+    ({"fail_on_version_crossing": 2, "admit_count_since_publish": 0}, None),  # accepted (simrl_fast.crossing)
     ({"batch_order": 1, "batch_min_groups": 4, "batch_max_groups": 4, "buffer_capacity_groups": -1,
       "evict_stale_on_publish": 0}, None),  # control: a dispatch window is accepted
     ({"batch_min_groups": 4, "batch_max_groups": 40, "admit_max_batches_ahead": 1,

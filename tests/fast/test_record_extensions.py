@@ -1,7 +1,7 @@
 """SimPy vs JAX on the presets whose record uses the record extensions (`simrl.policy.params`):
 verl fully_async (count since the last publication, output-queue cap, a bounded queue admission keeps
 from overflowing), verl one_step_off, OpenRLHF and slime train_async (a budget per batch taken),
-NeMo-RL (dispatch-window batches), and synchronous ROLL (the sync shape, with a consumption-enforced
+NeMo-RL (dispatch-window batches), Dressage (groups failed at a publication and re-dispatched), and synchronous ROLL (the sync shape, with a consumption-enforced
 bound the engine leaves to the record), ART (variable FIFO batches, workers blocked on a full output
 queue, the collapse failsafe checked after the run). Each at its defaults and with small knobs, per step and per call, in one vmapped batch.
 """
@@ -43,6 +43,13 @@ PRESETS = [
      "policy.num_rollout_workers=5"],
     ["policy=art", "policy.max_steps_off_policy=1", "policy.min_batch_size=1", "policy.max_batch_size=4",
      "policy.num_rollout_workers=6", "policy.rollout_weight_update_mode=in_flight_lora"],
+    # Dressage: groups crossing a publication fail and are re-dispatched (fail_on_version_crossing = retries),
+    # the output-queue watermark, the keep-N window's drop and eviction
+    ["policy=dressage", "policy.rollout_batch_size=3", "policy.async_max_active_groups=5"],
+    ["policy=dressage", "policy.rollout_batch_size=2", "policy.rollout_max_retries=0", "policy.async_max_active_groups=3",
+     "policy.async_output_queue_size=4"],
+    ["policy=dressage", "policy.rollout_batch_size=1", "policy.rollout_max_retries=1", "policy.async_max_active_groups=4",
+     "policy.dressage_staleness_keep_versions=2"],
 ]
 
 
@@ -86,6 +93,8 @@ def test_each_preset_lowers_exactly_with_the_extensions_it_needs():
     assert recs["policy=nemo_rl"].batch_order == 1
     art = recs["policy=art"]
     assert (art.batch_min_groups, art.batch_max_groups, art.admit_queue_blocks_groups) == (4, 40, 160)
+    dr = recs["policy=dressage policy.rollout_batch_size=3 policy.async_max_active_groups=5"]
+    assert (dr.fail_on_version_crossing, dr.admit_concurrency_groups, dr.admit_buffer_cap_groups) == (2, 5, 800)
 
 
 def test_presets_with_record_extensions_match_simpy():
@@ -103,6 +112,8 @@ def test_presets_with_record_extensions_match_simpy():
     # ART's batches vary in size between min and max
     sizes = {len(s.gids) for c in cs if "art" in c.label for s in c.report.steps}
     assert len(sizes) > 1, sizes
+    # dressage re-dispatches failed groups (and with retries 0 only aborts them)
+    assert any(c.report.totals["groups_retried"] > 0 for c in cs if "dressage" in c.label)
 
 
 def test_a_run_where_the_collapse_failsafe_may_have_fired_is_refused_by_name():

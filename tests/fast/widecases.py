@@ -26,7 +26,9 @@ A case draws, independently:
   (`diffcases.draw_token_budget`: unchunked, 8192, budgets that split prompts, budgets near
   max_num_seqs that decoding sequences can use up); then ``prefix_caching=true`` with group-shared prompt
   prefixes (whole, partial, none, some calls salted: `diffcases.shared_prompts`) and, half the time,
-  a KV capacity of one to three calls' need (evictions are frequent).
+  a KV capacity of one to three calls' need (evictions are frequent); last, ``fail_on_version_crossing`` (0..2) on a record whose
+  instances are all paused at a publication (a pausing rule or colocated), or dressage with small knobs
+  (both unchunked and without the prefix cache, which the kernel refuses with crossing).
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -102,6 +104,15 @@ PRESETS = [
     *[["policy=bounded_async", "policy.batch_groups=2", "policy.max_staleness=1", f"policy.inflight_rule={r.value}"]
       for r in InflightRule],
 ]
+
+# in-flight rules that pause every instance at a publication (fail_on_version_crossing is exact there)
+PAUSING = tuple(code(r) for r in (InflightRule.KEEP_PAUSE, InflightRule.ABORT_RESUME, InflightRule.ABORT_RESTART,
+                                  InflightRule.DRAIN))
+DRESSAGE = [["policy=dressage", "policy.rollout_batch_size=3", "policy.async_max_active_groups=5"],
+            ["policy=dressage", "policy.rollout_batch_size=2", "policy.rollout_max_retries=0",
+             "policy.async_max_active_groups=3", "policy.async_output_queue_size=4"],
+            ["policy=dressage", "policy.rollout_batch_size=1", "policy.rollout_max_retries=1",
+             "policy.async_max_active_groups=4", "policy.dressage_staleness_keep_versions=2"]]
 
 
 def random_record(rng: np.random.Generator, n_inst: int, tries: int = 200) -> PolicyParams:
@@ -276,6 +287,19 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
             ov = [o for o in ov if not o.startswith("deployment.rollout.kv_capacity_tokens=")]
             ov.append(f"deployment.rollout.kv_capacity_tokens={kv}")
         labels.insert(0, "prefix")
+    # drawn last too: groups failed at a publication (fail_on_version_crossing), by a record or by dressage
+    if kind == "record" and rng.random() < 0.3:
+        k = int(rng.integers(0, 3))
+        paused = rec.colocated or (colocated and not rec.disaggregated) or rec.inflight_rule in PAUSING
+        if paused and rec.batch_order != 1 and not rec.admit_count_since_publish and not (k and rec.collapse_zero_variance_groups):
+            rec = attrs.evolve(rec, fail_on_version_crossing=k)
+            policy = ParamsPolicy(rec)
+            labels[-1] = f"record {_short(rec)}"
+            ov, labels = _uncross(ov, labels)
+    elif kind == "preset" and rng.random() < 0.2:
+        pol_ov = DRESSAGE[int(rng.integers(len(DRESSAGE)))]
+        labels[-1] = " ".join(pol_ov)
+        ov, labels = _uncross(ov, labels)
     ov += pol_ov
     if colocated:  # the rollout shares the training GPUs: raise them (a multiple, so the layout still divides)
         d = load_config(overrides=[o for o in ov if o != "deployment.placement=colocated"]).deployment
@@ -331,3 +355,12 @@ def ctx_for(case: Case) -> LoweringContext:
 
 
 __all__ = ["wide_case", "random_record", "lowered_or_reason", "PRESETS", "code"]
+
+
+def _uncross(ov, labels):
+    """A configuration that fails groups at a publication, back to unchunked prefill without the prefix cache
+    (the kernel refuses fail_on_version_crossing with either, by name): the drawn budget and cache are dropped."""
+    ov = [o for o in ov if not o.startswith(("deployment.rollout.max_num_batched_tokens=",
+                                             "deployment.rollout.prefix_caching="))]
+    ov += ["deployment.rollout.max_num_batched_tokens=0", "deployment.rollout.prefix_caching=false"]
+    return ov, [x for x in labels if x != "prefix" and not x.startswith("tb=")]

@@ -1,0 +1,157 @@
+"""The record extension ``fail_on_version_crossing`` (`simrl.policy.params`) in the kernel.
+
+SimPy (`RecordPolicy.on_publish`, `GroupBook.apply`): at each publication every running group with an
+unfinished trajectory that already generated under an older version (`simrl.policy.record.crossed`)
+fails: it is aborted (`GroupBook.abort_group`: its requests leave the instances' batches and waiting
+queues, its tokens are wasted) and, while its retries are below k, its prompt joins the retry queue
+(`GroupBook.retry`), which the dispatcher serves before new prompts: a new group (the next gid) with the
+same workload group and ``retries + 1``. Dressage without partial rollout (k = ``rollout_max_retries``).
+
+Here (``Params.cross`` = k + 1, traced when ``Static.crossing``):
+
+- `note_admitted`: a call's first admission counts for its group (`CrossState.started`); a group is
+  crossed at a publication when it is running and ``started > done`` (a call admitted, so its
+  trajectory has a ``min_version`` below the new version, and not finished). Under on_demand KV a
+  preempted call is admitted again: `CrossState.seen` keeps it from counting twice.
+- `fail_crossed`, in the publication's step, after the version advanced and the instances were set to
+  resume, before the trainer forms the next batch (SimPy's ``after_publication`` runs in the trainer
+  process right after `resume_all`, before any resumed instance runs): the crossed groups are dropped,
+  the ones with retries left appended to `CrossState.rq` in gid order (``st.running``'s order), and
+  their calls removed from the instances. Lowering takes the rule only where every active instance is
+  paused at a publication (a pausing in-flight rule, or colocated placement; under drain nothing runs
+  then), so each instance's state is that of its pause boundary, where nothing was admitted: every
+  running request decodes (``na = pa = 0``). A removed request leaves ``nd``, ``kd`` (prompt + the
+  tokens it generated), ``kv_used`` (prompt + completion reserved, or prompt + generated on demand),
+  ``psum`` and ``running``, and its slot (the rows are compacted, the kept requests in slot order);
+  removed queued calls leave the waiting queues (compacted in order). The resume entry
+  (`instance.instance_action`) then re-anchors each instance from that state, as SimPy's resumed
+  process continues from the batch `Instance.remove_group` left.
+- `redispatch`: the dispatcher's `start_group` -- a retry takes the head of the queue (its workload
+  group, retries + 1), a fresh dispatch prompt ``(dispatched - retried) % G``; ``CrossState.wg`` maps
+  every gid to its workload group (`lowering.workload_group`, attached to the workload arrays by
+  `with_map`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from simrl_fast.lowering import with_group_map, workload_group
+from simrl_fast.state import G_DROPPED, G_RUNNING, KEY_EMPTY, admit_max, unpack_fin, unpack_rid
+
+
+def with_map(w, st, static):
+    """The workload arrays with the gid -> workload group map (only when groups can be re-dispatched)."""
+    return with_group_map(w, st.cross.wg) if static.crossing else w
+
+
+def note_admitted(st, pos0, static, on, i):
+    """Count the first admissions of instance ``i``'s boundary step (``pos0``: its ``wq_pos`` before the step):
+    the calls its waiting queue's head moved past (`Instance.admit` pops them; a preemption moves the head back
+    by one and admits nothing in that step)."""
+    if not static.crossing:
+        return st
+    X, n, Gm, A = st.cross, static.group_size, static.max_groups, admit_max(static)
+    k = jnp.where(on, st.inst.wq_pos[i] - pos0, 0)
+    heads = jax.lax.dynamic_slice(st.calls.queue, (i, pos0), (1, A))[0]
+    adm = jnp.arange(A) < k
+    first = adm
+    seen = X.seen
+    if static.on_demand:  # a preempted call comes back through the queue: it counted at its first admission
+        first = adm & ~seen[jnp.maximum(heads, 0)]
+        seen = seen.at[jnp.where(adm, heads, seen.shape[0])].set(True, mode="drop")
+    started = X.started.at[jnp.where(first, jnp.maximum(heads, 0) // n, Gm)].add(1, mode="drop")
+    return st._replace(cross=X._replace(started=started, seen=seen))
+
+
+def note_admitted_local(st, g_h, static):
+    """`note_admitted` for the parallel local boundaries (one admission per instance and round, ``g_h`` its group
+    or Gm; their configurations have no on_demand KV, so every admission is a first one)."""
+    if not static.crossing:
+        return st
+    X = st.cross
+    return st._replace(cross=X._replace(started=X.started.at[g_h].add(1, mode="drop")))
+
+
+def redispatch(st, ok, gid, static):
+    """`GroupBook.start_group` for group ``gid`` (dispatched when ``ok``): the retry queue's head first (its
+    workload group, retries + 1), else the next fresh prompt."""
+    if not static.crossing:
+        return st
+    X, Gm = st.cross, static.max_groups
+    retry = ok & (X.rq_head < X.rq_tail)
+    old = jnp.maximum(X.rq[jnp.minimum(X.rq_head, Gm - 1)], 0)
+    wg = jnp.where(retry, X.wg[old], (gid - X.retried) % static.groups)
+    tries = jnp.where(retry, X.retries[old] + 1, 0)
+    at = jnp.where(ok, gid, Gm)
+    return st._replace(cross=X._replace(
+        wg=X.wg.at[at].set(wg, mode="drop"), retries=X.retries.at[at].set(tries, mode="drop"),
+        rq_head=X.rq_head + retry, retried=X.retried + retry))
+
+
+def fail_crossed(st, p, w, static, pub):
+    """The publication of this step (``pub``) fails the crossed running groups (module doc)."""
+    if not static.crossing:
+        return st
+    G, X, ins, C = st.groups, st.cross, st.inst, st.calls
+    Gm, n, K, S, NG = static.max_groups, static.group_size, static.instances, static.slots, static.groups
+    i32, i64 = jnp.int32, jnp.int64
+    crossed = pub & (p.cross > 0) & (G.status == G_RUNNING) & (X.started > G.done)
+    requeue = crossed & (X.retries < p.cross - 1)
+    at = X.rq_tail + jnp.cumsum(requeue.astype(i32)) - 1
+    rq = X.rq.at[jnp.where(requeue, at, Gm)].set(jnp.arange(Gm, dtype=i32), mode="drop")
+    n_fail = jnp.sum(crossed.astype(i32))
+
+    # -- running requests of failed groups leave their slots (Instance.release; all decoding at the pause) --
+    rows = jnp.arange(K)[:, None]
+    key = ins.slot_key
+    occ = key < KEY_EMPTY
+    rid = jnp.where(occ, unpack_rid(key), 0)
+    gone = occ & crossed[rid // n]
+    prompt = w.prompt[workload_group(w, rid // n, NG), rid % n].astype(i64)
+    length = ins.slot_len.astype(i64)
+    gen = length - (unpack_fin(key) - ins.it[:, None]).astype(i64)  # Instance.generated_of
+    held = jnp.where(p.od == 1, prompt + gen, prompt + length)  # private KV (reserve: the whole completion)
+    cnt = jnp.sum(gone.astype(i32), axis=1)
+    keep = occ & ~gone
+    to = jnp.where(keep, jnp.cumsum(keep.astype(i32), axis=1) - 1, S)  # compacted, in slot order
+
+    def compact(row, empty):
+        return jnp.where(pub, jnp.full(row.shape, empty, row.dtype).at[rows, to].set(row, mode="drop"), row)
+
+    inst = ins._replace(
+        nd=ins.nd - cnt, kd=ins.kd - jnp.sum(jnp.where(gone, prompt + gen, 0), axis=1),
+        kv_used=ins.kv_used - jnp.sum(jnp.where(gone, held, 0), axis=1),
+        psum=ins.psum - jnp.sum(jnp.where(gone, prompt, 0), axis=1), running=ins.running - cnt,
+        slot_key=compact(key, KEY_EMPTY), slot_len=compact(ins.slot_len, 0),
+    )
+    if ins.slot_ser.shape[1] == S:  # admission serials (Instance.plan's victim is the newest)
+        inst = inst._replace(slot_ser=compact(ins.slot_ser, 0))
+
+    # -- queued calls of failed groups leave the waiting queues (in order; Static.cross_window >= any length) --
+    W, Q = static.cross_window, C.queue.shape[1]
+    qpos = ins.wq_pos[:, None] + jnp.arange(W)[None, :]
+    q_at = jnp.minimum(qpos, Q - 1)
+    ent = C.queue[rows, q_at]
+    inq = jnp.arange(W)[None, :] < ins.wq_len[:, None]
+    keepq = inq & ~crossed[jnp.where(inq, jnp.maximum(ent, 0) // n, 0)]
+    toq = jnp.where(keepq, jnp.cumsum(keepq.astype(i32), axis=1) - 1, W)
+    wrows = jnp.where(pub, rows, K)
+
+    def compact_q(arr, empty):
+        win = jnp.full((K, W), empty, arr.dtype).at[rows, toq].set(arr[rows, q_at], mode="drop")
+        return arr.at[wrows, qpos].set(win, mode="drop")
+
+    calls = C._replace(queue=compact_q(C.queue, -1))
+    if C.qgen.shape[1] == Q:  # a preempted call's kept tokens move with it
+        calls = calls._replace(qgen=compact_q(C.qgen, 0))
+    # (a configuration that fails nothing may hold longer queues than the window: only removals count)
+    inst = inst._replace(wq_len=ins.wq_len - jnp.sum((inq & ~keepq).astype(i32), axis=1))
+
+    return st._replace(
+        inst=inst, calls=calls, groups=G._replace(status=jnp.where(crossed, G_DROPPED, G.status)),
+        n_running=st.n_running - n_fail,
+        overflow=st.overflow | (pub & (p.cross > 0) & jnp.any(ins.wq_len > W)),  # never, by the bound (a safety net)
+        cross=X._replace(rq=rq, rq_tail=X.rq_tail + jnp.sum(requeue.astype(i32))),
+    )

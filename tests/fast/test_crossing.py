@@ -1,0 +1,134 @@
+"""The record extension ``fail_on_version_crossing`` on the JAX fast path (simrl_fast.crossing), against
+SimPy and against a run worked out by hand; and the dispatch held during a global pause (Weights._pause).
+"""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+import attrs  # noqa: E402
+from diffcases import BASE, Case, compare, preemptions_until_done, run_fast  # noqa: E402
+from simhelpers import linear_costs  # noqa: E402
+
+from simrl.engine.sim import build_simulation, summarise  # noqa: E402
+from simrl.policy.params import PolicyParams  # noqa: E402
+from simrl.policy.record import ParamsPolicy  # noqa: E402
+from simrl.policy.rules import InflightRule, code  # noqa: E402
+from simrl_fast import FastPathUnsupported, lower  # noqa: E402
+from workloads.types import build_workload, single_turn_group  # noqa: E402
+
+# Six prompt groups of two calls; completion lengths (tokens) per group.
+LENGTHS = [(2, 2), (10, 10), (3, 3), (20, 20), (2, 2), (2, 2)]
+
+
+def _hand_case(**policy) -> Case:
+    wl = build_workload("hand", 0, [single_turn_group(g, 2, 100, list(c), [0.0, 1.0]) for g, c in enumerate(LENGTHS)])
+    # every iteration takes a = 0.01 s (no batch, KV or prefill terms); a step 0.055 s, a publication 0.1 s
+    costs = linear_costs(kv_tokens=10**6, step_s=0.055, sync_s=0.1, a=0.01, b=0.0, c=0.0, p=0.0)
+    pol = ["policy=dressage", "policy.rollout_batch_size=1", "policy.async_max_active_groups=2",
+           "policy.rollout_max_retries=1", *(f"policy.{k}={v}" for k, v in policy.items())]
+    ov = [*BASE, *pol, "deployment.rollout.instances=1", "deployment.rollout.max_num_seqs=8", "run.training_steps=3"]
+    return Case(ov, wl, costs, label=" ".join(pol))
+
+
+def _run_simpy(case: Case) -> list[dict]:
+    """`Case.run_simpy`, keeping the telemetry events."""
+    sim = build_simulation(case.cfg, case.workload, case.costs)
+    sim.run()
+    case.report, case.preemptions = summarise(sim), preemptions_until_done(sim)
+    return sim.recorder.events
+
+
+def test_groups_crossing_a_publication_fail_and_their_prompts_are_dispatched_again():
+    """One instance, two groups in flight, batches of one group, one retry (k = 1). A call admitted at
+    boundary b (t = b * 0.01) with L tokens finishes at boundary b + L.
+
+    t=0     g0 (prompt 0, L=2) and g1 (prompt 1, L=10) dispatched, admitted at boundary 0.
+    0.02    g0 done -> step 1 trains it (0.02 .. 0.075); g2 (prompt 2, L=3) dispatched, admitted at 3.
+    0.06    g2 done (buffered); g3 (prompt 3, L=20) dispatched, admitted at 7.
+    0.075   training ends: dispatch held, pause at the next boundary, 0.08; publication 0.08 .. 0.18.
+    0.18    v1: g1 and g3 are running with calls admitted under v0 -> failed, retries 0 < 1: re-dispatched
+            as g4 (prompt 1, retries 1) and g5 (prompt 3); step 2 takes g2 at once (0.18 .. 0.235).
+    0.24    pause (the boundary after 0.235); publication 0.24 .. 0.34.
+    0.34    v2: g4 and g5 crossed again, retries 1 = k -> aborted; fresh prompts 4 and 5 as g6 and g7
+            (fresh index = 6 dispatched - 2 retried = 4), L=2: done at 0.36; step 3 takes g6 (0.36 .. 0.415).
+    0.36    g8 (prompt 0, L=2) and g9 (prompt 1, L=10) dispatched, admitted at once; g8 done at 0.38, g10
+            (prompt 2, L=3) admitted at 0.39, done at the pause boundary 0.42 (training ends at 0.415).
+    0.52    published; g9 (retries 0) fails (re-dispatched as g11 in SimPy's last instant, after the
+            fast path stops).
+    """
+    case = _hand_case()
+    events = _run_simpy(case)
+    rep = case.report
+    assert [s.gids for s in rep.steps] == [(0,), (2,), (6,)]
+    want = [(0.0, 0.02, 0.075, 0.18), (0.18, 0.18, 0.235, 0.34), (0.34, 0.36, 0.415, 0.52)]
+    for s, (ws, br, te, pe) in zip(rep.steps, want, strict=True):
+        assert (s.wait_start, s.batch_ready, s.train_end, s.publish_end) == pytest.approx((ws, br, te, pe), abs=1e-12)
+    aborted = sorted(e["gid"] for e in events if e["kind"] == "group_abort")
+    assert aborted == [1, 3, 4, 5, 9] and rep.totals["groups_retried"] == 3
+
+    # in the same batch, a configuration that fails nothing, with more queued calls at a publication than the
+    # window the failing one needs (Static.cross_window = 2 groups x 2 calls): its queues stay whole
+    other = _hand_case()
+    rec = PolicyParams(admit_concurrency_groups=8.0, inflight_rule=code(InflightRule.KEEP_PAUSE), fast_path_exact=1,
+                       batch_min_groups=3, batch_max_groups=3)
+    other.cfg = attrs.evolve(other.cfg, policy=ParamsPolicy(rec),
+                             deployment=attrs.evolve(other.cfg.deployment, rollout=attrs.evolve(
+                                 other.cfg.deployment.rollout, max_num_seqs=1)))
+    _run_simpy(other)
+    res = run_fast([case, other])
+    compare(case, res, 0)  # every step and call, times equal
+    compare(other, res, 1)
+    assert int(res.groups_dispatched[0]) == 11  # g0..g10 (SimPy's g11, g12 come after the final publication)
+    # g6 trains prompt 4's samples (2 + 2 completion tokens); calls of the failed groups never finish
+    assert int(res.completion_tokens[0, 2]) == 4
+    assert np.isnan(res.call_finish[0, 2:4]).all() and np.isnan(res.call_finish[0, 6:12]).all()
+    assert res.call_finish[0, 12] == pytest.approx(0.36, abs=1e-12)
+
+
+def test_without_retries_every_crossed_group_is_aborted():
+    # k = 0: g1 and g3 are aborted at 0.18 (as above) and nothing is re-dispatched: g4 and g5 take the fresh
+    # prompts 4 and 5 (L=2, done at 0.20), so step 2 still trains g2 and step 3 g4 (2 + 2 tokens)
+    case = _hand_case(rollout_max_retries=0)
+    events = _run_simpy(case)
+    assert case.report.totals["groups_retried"] == 0
+    first = [(e["gid"], e["t"]) for e in events if e["kind"] == "group_abort"][:2]
+    assert [g for g, _ in first] == [1, 3] and [t for _, t in first] == pytest.approx([0.18, 0.18], abs=1e-12)
+    assert [s.gids for s in case.report.steps] == [(0,), (2,), (4,)]
+    res = run_fast([case])
+    compare(case, res, 0)
+    assert int(res.completion_tokens[0, 2]) == 4
+
+
+def test_crossing_is_refused_where_rollout_runs_through_a_publication():
+    hand = _hand_case()
+    rec = PolicyParams(admit_concurrency_groups=2.0, inflight_rule=code(InflightRule.CONTINUE), fast_path_exact=1,
+                       fail_on_version_crossing=1)
+    cfg = attrs.evolve(hand.cfg, policy=ParamsPolicy(rec))
+    with pytest.raises(FastPathUnsupported, match=r"fail_on_version_crossing\) under inflight_rule continue"):
+        lower(cfg, hand.workload, hand.costs)
+    for extra in ("deployment.rollout.max_num_batched_tokens=256", "deployment.rollout.prefix_caching=true"):
+        cfg = Case([*hand.overrides, extra], None, None).cfg
+        with pytest.raises(FastPathUnsupported):
+            lower(cfg, hand.workload, hand.costs)
+
+
+@pytest.mark.slow
+def test_dressage_at_its_defaults_matches_simpy():
+    """The default scenario (roofline rollout, analytical training, on_demand KV, 2 instances, 5 steps,
+    32 groups of 8 per step) with chunked prefill and prefix caching off: every group in flight at an
+    update fails (148 re-dispatched, 160 aborted in SimPy); every step and call equal, times included."""
+    from simrl.config import load_config
+    from simrl.cost.build import build_costs
+    from simrl.engine.sim import load_workload
+
+    ov = ["policy=dressage", "deployment.rollout.max_num_batched_tokens=0", "deployment.rollout.prefix_caching=false"]
+    cfg = load_config(overrides=ov)
+    wl = load_workload(cfg)
+    case = Case(ov, wl, build_costs(cfg), label="dressage defaults")
+    events = _run_simpy(case)
+    assert case.report.totals["groups_retried"] == 148
+    assert sum(e["kind"] == "group_abort" for e in events) == 160
+    res = run_fast([case])
+    assert compare(case, res, 0) == {"time": 0.0, "call": 0.0}
