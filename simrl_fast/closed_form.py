@@ -127,6 +127,13 @@ def forks_of(clock, it, t1, alpha, beta, ev_it, ev_t, ev_prev, fk_t, fk_back, g_
     # latest first, absent ones last (present forks strictly decrease: t1 > clock > fk_t): the order
     # of a stable argsort of -f, as three compare-exchanges (a stable bubble sort) of elementwise
     # selects -- an XLA sort of [..., 3] rows cost more than the rest of the step's tie logic
+    return latest_first(f, b, g)
+
+
+def latest_first(f, b, g):
+    """Records (lists of N_FORKS arrays: fork, back, gap) in the order of ``argsort(-fork, stable)``,
+    stacked on a last axis: three compare-exchanges (a stable bubble sort)."""
+    f, b, g = list(f), list(b), list(g)
     for x, y in ((0, 1), (1, 2), (0, 1)):
         sw = _after(f[x], f[y])
         for a in (f, b, g):
