@@ -73,10 +73,12 @@ def event_of(clock, it, t1, alpha, beta, fin_min, adm_it, pause_it):
 WALK = 64
 
 
-def walk_back(clock, it, t1, alpha, beta, ev_it):
-    """[..., WALK]: a busy instance's boundaries at depths 2 .. WALK + 1 before its pending one
-    (depth 0 is the pending boundary ``ev_t``, depth 1 ``ev_prev``), exact from its closed form,
-    down to its anchor (``clock``); NaN beyond the anchor (unknown here: `forks_of` takes over).
+def walk_back(clock, it, t1, alpha, beta, ev_it, start=0, width=WALK):
+    """[..., width]: a busy instance's boundaries at depths 2 + start .. 1 + start + width before its
+    pending one (depth 0 is the pending boundary ``ev_t``, depth 1 ``ev_prev``; all WALK of them by
+    default), exact from its closed form, down to its anchor (``clock``); NaN beyond the anchor
+    (unknown here: `forks_of` takes over). ``start`` may be traced: `step._lexmin` evaluates the
+    depths block by block, only while a tie is still open.
 
     SimPy orders two timeouts due at the same instant and scheduled at the same instant by the
     order in which their schedulers (the boundaries one deeper) were processed: by time, and on
@@ -84,7 +86,7 @@ def walk_back(clock, it, t1, alpha, beta, ev_it):
     boundaries from different closed forms, so near-lockstep runs may coincide at some
     boundaries and not at others; `step._lexmin` walks these depths first."""
     j = (ev_it - it)[..., None]
-    d = jnp.arange(2, WALK + 2, dtype=j.dtype)
+    d = start + jnp.arange(2, width + 2, dtype=j.dtype)
     jj = j - d
     ex = lambda v: jnp.asarray(v)[..., None]  # noqa: E731
     t = boundary_time(ex(clock), ex(t1), ex(alpha), ex(beta), jj)
@@ -119,11 +121,27 @@ def forks_of(clock, it, t1, alpha, beta, ev_it, ev_t, ev_prev, fk_t, fk_back, g_
     r2 = ~quad & (g_prev != dt0)
     r3 = ~quad & (g_prev > 0.0)
     ninf = jnp.full_like(clock, -jnp.inf)
-    f = jnp.stack([jnp.where(quad, ev_t, jnp.where(r1, t1, ninf)), jnp.where(r2, clock, ninf),
-                   jnp.where(r3, fk_t, ninf)], axis=-1)
-    b = jnp.stack([jnp.where(quad, ev_prev, clock), clock - g_prev, fk_back], axis=-1)
-    g = jnp.stack([jnp.where(quad, ev_t - ev_prev, gap), dt0, g_prev], axis=-1)
-    # latest first, absent ones last (present forks strictly decrease: t1 > clock > fk_t)
-    order = jnp.argsort(-f, axis=-1, stable=True)
-    take = lambda a: jnp.take_along_axis(a, order, axis=-1)  # noqa: E731
-    return take(f), take(b), take(g)
+    f = [jnp.where(quad, ev_t, jnp.where(r1, t1, ninf)), jnp.where(r2, clock, ninf), jnp.where(r3, fk_t, ninf)]
+    b = [jnp.where(quad, ev_prev, clock), clock - g_prev, fk_back]
+    g = [jnp.where(quad, ev_t - ev_prev, gap), dt0, g_prev]
+    # latest first, absent ones last (present forks strictly decrease: t1 > clock > fk_t): the order
+    # of a stable argsort of -f, as three compare-exchanges (a stable bubble sort) of elementwise
+    # selects -- an XLA sort of [..., 3] rows cost more than the rest of the step's tie logic
+    return latest_first(f, b, g)
+
+
+def latest_first(f, b, g):
+    """Records (lists of N_FORKS arrays: fork, back, gap) in the order of ``argsort(-fork, stable)``,
+    stacked on a last axis: three compare-exchanges (a stable bubble sort)."""
+    f, b, g = list(f), list(b), list(g)
+    for x, y in ((0, 1), (1, 2), (0, 1)):
+        sw = _after(f[x], f[y])
+        for a in (f, b, g):
+            a[x], a[y] = jnp.where(sw, a[y], a[x]), jnp.where(sw, a[x], a[y])
+    return jnp.stack(f, axis=-1), jnp.stack(b, axis=-1), jnp.stack(g, axis=-1)
+
+
+def _after(fx, fy):
+    """Whether a stable ascending sort of -f puts fork ``fy`` before ``fx``: jax's sort order on floats
+    (NaN after everything, -0.0 equal to 0.0), on the negated keys."""
+    return (jnp.isnan(fx) & ~jnp.isnan(fy)) | (fy > fx)

@@ -44,7 +44,7 @@ _CACHE = cache_dir()
 if _CACHE:
     # A compile costs seconds, a cached one a fraction of that: on by default.
     jax.config.update("jax_compilation_cache_dir", _CACHE)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # the small staging programs too
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402

@@ -59,7 +59,8 @@ def _lexmin(t, prev, start, seq, forks=None, walk=None):
     (start, seq).
 
     Before the records, ``walk`` ([n, WALK], `closed_form.walk_back`: the boundaries at depths 2,
-    3, ... before each, NaN where unknown) orders timeouts tied on (t, prev) exactly: the earliest
+    3, ... before each, NaN where unknown; or a function (start, width) -> its columns start ..
+    start + width - 1, evaluated only as deep as a tie stays open: `_walk_ties`) orders timeouts tied on (t, prev) exactly: the earliest
     boundary at the first depth where the tied ones differ was processed first, so its timeouts
     were scheduled first. The walk stops at a depth where a tied one has no known boundary."""
     m1 = jnp.min(t)
@@ -67,29 +68,18 @@ def _lexmin(t, prev, start, seq, forks=None, walk=None):
     m2 = jnp.min(jnp.where(c1, prev, jnp.inf))
     c2 = c1 & (prev == m2)
     if walk is not None:
-        unknown = jnp.isnan(walk)
-        for _ in range(3):  # each round separates the tied ones at their first differing depth
-            c = c2[:, None]
-            lo = jnp.min(jnp.where(c & ~unknown, walk, jnp.inf), axis=0)
-            hi = jnp.max(jnp.where(c & ~unknown, walk, -jnp.inf), axis=0)
-            gap = jnp.any(c & unknown, axis=0)
-            stop = gap | (lo != hi)
-            d = jnp.argmax(stop)
-            decide = stop[d] & ~gap[d] & (jnp.sum(c2) > 1)
-            c2 = jnp.where(decide, c2 & (walk[:, d] == lo[d]), c2)
+        c2 = _walk_ties(c2, walk)
     if forks is not None:
         ff, fb, fg = forks
         n, R = ff.shape
         pos = jnp.zeros(n, jnp.int32)
         live = jnp.asarray(True)
-        rows = jnp.arange(n)
         for _ in range(R):
-            at = jnp.minimum(pos, R - 1)
-            f = jnp.where(pos < R, ff[rows, at], -jnp.inf)
+            f = jnp.where(pos < R, _pick(ff, pos), -jnp.inf)
             live = live & ~jnp.any(c2 & (f == -jnp.inf)) & (jnp.sum(c2) > 1)
             L = jnp.max(jnp.where(c2, f, -jnp.inf))
             hit = f == L
-            bk = jnp.where(hit, fb[rows, at], L - fg[rows, at])
+            bk = jnp.where(hit, _pick(fb, pos), L - _pick(fg, pos))
             mb = jnp.min(jnp.where(c2, bk, jnp.inf))
             keep = c2 & (bk == mb)
             c2 = jnp.where(live & jnp.any(keep), keep, c2)
@@ -98,6 +88,67 @@ def _lexmin(t, prev, start, seq, forks=None, walk=None):
     c3 = c2 & (start == m3)
     m4 = jnp.min(jnp.where(c3, seq, BIG))
     return jnp.argmax(c3 & (seq == m4)), m1
+
+
+def _pick(a, at):
+    """``a[rows, at]`` of a [n, R] array (``at`` in 0..R-1 per row) as a chain of selects: elementwise,
+    so it fuses with its neighbours (a gather with a per-configuration index is a kernel of its own)."""
+    out = a[:, -1]
+    for r in range(a.shape[1] - 2, -1, -1):
+        out = jnp.where(at == r, a[:, r], out)
+    return out
+
+
+#: depths `_walk_ties` examines per turn of its loop after depth 0 (1 + 7 x 9 = WALK)
+WALK_BLOCK = 9
+
+
+def _walk_ties(c2, walk):
+    """`_lexmin`'s walk: narrow the tied set ``c2`` at the first depths where the tied ones differ
+    (up to three times), stopping at a depth where a tied one has no known boundary.
+
+    Done depth by depth it is: at depth d (0 .. WALK-1) with the tied set c2 -- a tied one unknown
+    there: stop; the tied ones differ there: keep the earliest (a decision; stop after three);
+    otherwise go one deeper. ``walk(start, width)`` gives the [n, width] boundaries at depths
+    start .. start + width - 1 (NaN: unknown). Depth 0 is taken at once (nearly every tie stops
+    there: a tied one is the trainer's timer, woken, or one boundary past its anchor); the deeper
+    depths, WALK_BLOCK at a time, in a loop that runs only while some tie is open, so under vmap a
+    batch pays for the deep walk only in the steps where one of its configurations needs it.
+    (A ``walk`` array [n, WALK] is taken as is.)"""
+    if not callable(walk):
+        arr = walk
+        walk = lambda d0, width: jax.lax.dynamic_slice_in_dim(arr, d0, width, axis=1)  # noqa: E731
+
+    def turn(c2, stopped, used, d0, width):
+        wv = walk(d0, width)
+        unknown = jnp.isnan(wv)
+        for _ in range(min(3, width)):  # each turn decides at the first depth (of those left) where they differ
+            c = c2[:, None]
+            lo = jnp.min(jnp.where(c & ~unknown, wv, jnp.inf), axis=0)
+            hi = jnp.max(jnp.where(c & ~unknown, wv, -jnp.inf), axis=0)
+            gap = jnp.any(c & unknown, axis=0)
+            stop = gap | (lo != hi)
+            d = jnp.argmax(stop)
+            many = jnp.sum(c2) > 1
+            hit = ~stopped & stop[d]
+            decide = hit & ~gap[d] & many
+            c2 = jnp.where(decide, c2 & (wv[:, d] == lo[d]), c2)
+            used = used + decide.astype(jnp.int32)
+            stopped = stopped | (hit & ~decide) | (used >= 3)
+        return c2, stopped, used
+
+    c2, stopped, used = turn(c2, jnp.asarray(False), jnp.int32(0), 0, 1)
+
+    def body(carry):
+        c2, stopped, used, d0 = carry
+        c2, stopped, used = turn(c2, stopped, used, d0, WALK_BLOCK)
+        return c2, stopped, used, d0 + WALK_BLOCK
+
+    def more(carry):
+        c2, stopped, _, d0 = carry
+        return ~stopped & (jnp.sum(c2) > 1) & (d0 < WALK)
+
+    return jax.lax.while_loop(more, body, (c2, stopped, used, jnp.int32(1)))[0]
 
 
 def can_dispatch(st, p):
@@ -299,8 +350,12 @@ def select(st, p, static):
     tmr = lambda v: jnp.concatenate([v[None], jnp.full(N_FORKS - 1, -jnp.inf)])[None]  # noqa: E731
     forks = (jnp.concatenate([ff, tmr(tr.timer_t)]), jnp.concatenate([fb, jnp.broadcast_to(tr.timer_prev, (1, N_FORKS))]),
              jnp.concatenate([fg, jnp.broadcast_to(tr.timer_t - tr.timer_prev, (1, N_FORKS))]))
-    wk = jnp.where(busy[:, None], walk_back(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.ev_it), jnp.nan)
-    walk = jnp.concatenate([wk, jnp.full((1, WALK), jnp.nan)])
+
+    def walk(d0, width):  # the busy instances' boundaries at depths d0 .. d0 + width - 1 (the timer's: unknown)
+        wk = jnp.where(busy[:, None], walk_back(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.ev_it, d0, width),
+                       jnp.nan)
+        return jnp.concatenate([wk, jnp.full((1, width), jnp.nan)])
+
     bidx, bt = _lexmin(t_all, prev_all, start_all, seq_all, forks, walk)
     gidx, gt = _lexmin(jnp.where(active & (ins.phase == START), ins.ev_t, jnp.inf), ins.ev_prev, ins.ev_prev, ins.ev_seq)
     react, disp, route = chain_due(st, p, static)

@@ -87,3 +87,70 @@ def test_lexmin_walks_back_to_the_first_boundary_where_the_tied_ones_differ():
     # equal as far as both are known, then one reaches its anchor (NaN): (start, seq) decides
     assert _lex_walk([[1.5, 1.25], [1.5]]) == 0
     assert _lex_walk([[1.5, 1.0, 0.5], [1.5]]) == 0
+
+
+def _walk_reference(c2, walk):
+    """The walk as one pass over all WALK depths, three rounds (the formulation `step._walk_ties`
+    replaced, which evaluates the depths block by block only while a tie is open)."""
+    import numpy as np
+
+    c2 = np.asarray(c2).copy()
+    unknown = np.isnan(walk)
+    for _ in range(3):
+        c = c2[:, None]
+        lo = np.min(np.where(c & ~unknown, walk, np.inf), axis=0)
+        hi = np.max(np.where(c & ~unknown, walk, -np.inf), axis=0)
+        gap = np.any(c & unknown, axis=0)
+        stop = gap | (lo != hi)
+        d = int(np.argmax(stop))
+        if stop[d] and not gap[d] and c2.sum() > 1:
+            c2 = c2 & (walk[:, d] == lo[d])
+    return c2
+
+
+def test_walk_block_by_block_is_the_one_pass_walk():
+    # random tied sets over walks that agree down to random depths (across the block edges at
+    # depths 1, 10, 19, ...), then differ by one ulp or stop (NaN): the block-by-block walk (array
+    # or function form) keeps the same tied set as one pass over all depths
+    import numpy as np
+    from jax.lax import dynamic_slice_in_dim
+
+    from simrl_fast.closed_form import WALK
+    from simrl_fast.step import _walk_ties
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(2, 6))
+        base = np.cumsum(rng.uniform(0.1, 1.0, WALK))[::-1].copy()
+        walk = np.tile(base, (n, 1))
+        for r in range(n):
+            for _ in range(int(rng.integers(0, 4))):
+                d = int(rng.choice([0, 1, 8, 9, 10, 18, 19, 40, 63, int(rng.integers(0, WALK))]))
+                if rng.random() < 0.3:
+                    walk[r, d:] = np.nan
+                else:
+                    walk[r, d] = np.nextafter(walk[r, d], np.inf if rng.random() < 0.5 else -np.inf)
+        c2 = rng.random(n) < 0.8
+        want = _walk_reference(c2, walk)
+        got = np.asarray(_walk_ties(jnp.asarray(c2), jnp.asarray(walk)))
+        arr = jnp.asarray(walk)
+        got_fn = np.asarray(_walk_ties(jnp.asarray(c2), lambda d0, w, arr=arr: dynamic_slice_in_dim(arr, d0, w, 1)))
+        assert got.tolist() == want.tolist() == got_fn.tolist(), (c2, walk)
+
+
+def test_forks_of_orders_records_as_a_stable_argsort():
+    # forks_of's compare-exchanges give argsort(-f, stable)'s order, also on equal, absent (-inf),
+    # signed-zero and NaN records (jax's sort order: NaN last, -0.0 == 0.0)
+    import numpy as np
+
+    from simrl_fast import closed_form as cf
+
+    vals = np.array([-np.inf, -np.inf, 0.0, -0.0, 1.0, 1.0, 2.5, np.nan])
+    rng = np.random.default_rng(3)
+    f = rng.choice(vals, (400, 3))
+    b, g = rng.uniform(0, 1, (400, 3)), rng.uniform(0, 1, (400, 3))
+    want = np.asarray(jnp.argsort(-jnp.asarray(f), axis=-1, stable=True))
+    got_f, got_b, got_g = cf.latest_first(*([jnp.asarray(a[:, k]) for k in range(3)] for a in (f, b, g)))
+    assert np.array_equal(np.asarray(got_b), np.take_along_axis(b, want, axis=1))
+    assert np.array_equal(np.asarray(got_g), np.take_along_axis(g, want, axis=1))
+    assert np.array_equal(np.asarray(got_f), np.take_along_axis(f, want, axis=1), equal_nan=True)
