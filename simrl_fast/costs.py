@@ -30,18 +30,15 @@ def check_static(static, params) -> None:
         if not static.formulas & bit and np.any(np.asarray(kind) == 1):
             raise ValueError(f"simrl_fast: Static.formulas={static.formulas} leaves out {name}, which some "
                              "configuration of the batch uses; build the Static with static_for over these params")
-    if not static.on_demand and np.any(np.asarray(params.od) == 1):
-        raise ValueError("simrl_fast: Static.on_demand=False but some configuration of the batch has "
-                         "kv_policy=on_demand; build the Static with static_for over these params")
-    if not static.chunked_prefill and np.any(np.asarray(params.token_budget) > 0):
-        raise ValueError("simrl_fast: Static.chunked_prefill=False but some configuration of the batch has "
-                         "max_num_batched_tokens > 0; build the Static with static_for over these params")
-    if not static.prefix and np.any(np.asarray(params.pc) == 1):
-        raise ValueError("simrl_fast: Static.prefix=False but some configuration of the batch shares prompt "
-                         "prefixes (prefix_caching); build the Static with static_for over these params")
-    if not static.crossing and np.any(np.asarray(params.cross) > 0):
-        raise ValueError("simrl_fast: Static.crossing=False but some configuration of the batch fails groups at a "
-                         "publication (fail_on_version_crossing); build the Static with static_for over these params")
+    # (Static flag, the configurations that need it, what they use)
+    gated = (("on_demand", np.asarray(params.od) == 1, "kv_policy=on_demand"),
+             ("chunked_prefill", np.asarray(params.token_budget) > 0, "max_num_batched_tokens > 0"),
+             ("prefix", np.asarray(params.pc) == 1, "shared prompt prefixes (prefix_caching)"),
+             ("crossing", np.asarray(params.cross) > 0, "groups failed at a publication (fail_on_version_crossing)"))
+    for flag, need, what in gated:
+        if not getattr(static, flag) and np.any(need):
+            raise ValueError(f"simrl_fast: Static.{flag}=False but some configuration of the batch has {what}; "
+                             "build the Static with static_for over these params")
 
 
 def rollout_times(p, static, nd, kd, pa, b1n, k1n):
