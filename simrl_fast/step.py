@@ -483,12 +483,13 @@ def make_step(static):
         # (not with chunked prefill traced: its slot rows are kept in admission order, which the rounds' moves
         # would break; such batches run the sequential step; with fail_on_version_crossing, `with_map` gives
         # the workload arrays each gid's workload group)
+        # (the map changes only when a group is dispatched, so one `wm` serves every action up to the dispatch)
         local = rounds and not static.chunked_prefill
-        st, par = local_phase(st, p, with_map(w, st, static), static, rounds) if local else (st, jnp.asarray(False))
+        wm = with_map(w, st, static)
+        st, par = local_phase(st, p, wm, static, rounds) if local else (st, jnp.asarray(False))
         act, i, new_now = select(st, p, static)
         st = st._replace(now=new_now)
         pos0 = st.inst.wq_pos[i]
-        wm = with_map(w, st, static)
         st = instance_action(st, p, wm, static, act == A_INST, i, new_now)
         st = note_admitted(st, pos0, static, act == A_INST, i)
         pub = (act == A_TIMER) & (st.trainer.phase == T_PUBLISH)
