@@ -36,6 +36,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from simrl_fast.lowering import workload_group
+
 # InstState.slot_sh: whether a running request holds its group's shared prefix, and whether its prefill skipped it
 SH_NONE, SH_ALLOC, SH_HIT = 0, 1, 2
 
@@ -43,13 +45,12 @@ SH_NONE, SH_ALLOC, SH_HIT = 0, 1, 2
 def call_shared(w, r, n, G):
     """``Request.shared_tokens`` of call ``r`` (0 for r < 0 and for a salted call)."""
     rr = jnp.maximum(r, 0)
-    wg, s = (rr // n) % G, rr % n
-    return jnp.where(r >= 0, w.shared[wg, s], 0).astype(jnp.int64)
+    return jnp.where(r >= 0, w.shared[workload_group(w, rr // n, G), rr % n], 0).astype(jnp.int64)
 
 
 def entry_tokens(w, static):
     """[Gm] int64: the tokens of each dispatched group's shared-prefix entry (its workload group's)."""
-    return w.gshared[jnp.arange(static.max_groups) % static.groups].astype(jnp.int64)
+    return w.gshared[workload_group(w, jnp.arange(static.max_groups), static.groups)].astype(jnp.int64)
 
 
 def evict_lru(c_row, floor, top, tokg, skip, d):
