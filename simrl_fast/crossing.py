@@ -37,7 +37,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from simrl_fast.lowering import with_group_map, workload_group
+from simrl_fast.instance import call_lengths, kv_need
+from simrl_fast.lowering import with_group_map
 from simrl_fast.state import G_DROPPED, G_RUNNING, KEY_EMPTY, admit_max, unpack_fin, unpack_rid
 
 
@@ -109,10 +110,10 @@ def fail_crossed(st, p, w, static, pub):
     occ = key < KEY_EMPTY
     rid = jnp.where(occ, unpack_rid(key), 0)
     gone = occ & crossed[rid // n]
-    prompt = w.prompt[workload_group(w, rid // n, NG), rid % n].astype(i64)
+    prompt = call_lengths(w, rid, n, NG)[0]
     length = ins.slot_len.astype(i64)
     gen = length - (unpack_fin(key) - ins.it[:, None]).astype(i64)  # Instance.generated_of
-    held = jnp.where(p.od == 1, prompt + gen, prompt + length)  # private KV (reserve: the whole completion)
+    held = kv_need(p, prompt, length, gen)  # private KV (reserve: the whole completion)
     cnt = jnp.sum(gone.astype(i32), axis=1)
     keep = occ & ~gone
     to = jnp.where(keep, jnp.cumsum(keep.astype(i32), axis=1) - 1, S)  # compacted, in slot order
