@@ -182,16 +182,22 @@ class RouterConfig:
     ``balance_rel_threshold`` are the kv_cache_aware knobs, named and defaulted as
     sglang-router's cache_aware CLI (``--cache-threshold 0.3``, ``--balance-abs-threshold 64``,
     ``--balance-rel-threshold 1.5``; sgl-router/py_src/sglang_router/router_args.py).
+    ``dp_shard`` is NeMo-RL's synchronous vLLM generation (``vllm_cfg.async_engine: false``): the
+    batch is cut into one contiguous slice per engine before generation starts
+    (``BatchedDataDict.shard_by_batch_size(dp_size, allow_uneven_shards=True)``), so call k of a
+    batch goes to instance ``(k // shard_calls) % instances``; ``shard_calls`` 0 derives the slice
+    from the policy's batch, ``ceil(batch trajectories / instances)``.
     """
 
     name: str = attrs.field(
         default="least_requests",
-        validator=v.in_(("round_robin", "least_requests", "throughput_balance", "kv_cache_aware")),
+        validator=v.in_(("round_robin", "least_requests", "throughput_balance", "kv_cache_aware", "dp_shard")),
     )
     active_cap: int = attrs.field(default=0, validator=_count(1 << 31, lo=0))
     cache_threshold: float = attrs.field(default=0.3, validator=v.and_(v.ge(0.0), v.le(1.0)))
     balance_abs_threshold: int = attrs.field(default=64, validator=_nonneg)
     balance_rel_threshold: float = attrs.field(default=1.5, validator=v.ge(1.0))
+    shard_calls: int = attrs.field(default=0, validator=_count(1 << 31, lo=0))  # dp_shard: calls per slice (0: derive)
 
 
 @attrs.frozen

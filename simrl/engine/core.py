@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import simpy
 
 from simrl.config import SimConfig
@@ -19,11 +20,12 @@ from simrl.engine.groups import GroupBook, Tally
 from simrl.engine.instance import Instance
 from simrl.engine.ports import Changed
 from simrl.engine.recorder import Recorder
-from simrl.engine.router import Router
+from simrl.engine.router import Router, dp_shard_calls
 from simrl.engine.trainer import StepTimeConfig, Trainer
 from simrl.engine.watchdog import diagnose
 from simrl.engine.weights import Weights
 from simrl.policy.errors import PolicyError
+from simrl.policy.params import PolicyParams
 from simrl.policy.rules import Placement
 from workloads.types import Workload
 
@@ -56,7 +58,17 @@ class Simulation:
         self.book = GroupBook(env, workload, self.policy, self.recorder, Changed(env), self.kv_capacity,
                               rcfg.instances)
         self.instances: list[Instance] = []  # filled below; the router and weights hold this list
-        self.router = Router(env, cfg.router, self.instances, self.policy.eligible, self.policy.route_priority)
+        shard = 0
+        if cfg.router.name == "dp_shard":  # a fixed batch of a record policy, or router.shard_calls
+            rec = getattr(self.policy, "params", None)
+            fixed = isinstance(rec, PolicyParams) and rec.batch_min_groups == rec.batch_max_groups
+            try:
+                shard = dp_shard_calls(cfg.router, rec.batch_max_groups if fixed else 0,
+                                       np.diff(workload.group_traj_start), rcfg.instances)
+            except ValueError as exc:
+                raise SimulationError(str(exc)) from None
+        self.router = Router(env, cfg.router, self.instances, self.policy.eligible, self.policy.route_priority,
+                             shard_calls=shard)
         self.weights = Weights(env, self.book, self.instances, self.router, self.policy, costs.weight_sync)
         self.instances += [
             Instance(env, i, rcfg, costs.rollout, self.kv_capacity, calls=self.book, load=self.book,

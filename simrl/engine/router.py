@@ -21,6 +21,28 @@ from simrl.engine.records import Request
 from simrl.policy.base import GroupRecord
 
 
+def dp_shard_calls(cfg, batch_groups: int, group_sizes: Sequence[int], instances: int) -> int:
+    """Calls per contiguous slice of the ``dp_shard`` router (0 for any other router).
+
+    NeMo-RL's synchronous generation (NVIDIA-NeMo/RL@c751f811 ``vllm_generation.py``,
+    ``VllmGeneration.generate``) shards the step's batch with ``shard_by_batch_size(dp_size,
+    allow_uneven_shards=True)``: ``ceil(batch / dp_size)`` consecutive sequences per engine, so a
+    prompt's samples (``repeat_interleave``) stay together. ``router.shard_calls`` > 0 is taken
+    as given; 0 needs a fixed batch of equal groups: ``ceil(batch_groups x group_size / instances)``.
+    """
+    if cfg.name != "dp_shard":
+        return 0
+    if cfg.shard_calls:
+        return int(cfg.shard_calls)
+    sizes = set(int(s) for s in group_sizes)
+    if len(sizes) != 1 or batch_groups < 1:
+        raise ValueError(
+            "router.name=dp_shard: router.shard_calls=0 derives the slice from a fixed batch of equal "
+            f"groups, got group sizes {sorted(sizes)[:4]} and batch_groups {batch_groups}; set "
+            "router.shard_calls (calls per engine and batch)")
+    return -(-batch_groups * sizes.pop() // instances)
+
+
 class Router:
     """The global call queue; `run` is its SimPy process.
 
@@ -30,8 +52,9 @@ class Router:
 
     def __init__(self, env: simpy.Environment, cfg, instances: Sequence[RoutableInstance],
                  eligible: Callable[[int, GroupRecord], bool],
-                 priority: Callable[[GroupRecord], int | None] | None = None):
+                 priority: Callable[[GroupRecord], int | None] | None = None, shard_calls: int = 0):
         self.env = env
+        self.shard_calls = shard_calls  # dp_shard: calls per contiguous slice (`dp_shard_calls`)
         self.priority = priority  # the policy's queue level of a group (lower first); None: one FIFO
         self.cfg = cfg
         self.instances = instances
@@ -92,10 +115,13 @@ class Router:
         ]
 
     def choose(self, req: Request) -> RoutableInstance | None:
+        name = self.cfg.name
+        if name == "dp_shard":  # the slice's instance, or wait for it (a static partition, no choice)
+            inst = self.instances[(self.routed // self.shard_calls) % len(self.instances)]
+            return inst if inst in self.eligible(req) else None
         cands = self.eligible(req)
         if not cands:
             return None
-        name = self.cfg.name
         if name == "round_robin":
             n = len(self.instances)
             for k in range(n):

@@ -146,6 +146,24 @@ def test_moe_gemm_reads_only_the_touched_experts_by_hand():
     assert r._experts_touched(2) == pytest.approx(15.5)
 
 
+def test_fused_moe_layer_streams_the_touched_experts_as_vllms_kernel_benchmark_measures():
+    # vLLM's fused_moe Triton kernel, one Qwen3-30B-A3B layer (E=128, N=768, K=2048, top-8, BF16,
+    # benchmarks/kernels/benchmark_moe.py, random gating), A100-PCIE-40GB at the default config:
+    # 403.13 / 611.19 / 808.53 / 917.45 / 943.14 us at batch 8 / 16 / 32 / 64 / 96
+    # (vllm-project/vllm PR 19049, "Before this PR"; sglang PR 6825 the same table). The roofline
+    # prices the layer as the touched experts' weights streamed at 0.8 of HBM (1,555 GB/s):
+    # batch 64: 128 x (1 - 0.9375^64 = 0.01608) = 125.94 experts x 4,718,592 x 2 B = 1.1885 GB / 1.244e12 B/s
+    # = 955.4 us (+4 %); FLOPs 2 x 64 x 8 x 4,718,592 = 4.8 GFLOP, 26 us at 0.6 x 312 TFLOP/s: byte-bound.
+    r = RooflineRollout("qwen3-30b-a3b", "H100")
+    assert r.model.expert_params == 3 * 2048 * 768
+    bden = 1555e9 * r.bandwidth_efficiency
+    published_us = {8: 403.13, 16: 611.19, 32: 808.53, 64: 917.45, 96: 943.14}
+    for batch, us in published_us.items():
+        layer_us = r._experts_touched(batch) * r.model.expert_params * 2 / bden * 1e6
+        assert layer_us == pytest.approx(us, rel=0.06), batch  # -2.9 / +2.3 / +4.9 / +4.1 / +2.7 %
+    assert r._experts_touched(64) * r.model.expert_params * 2 / bden * 1e6 == pytest.approx(955.4, abs=0.1)
+
+
 def test_expert_load_imbalance_of_uniform_routing_by_hand():
     r = RooflineRollout("qwen3-30b-a3b", "H100", tp=8, ep=8)
     # 64 tokens x top-8 over 8 ranks: mean 64, busiest ~ 64 + sqrt(2 ln 8 x 64 x 7/8):

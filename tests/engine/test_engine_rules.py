@@ -176,6 +176,32 @@ def test_every_router_spreads_load_and_finishes(router):
     assert used == {0, 1, 2} or router == "kv_cache_aware"
 
 
+def test_dp_shard_gives_each_instance_one_contiguous_slice_of_the_batch():
+    # NeMo-RL's sync generation (shard_by_batch_size(dp_size, allow_uneven_shards=True)): 2 groups
+    # x 6 = 12 calls over 3 instances -> ceil(12 / 3) = 4 consecutive calls each, so group 0's
+    # calls 0-3 on instance 0, its 4-5 and group 1's 0-1 on instance 1, group 1's 2-5 on instance 2;
+    # the next step's batch starts again at instance 0.
+    report, sim = run_sim(["policy=sync", "policy.batch_groups=2", "router.name=dp_shard",
+                           "deployment.rollout.instances=3", "run.training_steps=2"],
+                          random_workload(groups=4, n=6), linear_costs())
+    assert report.diagnosis is None and sim.router.shard_calls == 4
+    routed = [c.instance for c in sorted(report.calls, key=lambda c: c.tid)[:24]]
+    assert routed == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2] * 2
+
+
+def test_dp_shard_calls_by_hand_and_refusals():
+    from simrl.config import RouterConfig
+    from simrl.engine.router import dp_shard_calls
+
+    cfg = RouterConfig(name="dp_shard")
+    assert dp_shard_calls(cfg, 64, [32] * 100, 16) == 128  # NeMo-RL Llama card: 64 x 32 / 16 engines
+    assert dp_shard_calls(cfg, 3, [5] * 9, 4) == 4  # ceil(15 / 4): the last slice is shorter (3)
+    assert dp_shard_calls(RouterConfig(name="dp_shard", shard_calls=7), 0, [1, 2], 4) == 7  # given
+    assert dp_shard_calls(RouterConfig(), 64, [32], 16) == 0  # any other router: no slices
+    with pytest.raises(ValueError, match="router.shard_calls"):
+        dp_shard_calls(cfg, 2, [3, 4], 2)  # unequal groups: the slice is not derivable
+
+
 def test_round_robin_cycles_instances_in_order():
     report, _ = run_sim(["policy=sync", "policy.batch_groups=1", "router.name=round_robin",
                          "deployment.rollout.instances=3", "run.training_steps=1"],

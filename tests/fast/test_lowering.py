@@ -59,6 +59,7 @@ def test_chunked_prefill_lowers_its_token_budget():
 
 @pytest.mark.parametrize("override, feature", [
     ("router.name=kv_cache_aware", "router.name=kv_cache_aware"),
+    ("router.name=dp_shard", "router.name=dp_shard"),
     ("router.active_cap=4", "router.active_cap=4"),
     ("run.time_horizon_s=100", "time_horizon_s"),
     ("policy=psrl", "policy 'psrl'"),
