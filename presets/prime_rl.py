@@ -477,23 +477,16 @@ class PrimeRLPolicy(Policy):
         """What the record of `lower` cannot hold, each named with its knob (simrl_fast names them when it
         refuses this policy). The ship barrier is in the record (``admit_max_ship_lag``)."""
         if self.aimd:
-            control = ("AIMD permits from instance-load polls (policy.concurrency_control=aimd: KV usage, queues and "
-                       "preemptions every policy.poll_interval_s; the cap grown x1.25 per turnover, cut and trimmed, "
-                       "the youngest groups cancelled)")
-            window = "refunded at natural completions"
+            control = ("AIMD permits from instance-load polls (policy.concurrency_control=aimd, every "
+                       "policy.poll_interval_s; cuts cancel the youngest groups)")
         else:
-            control = ("kappa-EWMA permits from instance-load polls (policy.concurrency_control=kappa_ewma: preemptions "
-                       "and queues every policy.poll_interval_s, kappa grown per shipped step)")
-            window = "no refund"
+            control = "kappa-EWMA permits from instance-load polls (policy.concurrency_control=kappa_ewma)"
         gaps = [
-            "in-flight permits per episode, read when the dispatcher is woken (unfinished trajectories < the cap, "
-            "policy.min_inflight..policy.max_inflight)",
+            "episode permits read when the dispatcher wakes (policy.min_inflight..policy.max_inflight)",
             control,
-            f"the admission window of max(group size, cap // 10) episodes per {ADMISSION_WINDOW_S:g} s ({window}), "
-            "reopened by time (recheck_in)",
-            "running groups aborted at each publication once older than policy.max_off_policy_steps",
+            f"a {ADMISSION_WINDOW_S:g} s admission window reopened by time (recheck_in)",
+            "running groups aborted at a publication past policy.max_off_policy_steps",
         ]
         if self.filter_zero_advantages:
-            gaps.append("zero-advantage groups that keep their batch slot (policy.filter_zero_advantages=true, "
-                        "no backfill)")
+            gaps.append("zero-advantage groups holding batch slots (policy.filter_zero_advantages=true)")
         return tuple(gaps)
