@@ -39,7 +39,8 @@ is SOFT, and kappa grows x1.02 per shipped step while clear and binding. Its adm
 has no refund (``dispatcher.py@014aa9d0``), and its ``max_inflight`` default was none (set
 ``policy.max_inflight=null``).
 
-Ship barrier: dispatch pauses while shipped batches - version > ``TARGET_LAG`` = 1.
+Ship barrier: dispatch pauses while shipped batches - version > ``TARGET_LAG`` = 1 (shipped: batches
+handed to the trainer plus the complete batches waiting in the buffer).
 
 Runtime: ``WeightWatcher`` cancels in-flight groups already past the bound, then keep-pauses the
 engines and loads the new weights; episodes continue and may span versions. The prefix cache is
@@ -53,6 +54,11 @@ its slot in the batch but is dropped (its tokens count as filtered).
 
 Units: ``batch_size`` is samples per step (256 = the default scenario's 32 groups of 8); the
 engine takes whole groups, ceil(batch_size / group size) of them, in completion order.
+
+Fast path: the record of `lower` holds the batch size and the ship barrier (``admit_max_ship_lag`` =
+``TARGET_LAG``); the controller, the admission window, the aborts at publication and the slot-holding
+zero-advantage drops have no record fields (`fast_path_gaps` names them), so simrl_fast refuses the
+preset (``fast_path_exact=0``) rather than approximate it.
 
 Approximations: the engine dispatches a group's episodes together (upstream schedules them one
 permit at a time, so a group may straddle the cap by up to group size - 1 episodes here) and
@@ -462,5 +468,25 @@ class PrimeRLPolicy(Policy):
         return attrs.evolve(
             super().lower(ctx), batch_min_groups=b, batch_max_groups=b,
             drop_zero_variance=1 if self.filter_zero_advantages else 0,
-            fast_path_exact=0,  # adaptive KV-driven permits and the ship barrier have no fields
+            admit_max_ship_lag=TARGET_LAG,  # the ship barrier (a record extension)
+            fast_path_exact=0,  # the rules of `fast_path_gaps` have no fields
         )
+
+    @property
+    def fast_path_gaps(self) -> tuple[str, ...]:
+        """What the record of `lower` cannot hold, each named with its knob (simrl_fast names them when it
+        refuses this policy). The ship barrier is in the record (``admit_max_ship_lag``)."""
+        if self.aimd:
+            control = ("AIMD permits from instance-load polls (policy.concurrency_control=aimd, every "
+                       "policy.poll_interval_s; cuts cancel the youngest groups)")
+        else:
+            control = "kappa-EWMA permits from instance-load polls (policy.concurrency_control=kappa_ewma)"
+        gaps = [
+            "episode permits read when the dispatcher wakes (policy.min_inflight..policy.max_inflight)",
+            control,
+            f"a {ADMISSION_WINDOW_S:g} s admission window reopened by time (recheck_in)",
+            "running groups aborted at a publication past policy.max_off_policy_steps",
+        ]
+        if self.filter_zero_advantages:
+            gaps.append("zero-advantage groups holding batch slots (policy.filter_zero_advantages=true)")
+        return tuple(gaps)

@@ -63,7 +63,9 @@ def coverage(kind: str, overrides: tuple[str, ...] = ()) -> Coverage:
     ctx = LoweringContext(group_size=int(wl.group_traj_start[1] - wl.group_traj_start[0]),
                           instances=cfg.deployment.rollout.instances)
     record = cfg.policy.lower(ctx)
-    policy = tuple(short(m).removesuffix(f" (policy {kind!r})") for m in policy_rejections(record, f"policy {kind!r}"))
+    gaps = tuple(getattr(cfg.policy, "fast_path_gaps", ()))
+    policy = tuple(short(m).removesuffix(f" (policy {kind!r})")
+                   for m in policy_rejections(record, f"policy {kind!r}", gaps))
     config, fixes = [], []
     while True:
         cfg = load_config(overrides=[*base, *fixes])

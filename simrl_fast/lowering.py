@@ -70,6 +70,8 @@ FEATURES = {
                                        "their prompt again) while their retries < k; not with chunked prefill, a "
                                        "prefix cache nor the collapse failsafe",
     "policy.max_dispatch_age": "-1 (none)",
+    "policy.admit_max_ship_lag": "any (a ship barrier: batches taken - version + buffered // batch <= the lag) with "
+                                 "batch_min_groups == batch_max_groups",
     "run.time_horizon_s": "inf",
     "workload.knobs.length_growth_per_step / length_drift_knots": "unset (no length drift)",
     "deployment.training.reward_s_per_trajectory": "0",
@@ -192,6 +194,8 @@ class Params(NamedTuple):
     # record extension fail_on_version_crossing (simrl_fast.trainer.fail_crossed)
     cross: np.ndarray  # int32: fail_on_version_crossing + 1 (0: never; k + 1: groups failed at a publication are
     #                    re-dispatched while their retries < k; a Params of zeros fails nothing)
+    # record extension admit_max_ship_lag (step.can_dispatch)
+    ship_lag: np.ndarray  # int32: admit_max_ship_lag (-1: no ship barrier)
 
 
 class WorkloadArrays(NamedTuple):
@@ -260,17 +264,21 @@ def _reward_std(w, g: int) -> float:
 def lower_policy(policy, ctx: LoweringContext) -> PolicyParams:
     """The policy's PolicyParams, checked against the feature set (the first reason is raised)."""
     pp = policy.lower(ctx)
-    reasons = policy_rejections(pp, f"policy {policy.kind!r}")
+    reasons = policy_rejections(pp, f"policy {policy.kind!r}", getattr(policy, "fast_path_gaps", ()))
     if reasons:
         raise FastPathUnsupported(reasons[0])
     return pp
 
 
-def policy_rejections(pp: PolicyParams, name: str) -> list[str]:
-    """Every reason the fast path refuses the record ``pp`` (of ``name``), in the order checked."""
+def policy_rejections(pp: PolicyParams, name: str, gaps: tuple[str, ...] = ()) -> list[str]:
+    """Every reason the fast path refuses the record ``pp`` (of ``name``), in the order checked. ``gaps``: what
+    the policy says its record cannot hold (its ``fast_path_gaps``), named in the fast_path_exact=0 reason."""
     out: list[str] = []
     if not pp.fast_path_exact:
-        out.append(_feature(f"{name}", "its lower() has fast_path_exact=0: its rules do not fit PolicyParams"))
+        detail = "its lower() has fast_path_exact=0: its rules do not fit PolicyParams"
+        if gaps:
+            detail += ": " + "; ".join(gaps)
+        out.append(_feature(f"{name}", detail))
     if pp.sync_per_instance:
         out.append(_feature("per-instance weight sync (policy.sync_scope=per_instance)", name))
     rules = list(InflightRule)
@@ -320,6 +328,11 @@ def policy_rejections(pp: PolicyParams, name: str) -> list[str]:
     ):
         # Only the sync shape (closed whenever a batch can form) is order-independent at equal times.
         out.append(_feature("admit_block_while_training with a budget other than (version + 1) * batch", name))
+    if pp.admit_max_ship_lag >= 0 and pp.batch_min_groups != pp.batch_max_groups:
+        # a batch of more than batch_min_groups lowers the barrier's sum: the trainer's order against the
+        # dispatcher in an instant would matter
+        out.append(_feature("a ship barrier (admit_max_ship_lag) with variable batch sizes (batch_min_groups != "
+                            "batch_max_groups)", name))
     if pp.evict_stale_on_publish and pp.staleness_bound < 0:
         out.append(_feature("eviction at publication without a staleness bound", name))
     return out
@@ -638,6 +651,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         batch_window=np.int32(pp.batch_order == 1), batch_max=np.int32(pp.batch_max_groups),
         queue_block=np.float64(pp.admit_queue_blocks_groups), collapse=np.int32(pp.collapse_zero_variance_groups),
         **prefix_fields(cfg, wa, pp, bool(cf["colocated"])), cross=np.int32(pp.fail_on_version_crossing + 1), **cf,
+        ship_lag=np.int32(pp.admit_max_ship_lag),
     )
     static = static_for([params], wa)
     return static, params, wa

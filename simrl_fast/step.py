@@ -156,16 +156,21 @@ def can_dispatch(st, p):
 
     Batches taken (``admit_budget_per_batch_groups``) = steps published + the one being trained or
     published; a batch being formed is finished before anything else acts (`select`). Buffered groups
-    past ``admit_queue_blocks_groups`` hold a concurrency slot each (max(0, buffered - inf) = 0)."""
+    past ``admit_queue_blocks_groups`` hold a concurrency slot each (max(0, buffered - inf) = 0). The ship
+    barrier (``admit_max_ship_lag`` = ``Params.ship_lag`` >= 0): batches taken - version + buffered // batch
+    <= the lag (a batch of exactly ``batch`` groups taken leaves the sum as it was, so the trainer's order
+    against the dispatcher in an instant does not matter)."""
     since = jnp.where(p.count_since_pub == 1, st.count_off, 0)
     count = jnp.where(p.count_dispatched == 1, st.dispatched + since, st.accepted + st.n_running)
     tr = st.trainer
     taken = tr.step + ((tr.phase != T_WAIT) & (tr.phase != T_DONE)).astype(tr.step.dtype)
     f = lambda v: v.astype(jnp.float64)  # noqa: E731
     budget = p.budget_base + p.budget_per_version * f(st.version) + p.budget_per_batch * f(taken)
+    shipped = taken - st.version + st.buf_live // jnp.maximum(p.batch, 1)
+    ship_ok = (p.ship_lag < 0) | (shipped <= p.ship_lag)
     return (
         ~st.dispatch_paused & (f(st.n_running) + jnp.maximum(f(st.buf_live) - p.queue_block, 0.0) < p.conc)
-        & (f(count) < budget) & (f(st.buf_live) < p.buf_cap)
+        & (f(count) < budget) & (f(st.buf_live) < p.buf_cap) & ship_ok
         & ~((p.block_training == 1) & st.training) & (tr.phase != T_DONE) & ~st.overflow
     )
 

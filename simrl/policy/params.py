@@ -22,6 +22,10 @@ admission (a group may start when all hold):
     With a finite ``admit_queue_blocks_groups`` = Q, buffered groups beyond Q each hold a
     concurrency slot: the concurrency test is running + max(0, buffered - Q) < concurrency (a
     rollout worker blocked putting its group into a full output queue, ART's ``queue_maxsize``).
+    With ``admit_max_ship_lag`` = L >= 0 (a ship barrier), a group may start only while
+    batches taken by the trainer - version + floor(buffered / ``batch_min_groups``) <= L: the
+    batches shipped to the trainer or waiting complete in the buffer run at most L ahead of the
+    published weights (prime-rl's dispatcher pause, ``TARGET_LAG`` = 1; -1: none).
 
 in flight: ``inflight_rule`` (`code` of an `InflightRule`), ``sync_per_instance`` (0/1),
 ``clear_cache_on_sync`` (0/1), ``colocated`` (0/1), ``disaggregated`` (0/1: the policy itself
@@ -114,6 +118,7 @@ class PolicyParams:
     fail_on_version_crossing: int = -1
     route_needs_dispatch_version: int = 0
     disaggregated: int = 0
+    admit_max_ship_lag: int = -1
 
     def __attrs_post_init__(self):
         if self.admit_count_since_publish and not self.admit_count_dispatched:
@@ -131,6 +136,8 @@ class PolicyParams:
             raise ValueError("colocated=1 and disaggregated=1 contradict each other")
         if self.collapse_zero_variance_groups and not self.drop_zero_variance:
             raise ValueError("collapse_zero_variance_groups > 0 needs drop_zero_variance >= 1")
+        if self.admit_max_ship_lag < -1:
+            raise ValueError(f"admit_max_ship_lag={self.admit_max_ship_lag}: expected -1 (none) or a lag >= 0")
         if self.fail_on_version_crossing >= 0 and self.admit_count_since_publish:
             raise ValueError("fail_on_version_crossing >= 0 cannot be combined with admit_count_since_publish=1")
 

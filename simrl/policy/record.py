@@ -57,6 +57,9 @@ def admits(p: PolicyParams, st: PipelineState, rs: RecordState | None = None) ->
         count = st.groups_accepted + st.n_running
     if p.admit_max_batches_ahead >= 0 and rs.batches_taken - rs.publications > p.admit_max_batches_ahead:
         return False
+    if p.admit_max_ship_lag >= 0 and (rs.batches_taken - st.version + len(st.buffer) // p.batch_min_groups
+                                      > p.admit_max_ship_lag):
+        return False  # the ship barrier
     budget = (p.admit_budget_base_groups + p.admit_budget_per_version_groups * st.version
               + p.admit_budget_per_batch_groups * rs.batches_taken)
     blocked = max(0, len(st.buffer) - p.admit_queue_blocks_groups)  # 0 when the queue is unbounded (inf)
@@ -113,7 +116,8 @@ class RecordPolicy(Policy):
         """Whether the streaming trainer may take the batch in pieces: not when admission counts
         batches taken or the batch is not the FIFO head (only `form_batch` knows them)."""
         p = self.params
-        return not p.admit_budget_per_batch_groups and p.batch_order == 0 and not p.batch_shrink_by_drops
+        return (not p.admit_budget_per_batch_groups and p.batch_order == 0 and not p.batch_shrink_by_drops
+                and p.admit_max_ship_lag < 0)
 
     def admit(self, st: PipelineState) -> bool:
         return admits(self.params, st, st.policy_state)

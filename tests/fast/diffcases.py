@@ -17,6 +17,8 @@ from simhelpers import linear_costs, random_workload
 from simrl.config import load_config
 from simrl.engine.sim import build_simulation, summarise
 from simrl.observe import from_report
+from simrl.policy.params import LoweringContext
+from simrl.policy.record import ParamsPolicy
 from simrl_fast.observe import from_fast
 
 RULES = ["continue", "keep_pause", "abort_resume", "abort_restart", "drain"]
@@ -97,7 +99,8 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     not depend on it; small KV capacities make on_demand preempt). ``chunked``: draw
     ``max_num_batched_tokens`` (`draw_token_budget`, after everything else), else 0. ``prefix``: ``off``
     (prefix caching off), ``on`` or ``any`` (drawn after the budget): prefix caching with group-shared
-    prompts redrawn by `shared_prompts` half the time (else the whole prompt: a hit prefills nothing)."""
+    prompts redrawn by `shared_prompts` half the time (else the whole prompt: a hit prefills nothing). Last, a
+    fifth of the cases replay the drawn policy's record with a ship barrier (``admit_max_ship_lag`` 0..2)."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -148,7 +151,14 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
         if rng.random() < 0.5:
             wl = shared_prompts(rng, wl)
         kv_policy += " prefix"
-    return Case(ov, wl, costs, label=f"K={K} S={S} kv={kv} {kv_policy} tb={tb} c={c:.2g} p={p:.2g} {' '.join(pol)}")
+    case = Case(ov, wl, costs, label=f"K={K} S={S} kv={kv} {kv_policy} tb={tb} c={c:.2g} p={p:.2g} {' '.join(pol)}")
+    if rng.random() < 0.2:  # drawn last: a ship barrier (prime-rl's TARGET_LAG) on the drawn policy's record
+        rec = case.cfg.policy.lower(LoweringContext(group_size=n, instances=K))
+        if rec.batch_min_groups == rec.batch_max_groups:
+            lag = int(rng.integers(0, 3))
+            case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(attrs.evolve(rec, admit_max_ship_lag=lag)))
+            case.label += f" ship_lag={lag}"
+    return case
 
 
 def run_fast(cases: list[Case], chunk: int | None = None):

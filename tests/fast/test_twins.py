@@ -26,16 +26,18 @@ from simrl_fast.step import can_dispatch  # noqa: E402
        dispatched=st.integers(0, 30), accepted=st.integers(0, 20), running=st.integers(0, 10),
        buffered=st.integers(0, 8), offset=st.integers(-20, 10), training=st.booleans(),
        phase=st.sampled_from([T_WAIT, T_TRAIN, T_PUBLISH, T_PAUSING, T_DRAIN]), step=st.integers(0, 4),
-       queue=st.sampled_from([math.inf, 0.0, 2.0, 5.0]))
+       queue=st.sampled_from([math.inf, 0.0, 2.0, 5.0]), lag=st.sampled_from([-1, -1, 0, 1, 2]),
+       bmin=st.integers(1, 3))
 def test_can_dispatch_is_the_record_admission_rule(conc, base, per_version, per_batch, count_dispatched, since_pub,
                                                   buf_cap, block, version, dispatched, accepted, running, buffered,
-                                                  offset, training, phase, step, queue):
+                                                  offset, training, phase, step, queue, lag, bmin):
     since_pub = since_pub * count_dispatched
     pp = PolicyParams(admit_concurrency_groups=conc, admit_budget_base_groups=base,
                       admit_budget_per_version_groups=per_version, admit_count_dispatched=count_dispatched,
                       admit_block_while_training=block, admit_budget_per_batch_groups=per_batch,
                       admit_count_since_publish=since_pub, admit_buffer_cap_groups=buf_cap,
-                      admit_queue_blocks_groups=queue)
+                      admit_queue_blocks_groups=queue, admit_max_ship_lag=lag, batch_min_groups=bmin,
+                      batch_max_groups=bmin)
     # batches taken: the steps published, plus the batch being trained or published (trainer not waiting)
     rs = RecordState(batches_taken=step + (phase != T_WAIT), count_offset=offset)
     view = PipelineState(n_instances=1, version=version, groups_dispatched=dispatched, groups_accepted=accepted,
@@ -45,7 +47,7 @@ def test_can_dispatch_is_the_record_admission_rule(conc, base, per_version, per_
                         budget_per_version=jnp.float64(per_version), count_dispatched=jnp.int32(count_dispatched),
                         block_training=jnp.int32(block), budget_per_batch=jnp.float64(per_batch),
                         count_since_pub=jnp.int32(since_pub), buf_cap=jnp.float64(buf_cap),
-                        queue_block=jnp.float64(queue))
+                        queue_block=jnp.float64(queue), ship_lag=jnp.int32(lag), batch=jnp.int32(bmin))
     s = SimpleNamespace(dispatched=jnp.int32(dispatched), accepted=jnp.int32(accepted), n_running=jnp.int32(running),
                         version=jnp.int32(version), dispatch_paused=jnp.bool_(False), training=jnp.bool_(training),
                         trainer=SimpleNamespace(phase=jnp.int32(phase), step=jnp.int32(step)), overflow=jnp.bool_(False),

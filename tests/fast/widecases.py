@@ -28,7 +28,8 @@ A case draws, independently:
   prefixes (whole, partial, none, some calls salted: `diffcases.shared_prompts`) and, half the time,
   a KV capacity of one to three calls' need (evictions are frequent); last, ``fail_on_version_crossing`` (0..2) on a record whose
   instances are all paused at a publication (a pausing rule or colocated), or dressage with small knobs
-  (both unchunked and without the prefix cache, which the kernel refuses with crossing).
+  (both unchunked and without the prefix cache, which the kernel refuses with crossing); last, a ship
+  barrier (``admit_max_ship_lag`` 0..2) on a record with fixed-size batches.
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -300,6 +301,11 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
         pol_ov = DRESSAGE[int(rng.integers(len(DRESSAGE)))]
         labels[-1] = " ".join(pol_ov)
         ov, labels = _uncross(ov, labels)
+    # drawn last too: a ship barrier (admit_max_ship_lag, prime-rl's TARGET_LAG) on a record of fixed-size batches
+    if kind == "record" and rec.batch_min_groups == rec.batch_max_groups and rng.random() < 0.3:
+        rec = attrs.evolve(rec, admit_max_ship_lag=int(rng.integers(0, 3)))
+        policy = ParamsPolicy(rec)
+        labels[-1] = f"record {_short(rec)}"
     ov += pol_ov
     if colocated:  # the rollout shares the training GPUs: raise them (a multiple, so the layout still divides)
         d = load_config(overrides=[o for o in ov if o != "deployment.placement=colocated"]).deployment
