@@ -90,14 +90,16 @@ def shared_prompts(rng: np.random.Generator, wl):
 
 
 def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_policy: str = "reserve",
-                chunked: bool = True, prefix: str = "off") -> Case:
+                chunked: bool = True, prefix: str = "off", perinst: bool = False) -> Case:
     """A random configuration inside the declared feature set.
 
     ``kv_policy``: ``reserve``, ``on_demand`` or ``any`` (drawn last, so the other draws of a seed do
     not depend on it; small KV capacities make on_demand preempt). ``chunked``: draw
     ``max_num_batched_tokens`` (`draw_token_budget`, after everything else), else 0. ``prefix``: ``off``
     (prefix caching off), ``on`` or ``any`` (drawn after the budget): prefix caching with group-shared
-    prompts redrawn by `shared_prompts` half the time (else the whole prompt: a hit prefills nothing)."""
+    prompts redrawn by `shared_prompts` half the time (else the whole prompt: a hit prefills nothing).
+    ``perinst``: a third of the time (drawn last) the policy is psrl (per-instance weight pulls,
+    `draw_psrl`) instead."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -148,7 +150,27 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
         if rng.random() < 0.5:
             wl = shared_prompts(rng, wl)
         kv_policy += " prefix"
+    if perinst and rng.random() < 1 / 3:
+        old = pol
+        pol = draw_psrl(rng, B)
+        ov = [o for o in ov if o not in old] + pol
     return Case(ov, wl, costs, label=f"K={K} S={S} kv={kv} {kv_policy} tb={tb} c={c:.2g} p={p:.2g} {' '.join(pol)}")
+
+
+def draw_psrl(rng: np.random.Generator, entries: int) -> list[str]:
+    """psrl overrides the fast path lowers exactly (staleness 0: per-instance pulls, `simrl_fast.perinst`):
+    ``entries`` groups per buffer, with or without partial rollout, greedy or status-based pulls (a
+    request-count threshold > 0 or none: an idle instance pulls at once), MLQ routing and the zero-variance
+    filter drawn."""
+    pol = ["policy=psrl", f"policy.staleness_buffer_entries={entries}",
+           f"policy.partial_rollout_enable={str(rng.random() < 0.7).lower()}",
+           f"policy.enable_multi_priority_queue={str(rng.random() < 0.3).lower()}",
+           f"policy.dynamic_sampling_filter={str(rng.random() < 0.3).lower()}"]
+    if rng.random() < 0.4:
+        pol.append("policy.sync_strategy=status_based")
+        if rng.random() < 0.5:
+            pol.append(f"policy.sync_threshold={int(rng.integers(1, 4))}")
+    return pol
 
 
 def run_fast(cases: list[Case], chunk: int | None = None):
