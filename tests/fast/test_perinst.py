@@ -170,3 +170,14 @@ def test_psrl_with_staleness_stays_refused_and_a_zero_pull_time_is_refused():
 
     with pytest.raises(FastPathUnsupported, match="per-instance weight pull time of 0.0"):
         lower(g.cfg, g.workload, attrs.evolve(g.costs, weight_sync=PushOnly()))
+
+
+def test_a_grid_sweeping_the_publication_time_sets_the_pull_time_too():
+    """`cost.weight_sync.publish_s` (the `fixed` model: one time for any number of instances) in a grid is
+    the push and, under per-instance sync, each pull; a globally synced point keeps no pull."""
+    from simrl_fast.grid import lower_grid
+
+    base = [*BASE, "deployment.rollout.instances=2", "run.training_steps=3"]
+    _, p, _ = lower_grid(_workload(), _costs(), {"policy": ["psrl", "psrl", "sync"],
+                                                 "cost.weight_sync.publish_s": [0.25, 0.5, 0.75]}, base=base)
+    assert p.sync_s.tolist() == [0.25, 0.5, 0.75] and p.pull_s.tolist() == [0.25, 0.5, 0.0]
