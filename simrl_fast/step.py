@@ -496,11 +496,11 @@ def make_step(static):
         st = st._replace(now=new_now)
         pos0 = st.inst.wq_pos[i]
         # per-instance sync: a woken lagging instance starts its pull, a pull ends (simrl_fast.perinst)
-        pull_s, pull_e = takes(st, p, static, act == A_INST, i)
-        turn = (act == A_INST) & ~pull_s & ~pull_e
+        begins, ends = takes(st, p, static, act == A_INST, i)
+        turn = (act == A_INST) & ~begins & ~ends
         st = instance_action(st, p, wm, static, turn, i, new_now)
         st = note_admitted(st, pos0, static, turn, i)
-        st = pull_action(st, p, static, pull_s, pull_e, i, new_now)
+        st = pull_action(st, p, static, begins, ends, i, new_now)
         pub = (act == A_TIMER) & (st.trainer.phase == T_PUBLISH)
         st = timer_action(st, p, static, act == A_TIMER)
         st = push(st, p, static, pub)  # Weights._push wakes every instance before the trainer goes on
