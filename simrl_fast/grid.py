@@ -165,6 +165,8 @@ def lower_grid(workload, costs, columns: Mapping[str, Sequence], base: Sequence[
             m = int(np.argmax(bad))
             raise ValueError(f"lower_grid: {key} at point {m} is {x[m]!r}; expected a finite number >= 0")
         getattr(params, field)[...] = x
+        if field == "sync_s":  # per-instance sync: the column is one instance's pull time too (publish_s)
+            params.pull_s[...] = np.where(params.pull_s > 0, x, 0.0)
     _check_costs(params)
     return (static_for_stacked(params, wa) if with_static else None), params, wa
 

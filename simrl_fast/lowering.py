@@ -22,7 +22,7 @@ from simrl.cost.analytical import AnalyticalTraining, FixedTraining
 from simrl.cost.linear import LinearForm
 from simrl.cost.roofline import RooflineRollout
 from simrl.policy.params import LoweringContext, PolicyParams
-from simrl.policy.rules import Enforcement, InflightRule, code
+from simrl.policy.rules import Enforcement, InflightRule, SyncScope, code
 
 #: the declared feature set; anything else is rejected by `check_supported`
 FEATURES = {
@@ -63,7 +63,11 @@ FEATURES = {
                         "binds: one batch at a time); admit_queue_blocks_groups >= batch_min_groups",
     "policy.collapse_zero_variance_groups": "any; a run in which that many zero-variance groups finish is "
                                             "refused after it ran (the failsafe may have fired)",
-    "policy.route_needs_dispatch_version": "any under global sync (a no-op there)",
+    "policy.route_needs_dispatch_version": "any under global sync (a no-op there); 1 under per-instance sync",
+    "policy.sync_per_instance": "0, or 1 (PSRL's per-instance pulls: the trainer pushes, each instance pulls "
+                                "publish_time(1) alone) with the sync shape's admission (budget (version + 1) x "
+                                "batch_min_groups counting accepted + running, nothing per batch taken: no group "
+                                "runs at a push), route_needs_dispatch_version=1 and no fail_on_version_crossing",
     "policy.fail_on_version_crossing": "any k under a pausing rule (keep_pause, abort_resume, abort_restart, drain) "
                                        "or colocated placement: at each publication the running groups with a call "
                                        "admitted and not finished are aborted, and re-dispatched (retries first, "
@@ -95,6 +99,8 @@ _KERNEL_RULE = {**{r: r for r in _KERNEL_RULES}, RULE_SWAP_IN_PLACE: RULE_CONTIN
 # enforcements are the policy's own rules, which an exact record carries in its other fields.
 _KERNEL_ENFORCEMENTS = tuple(code(e) for e in Enforcement)
 ROUTERS = {"least_requests": 0, "round_robin": 1}
+#: `Params.pc_clear` under per-instance sync: `Weights.pull` clears the pulling instance's cache
+PC_CLEAR_PULL = 3
 KV_POLICIES = {"reserve": 0, "on_demand": 1}
 
 
@@ -135,6 +141,7 @@ class Static(NamedTuple):
     chunked_prefill: bool = True  # some configuration has max_num_batched_tokens > 0 (else its code is not traced)
     prefix: bool = False  # some configuration of the batch shares prompt prefixes (Params.pc; else not traced)
     crossing: bool = False  # some configuration fails groups at a publication (Params.cross > 0; else not traced)
+    perinst: bool = False  # some configuration syncs weights per instance (Params.pull_s > 0; else not traced)
     cross_window: int = 1  # waiting-queue entries a publication's failure looks at per instance (>= any wq_len then)
 
     @property
@@ -196,6 +203,8 @@ class Params(NamedTuple):
     #                    re-dispatched while their retries < k; a Params of zeros fails nothing)
     # record extension admit_max_ship_lag (step.can_dispatch)
     ship_lag: np.ndarray  # int32: admit_max_ship_lag (-1: no ship barrier)
+    # per-instance weight sync (Weights._push / pull; simrl_fast.perinst)
+    pull_s: np.ndarray  # float64: publish_time(1), one instance's pull (0: global sync)
 
 
 class WorkloadArrays(NamedTuple):
@@ -280,7 +289,7 @@ def policy_rejections(pp: PolicyParams, name: str, gaps: tuple[str, ...] = ()) -
             detail += ": " + "; ".join(gaps)
         out.append(_feature(f"{name}", detail))
     if pp.sync_per_instance:
-        out.append(_feature("per-instance weight sync (policy.sync_scope=per_instance)", name))
+        out += perinst_rejections(pp, name)
     rules = list(InflightRule)
     if pp.inflight_rule not in _KERNEL_RULE:
         rule = rules[pp.inflight_rule].value if 0 <= pp.inflight_rule < len(rules) else pp.inflight_rule
@@ -335,6 +344,36 @@ def policy_rejections(pp: PolicyParams, name: str, gaps: tuple[str, ...] = ()) -
                             "batch_max_groups)", name))
     if pp.evict_stale_on_publish and pp.staleness_bound < 0:
         out.append(_feature("eviction at publication without a staleness bound", name))
+    return out
+
+
+def sync_shape(pp: PolicyParams) -> bool:
+    """Admission closed whenever a batch can form: a budget of (version + 1) x batch_min_groups counting
+    accepted + running, nothing added per batch taken. Then batch v forms once (v + 1) x min groups were
+    accepted, so no group runs from then until the publication of v + 1 (running + accepted never exceeds
+    the budget), and every batch takes exactly min groups."""
+    return bool(pp.admit_budget_base_groups == pp.admit_budget_per_version_groups == pp.batch_min_groups
+                and not pp.admit_count_dispatched and not pp.admit_budget_per_batch_groups)
+
+
+def perinst_rejections(pp: PolicyParams, name: str) -> list[str]:
+    """Why the kernel refuses a per-instance sync record (`simrl_fast.perinst`): it models the pulls of
+    instances that are all idle, current and with empty queues at every push (the sync shape's admission
+    guarantees it), each pulling at once; routed calls wait for a current instance."""
+    what = "per-instance weight sync (policy.sync_scope=per_instance)"
+    out = []
+    if not sync_shape(pp):
+        out.append(_feature(f"{what} with admission other than the sync shape (admit_budget_base_groups = "
+                            "admit_budget_per_version_groups = batch_min_groups, counting accepted + running, "
+                            "nothing per batch taken)", f"{name}: requests would be in flight at a push, and the "
+                            "kernel has no pulls at iteration boundaries nor re-routing of aborted calls"))
+    if not pp.route_needs_dispatch_version:
+        out.append(_feature(f"{what} with route_needs_dispatch_version=0",
+                            f"{name}: calls would be routed to instances that are pulling"))
+    if pp.fail_on_version_crossing >= 0:
+        out.append(_feature(f"{what} with fail_on_version_crossing", name))
+    if pp.admit_max_ship_lag >= 0:  # not drawn together by the differential generators: refused until they are
+        out.append(_feature(f"{what} with a ship barrier (admit_max_ship_lag)", name))
     return out
 
 
@@ -395,8 +434,6 @@ def _colocated_checks(cfg, costs) -> None:
     """What colocated placement adds to the feature set: the SimPy trainer's colocated branch only.
     A streaming trainer, trainer offload phases, reward time and periodic validation are rejected
     for every placement (`check_supported`), per-instance sync by `policy_rejections`."""
-    from simrl.policy.rules import SyncScope
-
     if cfg.policy.sync_spec.scope is not SyncScope.GLOBAL:
         _reject("deployment.placement=colocated with per-instance weight sync (policy.sync_scope=per_instance)")
     if tuple(cfg.policy.train_chunks()):
@@ -420,10 +457,12 @@ def prefix_fields(cfg, wa: WorkloadArrays, pp: PolicyParams, colocated: bool) ->
     when `simrl.engine.weights.Weights` clears the caches (``clear_prefix_cache``): `pause_all` (every pausing
     rule and every colocated step: at the resume, after the aborted requests were released), `_swap_in_place`
     and drain's `pause_all` (at the publication: the instances are idle or untouched since), never under
-    ``continue``."""
+    ``continue``; under per-instance sync at each instance's pull (`PC_CLEAR_PULL`)."""
     pc = bool(cfg.deployment.rollout.prefix_caching) and bool(np.any(wa.shared > 0))
     rule = pp.inflight_rule
-    if not (pc and cfg.policy.sync_spec.clear_prefix_cache) or (rule == RULE_CONTINUE and not colocated):
+    if pp.sync_per_instance:  # Weights.pull clears the pulling instance's cache (simrl_fast.perinst)
+        clear = PC_CLEAR_PULL if pc and cfg.policy.sync_spec.clear_prefix_cache else 0
+    elif not (pc and cfg.policy.sync_spec.clear_prefix_cache) or (rule == RULE_CONTINUE and not colocated):
         clear = 0
     elif colocated or rule in (RULE_KEEP_PAUSE, RULE_ABORT_RESUME, RULE_ABORT_RESTART):
         clear = 1
@@ -601,6 +640,11 @@ def cost_fields(cfg, costs, wa: WorkloadArrays, batch_max_groups: int) -> dict:
     sync_s = float(costs.weight_sync.publish_time(r.instances))
     if not sync_s > 0:
         _reject("a weight publication time of 0")
+    pull_s = 0.0
+    if cfg.policy.sync_spec.scope is not SyncScope.GLOBAL:  # Weights.pull: one instance alone
+        pull_s = float(costs.weight_sync.publish_time(1))
+        if not (math.isfinite(pull_s) and pull_s > 0):
+            _reject(f"a per-instance weight pull time of {pull_s!r}", "expected a finite time > 0")
     colocated = _colocated(cfg)
     off_before = off_after = offload_s = 0.0
     if colocated:
@@ -613,6 +657,7 @@ def cost_fields(cfg, costs, wa: WorkloadArrays, batch_max_groups: int) -> dict:
     return dict(kv_cap=np.int64(kv_cap), ro_kind=np.int32(ro.kind), ro=ro.ro, tr_kind=np.int32(tr.kind), tr=tr.tr,
                 a=np.float64(ro.form.a), b=np.float64(ro.form.b), c=np.float64(ro.form.c), p=np.float64(ro.form.p),
                 train_a=np.float64(tr.a), train_per_token=np.float64(tr.per_token), sync_s=np.float64(sync_s),
+                pull_s=np.float64(pull_s),
                 colocated=np.int32(colocated), off_before=np.float64(off_before), off_after=np.float64(off_after),
                 offload_s=np.float64(offload_s))
 
@@ -628,6 +673,10 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
     pp = lower_policy(cfg.policy, LoweringContext(group_size=wa.prompt.shape[1], instances=r.instances))
     cf = cost_fields(cfg, costs, wa, int(pp.batch_max_groups))
     rule = _colocated_rule(_KERNEL_RULE[pp.inflight_rule]) if cf["colocated"] else _KERNEL_RULE[pp.inflight_rule]
+    if pp.sync_per_instance:
+        # Weights._push publishes as continue does (no pause; version + 1), then wakes every instance to pull;
+        # the rule only acts on a pulling instance's running requests, which the sync shape leaves none
+        rule = RULE_CONTINUE
     if pp.drop_zero_variance and wa.zero_var.all():
         raise FastPathNoProgress(
             f"every group of workload {workload.name!r} has rewards with zero variance and policy {cfg.policy.kind!r} "
@@ -717,6 +766,7 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
         chunked_prefill=any(int(p.token_budget) > 0 for p in params),
         prefix=any(int(p.pc) == 1 for p in params),
         crossing=any(int(p.cross) > 0 for p in params),
+        perinst=any(float(p.pull_s) > 0 for p in params),
         cross_window=_cross_window(params, mg, n),
     )
 

@@ -52,6 +52,8 @@ LOCAL_ROUNDS = _local_rounds()
 
 # instance phases (Instance.run's position in its loop)
 IDLE, BUSY, PAUSED, START, RESUME = 0, 1, 2, 3, 4
+# per-instance weight sync (simrl_fast.perinst): Weights.pull's timeout is pending
+PULL = 5
 # group status (where a GroupRecord lives)
 G_FREE, G_RUNNING, G_BUFFERED, G_DROPPED, G_TRAINED, G_EVICTED = 0, 1, 2, 3, 4, 5
 # trainer phases (Trainer.run / Weights.publish; T_OFFLOAD: colocated, the timeout of offload_before_s)
@@ -226,6 +228,7 @@ class SimState(NamedTuple):
     # -- record extensions (simrl.policy.params; RecordState) --
     count_off: jnp.ndarray  # int32: running + buffered - dispatched at the last publication (admit_count_since_publish)
     cross: CrossState  # fail_on_version_crossing's groups and retry queue (stubs unless Static.crossing)
+    pi: PerInstState  # per-instance weight sync: each instance's weight version (stubs unless Static.perinst)
 
 
 def serials(static) -> bool:
@@ -285,7 +288,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         training=jnp.array(False), accepted=i32(0), n_running=i32(0), dispatched=i32(0), routed=i32(0),
         rr_next=i32(0), dispatch_paused=jnp.array(False), cur=i32(-1), buf_head=i32(0), buf_tail=i32(0),
         buf_live=i32(0), buf_minv=i32(0, P + 1), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
-        count_off=i32(0), cross=init_cross(static),
+        count_off=i32(0), cross=init_cross(static), pi=init_perinst(static),
     )
 
 
@@ -327,3 +330,14 @@ def init_cross(static) -> CrossState:
     z = jnp.zeros((), jnp.int32)
     return CrossState(wg=jnp.zeros(Gm, jnp.int32), retries=jnp.zeros(Gm, jnp.int32), started=jnp.zeros(Gm, jnp.int32),
                       seen=jnp.zeros(R, bool), rq=jnp.full(Gm, -1, jnp.int32), rq_head=z, rq_tail=z, retried=z)
+
+
+class PerInstState(NamedTuple):
+    """Per-instance weight sync (`simrl_fast.perinst`, `Weights.pull`). [1] stubs unless ``Static.perinst``."""
+
+    iv: jnp.ndarray  # [K] int32: Instance.version, the weights each instance holds (st.version: the pushed one)
+
+
+def init_perinst(static) -> PerInstState:
+    K = static.instances if getattr(static, "perinst", False) else 1
+    return PerInstState(iv=jnp.zeros(K, jnp.int32))

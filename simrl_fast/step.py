@@ -19,6 +19,7 @@ from simrl_fast.closed_form import N_FORKS, WALK, event_of, first_after, forks_o
 from simrl_fast.costs import rollout_times
 from simrl_fast.crossing import fail_crossed, note_admitted, note_admitted_local, redispatch, with_map
 from simrl_fast.instance import call_lengths, fits, fits_routed, instance_action
+from simrl_fast.perinst import pull_action, push, routable, takes
 from simrl_fast.prefix import call_shared
 from simrl_fast.state import (
     BIG,
@@ -181,7 +182,7 @@ def chain_due(st, p, static):
     forming = (tr.phase == T_WAIT) & ((tr.taken > 0) | batch_ready(st, p, static))
     react = forming | ((tr.phase == T_DRAIN) & (st.n_running == 0))
     disp = can_dispatch(st, p)
-    route = st.routed < st.dispatched * static.group_size
+    route = (st.routed < st.dispatched * static.group_size) & routable(st, p, static)
     return react, disp, route
 
 
@@ -231,6 +232,8 @@ def local_phase(st, p, w, static, rounds):
     react, disp, route = chain_due(st, p, static)
     timer_on = (tr.phase == T_TRAIN) | (tr.phase == T_PUBLISH) | (tr.phase == T_OFFLOAD)
     woken = active & ((st.inst.phase == START) | (st.inst.phase == RESUME))
+    if static.perinst:  # a pending pull (simrl_fast.perinst) is a global event
+        woken = woken | (active & (st.inst.phase == _state.PULL))
     fixed_h = jnp.minimum(jnp.where(timer_on, tr.timer_t, jnp.inf),
                           jnp.minimum(jnp.where(react | disp | route, st.now, jnp.inf),
                                       jnp.min(jnp.where(woken, st.inst.ev_t, jnp.inf))))
@@ -340,6 +343,8 @@ def select(st, p, static):
     K = static.instances
     active = jnp.arange(K) < p.n_inst
     ev_ok = active & ((ins.phase == BUSY) | (ins.phase == RESUME))
+    if static.perinst:  # a pull's timeout (simrl_fast.perinst)
+        ev_ok = ev_ok | (active & (ins.phase == _state.PULL))
     timer_on = (tr.phase == T_TRAIN) | (tr.phase == T_PUBLISH) | (tr.phase == T_OFFLOAD)
     t_all = jnp.concatenate([jnp.where(ev_ok, ins.ev_t, jnp.inf), jnp.where(timer_on, tr.timer_t, jnp.inf)[None]])
     prev_all = jnp.concatenate([ins.ev_prev, tr.timer_prev[None]])
@@ -495,15 +500,21 @@ def make_step(static):
         act, i, new_now = select(st, p, static)
         st = st._replace(now=new_now)
         pos0 = st.inst.wq_pos[i]
-        st = instance_action(st, p, wm, static, act == A_INST, i, new_now)
-        st = note_admitted(st, pos0, static, act == A_INST, i)
+        # per-instance sync: a woken lagging instance starts its pull, a pull ends (simrl_fast.perinst)
+        begins, ends = takes(st, p, static, act == A_INST, i)
+        turn = (act == A_INST) & ~begins & ~ends
+        st = instance_action(st, p, wm, static, turn, i, new_now)
+        st = note_admitted(st, pos0, static, turn, i)
+        st = pull_action(st, p, static, begins, ends, i, new_now)
         pub = (act == A_TIMER) & (st.trainer.phase == T_PUBLISH)
         st = timer_action(st, p, static, act == A_TIMER)
+        st = push(st, p, static, pub)  # Weights._push wakes every instance before the trainer goes on
         st = fail_crossed(st, p, wm, static, pub)  # after_publication, before the trainer takes a batch
         st = trainer_react(st, p, wm, static, (act == A_TIMER) | (act == A_REACT), pub)
         st = dispatch_action(st, act == A_DISPATCH, static)
         # A dispatched group's calls are routed in the step that dispatches it (exact: see route_all).
-        st = route_all(st, p, with_map(w, st, static), static, (act == A_ROUTE) | (act == A_DISPATCH))
+        st = route_all(st, p, with_map(w, st, static), static,
+                       ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static))
         st = mark_evicted(st, p, pub)
         done = st.trainer.phase == T_DONE
         st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~par & ~done), actions=st.actions + ((act != A_NONE) | par))

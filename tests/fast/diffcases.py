@@ -92,15 +92,17 @@ def shared_prompts(rng: np.random.Generator, wl):
 
 
 def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_policy: str = "reserve",
-                chunked: bool = True, prefix: str = "off") -> Case:
+                chunked: bool = True, prefix: str = "off", perinst: bool = False) -> Case:
     """A random configuration inside the declared feature set.
 
     ``kv_policy``: ``reserve``, ``on_demand`` or ``any`` (drawn last, so the other draws of a seed do
     not depend on it; small KV capacities make on_demand preempt). ``chunked``: draw
     ``max_num_batched_tokens`` (`draw_token_budget`, after everything else), else 0. ``prefix``: ``off``
     (prefix caching off), ``on`` or ``any`` (drawn after the budget): prefix caching with group-shared
-    prompts redrawn by `shared_prompts` half the time (else the whole prompt: a hit prefills nothing). Last, a
-    fifth of the cases replay the drawn policy's record with a ship barrier (``admit_max_ship_lag`` 0..2)."""
+    prompts redrawn by `shared_prompts` half the time (else the whole prompt: a hit prefills nothing).
+    ``perinst``: a third of the time (drawn next) the policy is psrl (per-instance weight pulls,
+    `draw_psrl`) instead. Last, a fifth of the other cases replay the drawn policy's record with a ship
+    barrier (``admit_max_ship_lag`` 0..2)."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -151,14 +153,35 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
         if rng.random() < 0.5:
             wl = shared_prompts(rng, wl)
         kv_policy += " prefix"
+    psrl_drawn = perinst and rng.random() < 1 / 3
+    if psrl_drawn:
+        old = pol
+        pol = draw_psrl(rng, B)
+        ov = [o for o in ov if o not in old] + pol
     case = Case(ov, wl, costs, label=f"K={K} S={S} kv={kv} {kv_policy} tb={tb} c={c:.2g} p={p:.2g} {' '.join(pol)}")
-    if rng.random() < 0.2:  # drawn last: a ship barrier (prime-rl's TARGET_LAG) on the drawn policy's record
+    if not psrl_drawn and rng.random() < 0.2:  # drawn last: a ship barrier (prime-rl's TARGET_LAG) on the drawn policy's record
         rec = case.cfg.policy.lower(LoweringContext(group_size=n, instances=K))
         if rec.batch_min_groups == rec.batch_max_groups:
             lag = int(rng.integers(0, 3))
             case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(attrs.evolve(rec, admit_max_ship_lag=lag)))
             case.label += f" ship_lag={lag}"
     return case
+
+
+def draw_psrl(rng: np.random.Generator, entries: int) -> list[str]:
+    """psrl overrides the fast path lowers exactly (staleness 0: per-instance pulls, `simrl_fast.perinst`):
+    ``entries`` groups per buffer, with or without partial rollout, greedy or status-based pulls (a
+    request-count threshold > 0 or none: an idle instance pulls at once), MLQ routing and the zero-variance
+    filter drawn."""
+    pol = ["policy=psrl", f"policy.staleness_buffer_entries={entries}",
+           f"policy.partial_rollout_enable={str(rng.random() < 0.7).lower()}",
+           f"policy.enable_multi_priority_queue={str(rng.random() < 0.3).lower()}",
+           f"policy.dynamic_sampling_filter={str(rng.random() < 0.3).lower()}"]
+    if rng.random() < 0.4:
+        pol.append("policy.sync_strategy=status_based")
+        if rng.random() < 0.5:
+            pol.append(f"policy.sync_threshold={int(rng.integers(1, 4))}")
+    return pol
 
 
 def run_fast(cases: list[Case], chunk: int | None = None):

@@ -34,6 +34,8 @@ def main(argv=None) -> int:
                     help="KV policy of the drawn configurations (random_case's kv_policy)")
     ap.add_argument("--prefix", default="any", choices=["off", "on", "any"],
                     help="prefix caching over group-shared prompts (random_case's prefix draw)")
+    ap.add_argument("--perinst", default="any", choices=["off", "any"],
+                    help="any: a third of the cases are psrl with per-instance pulls (random_case's perinst draw)")
     args = ap.parse_args(argv)
     if ":" in args.seeds:
         lo, hi = (int(x) for x in args.seeds.split(":"))
@@ -53,7 +55,7 @@ def main(argv=None) -> int:
         cases, ps, was = [], [], []
         for s in chunk:
             case = random_case(np.random.default_rng(s), GROUPS, N, STEPS, kv_policy=args.kv_policy,
-                               prefix=args.prefix)
+                               prefix=args.prefix, perinst=args.perinst == "any")
             case.run_simpy()
             _, p, wa = lower(case.cfg, case.workload, case.costs)
             cases.append(case)

@@ -28,7 +28,7 @@ def test_every_reason_is_listed_not_only_the_first():
     # once the configuration reasons are fixed, the presets with an exact, supported record run
     runs = {k for k in presets() if coverage(k).fixed == "runs"}
     assert runs == {"sync", "bounded_async", "areal", "skyrl", "verl", "openrlhf", "nemo_rl", "roll", "art", "trl",
-                    "slime"}
+                    "slime", "psrl"}
     # dressage's record extension (fail_on_version_crossing) lowers, but not with chunked prefill, which its
     # defaults use: refused by name, with the knob to change
     d = coverage("dressage")

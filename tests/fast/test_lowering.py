@@ -62,7 +62,6 @@ def test_chunked_prefill_lowers_its_token_budget():
     ("router.name=dp_shard", "router.name=dp_shard"),
     ("router.active_cap=4", "router.active_cap=4"),
     ("run.time_horizon_s=100", "time_horizon_s"),
-    ("policy=psrl", "policy 'psrl'"),
     ("policy=prime_rl", "policy 'prime_rl'"),
     ("policy=art", "admit_max_batches_ahead=0"),
     ("cost.training_knobs.optimizer_cpu_offload=true", "optimizer_cpu_offload=true (trainer offload"),
@@ -125,7 +124,7 @@ DEFAULTS = {
     "nemo_rl": None, "roll": None,
     "trl": None, "slime": None, "verl_v1": "oldest-dispatch-first batches",
     "art": None, "dressage": None, "prime_rl": "fast_path_exact=0",
-    "psrl": "per-instance weight sync",
+    "psrl": None,
 }
 
 
@@ -244,12 +243,12 @@ def test_what_colocated_placement_does_not_cover_is_rejected_by_name(extra, feat
 
 
 #: presets whose policy lowers exactly and whose placement is disaggregated at their defaults
-DISAGGREGATED_EXACT = ("areal", "nemo_rl", "openrlhf", "roll", "skyrl", "verl")
+DISAGGREGATED_EXACT = ("areal", "nemo_rl", "openrlhf", "psrl", "roll", "skyrl", "verl")
 
 
 @pytest.mark.parametrize("kind", DISAGGREGATED_EXACT)
 def test_presets_lower_at_their_full_defaults(kind):
-    """These six lower at their full defaults: the prefix cache over the workload's shared prompts, chunked
+    """These seven lower at their full defaults: the prefix cache over the workload's shared prompts, chunked
     prefill (8192), on_demand KV and the roofline rollout cost; with prefix caching off the cache is not traced."""
     from simrl.cost.build import build_costs
     from simrl.engine.sim import load_workload

@@ -28,8 +28,10 @@ A case draws, independently:
   prefixes (whole, partial, none, some calls salted: `diffcases.shared_prompts`) and, half the time,
   a KV capacity of one to three calls' need (evictions are frequent); last, ``fail_on_version_crossing`` (0..2) on a record whose
   instances are all paused at a publication (a pausing rule or colocated), or dressage with small knobs
-  (both unchunked and without the prefix cache, which the kernel refuses with crossing); last, a ship
-  barrier (``admit_max_ship_lag`` 0..2) on a record with fixed-size batches.
+  (both unchunked and without the prefix cache, which the kernel refuses with crossing); then a ship
+  barrier (``admit_max_ship_lag`` 0..2) on a record with fixed-size batches; last, per-instance
+  weight sync (disaggregated): a record with the sync shape's admission made per-instance (no ship
+  barrier), or psrl with small knobs (one of them staleness 1, refused by its lowering).
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -51,6 +53,7 @@ from simrl.cost.linear import ConstantSync, ConstantTraining, LinearRollout
 from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.record import ParamsPolicy
 from simrl.policy.rules import Enforcement, InflightRule, code
+from simrl_fast.lowering import sync_shape
 
 INF = math.inf
 DENSE, MOE = "qwen2.5-7b", "qwen3-30b-a3b"
@@ -109,6 +112,13 @@ PRESETS = [
 # in-flight rules that pause every instance at a publication (fail_on_version_crossing is exact there)
 PAUSING = tuple(code(r) for r in (InflightRule.KEEP_PAUSE, InflightRule.ABORT_RESUME, InflightRule.ABORT_RESTART,
                                   InflightRule.DRAIN))
+# psrl: staleness 0 (per-instance pulls, simrl_fast.perinst) and, last, staleness 1 (fast_path_exact=0: refused)
+PSRL = [["policy=psrl", "policy.staleness_buffer_entries=2"],
+        ["policy=psrl", "policy.staleness_buffer_entries=3", "policy.partial_rollout_enable=false"],
+        ["policy=psrl", "policy.staleness_buffer_entries=1", "policy.sync_strategy=status_based",
+         "policy.sync_threshold=2", "policy.enable_multi_priority_queue=true", "policy.dynamic_sampling_filter=true"],
+        ["policy=psrl", "policy.staleness_buffer_entries=4", "policy.sync_strategy=status_based"],
+        ["policy=psrl", "policy.staleness=1", "policy.staleness_buffer_entries=2"]]
 DRESSAGE = [["policy=dressage", "policy.rollout_batch_size=3", "policy.async_max_active_groups=5"],
             ["policy=dressage", "policy.rollout_batch_size=2", "policy.rollout_max_retries=0",
              "policy.async_max_active_groups=3", "policy.async_output_queue_size=4"],
@@ -306,6 +316,16 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
         rec = attrs.evolve(rec, admit_max_ship_lag=int(rng.integers(0, 3)))
         policy = ParamsPolicy(rec)
         labels[-1] = f"record {_short(rec)}"
+    # drawn last too: per-instance weight sync (PSRL's pulls), by a record with the sync shape's admission or by
+    # psrl (disaggregated only: the kernel refuses per-instance sync with colocated placement, as lowering does)
+    if not colocated and rng.random() < 0.25:
+        if kind == "record" and sync_shape(rec) and rec.admit_max_ship_lag < 0 and rec.fail_on_version_crossing < 0 and not rec.colocated:
+            rec = attrs.evolve(rec, sync_per_instance=1, route_needs_dispatch_version=1)
+            policy = ParamsPolicy(rec)
+            labels[-1] = f"record {_short(rec)}"
+        elif kind == "preset" and pol_ov[0] != "policy=dressage":
+            pol_ov = PSRL[int(rng.integers(len(PSRL)))]
+            labels[-1] = " ".join(pol_ov)
     ov += pol_ov
     if colocated:  # the rollout shares the training GPUs: raise them (a multiple, so the layout still divides)
         d = load_config(overrides=[o for o in ov if o != "deployment.placement=colocated"]).deployment

@@ -33,14 +33,16 @@ def draw(seed: int, i: int, groups=GROUPS, n=N, steps=STEPS, policy_kind=None):
 
 
 def _static(params, wa, min_groups: int = 64, min_batch: int = 8):
-    """Shapes in a few buckets (group slots a power of two, batches 8 or 64, both formulas), so
+    """Shapes in a few buckets (group slots a power of two, batches 8 or 64, both formulas, per-instance sync), so
     batches and single examples share compiles."""
     from simrl_fast.lowering import static_for
 
     need = static_for(params, wa)
     mg = max(min_groups, 1 << (need.max_groups - 1).bit_length())
     s = static_for(params, wa, mg)
-    return s._replace(instances=4, slots=64, max_batch=max(min_batch, 8 if s.max_batch <= 8 else 64), formulas=3)
+    # (per-instance sync traced always: a configuration without it runs as before, and one shape serves both)
+    return s._replace(instances=4, slots=64, max_batch=max(min_batch, 8 if s.max_batch <= 8 else 64), formulas=3,
+                      perinst=True)
 
 
 def run_cases(cases, idx, rel: float = 0.0, min_groups: int = 64, min_batch: int = 8) -> dict:
