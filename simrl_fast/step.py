@@ -158,7 +158,9 @@ def can_dispatch(st, p):
     published; a batch being formed is finished before anything else acts (`select`). Buffered groups
     past ``admit_queue_blocks_groups`` hold a concurrency slot each (max(0, buffered - inf) = 0)."""
     since = jnp.where(p.count_since_pub == 1, st.count_off, 0)
-    count = jnp.where(p.count_dispatched == 1, st.dispatched + since, st.accepted + st.n_running)
+    # admit_return_evicted: dispatched - dropped = accepted + running - evicted from the buffer
+    back = jnp.where(p.return_evicted == 1, st.evicted_n, 0)
+    count = jnp.where(p.count_dispatched == 1, st.dispatched + since, st.accepted + st.n_running - back)
     tr = st.trainer
     taken = tr.step + ((tr.phase != T_WAIT) & (tr.phase != T_DONE)).astype(tr.step.dtype)
     f = lambda v: v.astype(jnp.float64)  # noqa: E731
@@ -499,7 +501,7 @@ def make_step(static):
         st = dispatch_action(st, act == A_DISPATCH, static)
         # A dispatched group's calls are routed in the step that dispatches it (exact: see route_all).
         st = route_all(st, p, with_map(w, st, static), static, (act == A_ROUTE) | (act == A_DISPATCH))
-        st = mark_evicted(st, p, pub)
+        st = mark_evicted(st, p, static, pub)
         done = st.trainer.phase == T_DONE
         st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~par & ~done), actions=st.actions + ((act != A_NONE) | par))
         # x64 promotes int32 reductions and argmax to int64: keep every leaf's declared dtype.
