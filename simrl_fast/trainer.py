@@ -8,7 +8,9 @@ instances, evict stale buffered groups, open the next step), or, colocated, the 
 same instant: start the drained publication once no group is in flight, and take the first
 ``batch`` buffered groups (FIFO, or the step's dispatch window laid out in the buffer by
 `instance.buffer_slot`) as the next training batch; a FIFO batch with ``batch_max`` > ``batch``
-takes every buffered group up to ``batch_max``.
+takes every buffered group up to ``batch_max``; an oldest-dispatch-first batch (``batch_oldest``)
+takes those of lowest gid. A publication evicts the buffered groups staler than the bound or
+past the record's dispatch age (`age_cut`).
 
 Colocated placement (`Trainer.run`'s colocated branch, `Weights.colocated_rule` /
 `colocated_publish`): taking a batch requests a pause at every instance (`request_pause`, under
