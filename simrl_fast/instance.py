@@ -57,7 +57,7 @@ from simrl_fast.state import (
     unpack_fin,
     unpack_rid,
 )
-from simrl_fast.trainer import pause_acked, window_buffered
+from simrl_fast.trainer import age_cut, pause_acked, window_buffered
 
 
 def call_lengths(w, r, n, G):
@@ -524,6 +524,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     complete = fin_on & (done_f + 1 == n)
     stale = st.version - minv_f
     drop = ((p.drop_stale == 1) & (stale > p.stale_bound)) | ((p.drop_zero_var == 1) & w.zero_var[workload_group(w, g_f, G)])
+    drop = drop | (g_f < age_cut(st, p))  # past the record's max_dispatch_age (0: none)
     acc = complete & ~drop
     # batch_order 1: buffer positions are laid out by dispatch window (window k at k*batch ..), in
     # acceptance order within it, so the trainer's FIFO pop takes step k's window in buffer order

@@ -57,9 +57,11 @@ FEATURES = {
     "policy.drop_zero_variance": "0 or 1 (no retry)",
     "policy.buffer_capacity_groups": "-1 (unbounded), or a capacity admission keeps from overflowing",
     "policy.batch": "batch_order 0 (FIFO: batch_min_groups..batch_max_groups, every buffered group up to the "
-                    "max once the min is buffered), or 1 (dispatch window, min == max) when no group can be "
-                    "dropped; no batch_shrink_by_drops",
-    "policy.admission": "any admit_* field except admit_return_evicted; admit_max_batches_ahead -1 or >= 1 (never "
+                    "max once the min is buffered), 1 (dispatch window, min == max) when no group can be "
+                    "dropped, or 2 (oldest dispatch first: the buffered groups of lowest gid, up to the max once "
+                    "the min is buffered); no batch_shrink_by_drops",
+    "policy.admission": "any admit_* field (admit_return_evicted: a group evicted from the buffer returns its "
+                        "slot); admit_max_batches_ahead -1 or >= 1 (never "
                         "binds: one batch at a time); admit_queue_blocks_groups >= batch_min_groups",
     "policy.collapse_zero_variance_groups": "any; a run in which that many zero-variance groups finish is "
                                             "refused after it ran (the failsafe may have fired)",
@@ -73,7 +75,8 @@ FEATURES = {
                                        "admitted and not finished are aborted, and re-dispatched (retries first, "
                                        "their prompt again) while their retries < k; not with chunked prefill, a "
                                        "prefix cache nor the collapse failsafe",
-    "policy.max_dispatch_age": "-1 (none)",
+    "policy.max_dispatch_age": "any: a group whose version - dispatch version exceeds it is dropped when it "
+                               "finishes and evicted from the buffer at each publication",
     "policy.admit_max_ship_lag": "any (a ship barrier: batches taken - version + buffered // batch <= the lag) with "
                                  "batch_min_groups == batch_max_groups",
     "run.time_horizon_s": "inf",
@@ -143,6 +146,8 @@ class Static(NamedTuple):
     crossing: bool = False  # some configuration fails groups at a publication (Params.cross > 0; else not traced)
     perinst: bool = False  # some configuration syncs weights per instance (Params.pull_s > 0; else not traced)
     cross_window: int = 1  # waiting-queue entries a publication's failure looks at per instance (>= any wq_len then)
+    dispatch_age: bool = False  # some configuration drops by dispatch age (Params.age > 0; else not traced)
+    oldest_first: bool = False  # some configuration forms oldest-dispatch-first batches (Params.batch_oldest)
 
     @property
     def max_calls(self) -> int:
@@ -205,6 +210,10 @@ class Params(NamedTuple):
     ship_lag: np.ndarray  # int32: admit_max_ship_lag (-1: no ship barrier)
     # per-instance weight sync (Weights._push / pull; simrl_fast.perinst)
     pull_s: np.ndarray  # float64: publish_time(1), one instance's pull (0: global sync)
+    # record extensions of verl V1 / TRL async (simrl_fast.trainer: age_cut, trainer_react; step.can_dispatch)
+    age: np.ndarray  # int32: max_dispatch_age + 1 (0: none, so a Params of zeros drops nothing; see age_cut)
+    batch_oldest: np.ndarray  # int32: 1 = batch_order 2 (the buffered groups of lowest gid)
+    return_evicted: np.ndarray  # int32: admit_return_evicted (count = accepted + running - groups evicted)
 
 
 class WorkloadArrays(NamedTuple):
@@ -303,8 +312,9 @@ def policy_rejections(pp: PolicyParams, name: str, gaps: tuple[str, ...] = ()) -
     if pp.buffer_capacity_groups != -1 and not _overflow_unreachable(pp):
         out.append(_feature("a bounded buffer (buffer_capacity_groups) that admission does not keep from "
                             "overflowing", name))
-    if pp.batch_min_groups != pp.batch_max_groups and pp.batch_order != 0:
-        out.append(_feature("variable batch sizes (batch_min_groups != batch_max_groups) outside FIFO batches", name))
+    if pp.batch_min_groups != pp.batch_max_groups and pp.batch_order == 1:
+        out.append(_feature("variable batch sizes (batch_min_groups != batch_max_groups) with dispatch-window "
+                            "batches", name))
     if pp.admit_max_batches_ahead == 0:
         # it closes when a batch is taken: SimPy's order of trainer and dispatcher in one instant matters
         out.append(_feature("admission closed while a batch is trained or published (admit_max_batches_ahead=0)",
@@ -320,15 +330,9 @@ def policy_rejections(pp: PolicyParams, name: str, gaps: tuple[str, ...] = ()) -
                             "collapse_zero_variance_groups)", name))
     if pp.batch_shrink_by_drops:
         out.append(_feature("batches shrunk by drops (batch_shrink_by_drops=1)", name))
-    if pp.batch_order == 2:
-        out.append(_feature("oldest-dispatch-first batches (batch_order=2)", name))
     if pp.batch_order == 1 and _can_drop(pp):
         # without drops batch k is exactly the groups dispatched k-th (k*B .. k*B+B-1)
         out.append(_feature("dispatch-window batches (batch_order=1) with a rule that drops groups", name))
-    if pp.max_dispatch_age >= 0:
-        out.append(_feature("drops by dispatch age (max_dispatch_age)", name))
-    if pp.admit_return_evicted:
-        out.append(_feature("admission slots returned by evicted groups (admit_return_evicted=1)", name))
     if math.isinf(pp.admit_concurrency_groups) and math.isinf(pp.admit_budget_base_groups):
         out.append(_feature("unbounded admission (no concurrency cap and no budget)", name))
     if pp.admit_block_while_training and not (
@@ -372,8 +376,11 @@ def perinst_rejections(pp: PolicyParams, name: str) -> list[str]:
                             f"{name}: calls would be routed to instances that are pulling"))
     if pp.fail_on_version_crossing >= 0:
         out.append(_feature(f"{what} with fail_on_version_crossing", name))
-    if pp.admit_max_ship_lag >= 0:  # not drawn together by the differential generators: refused until they are
+    # not drawn together with per-instance sync by the differential generators: refused until they are
+    if pp.admit_max_ship_lag >= 0:
         out.append(_feature(f"{what} with a ship barrier (admit_max_ship_lag)", name))
+    if pp.admit_return_evicted or pp.max_dispatch_age >= 0 or pp.batch_order == 2:
+        out.append(_feature(f"{what} with admit_return_evicted, max_dispatch_age or batch_order=2", name))
     return out
 
 
@@ -701,6 +708,8 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         queue_block=np.float64(pp.admit_queue_blocks_groups), collapse=np.int32(pp.collapse_zero_variance_groups),
         **prefix_fields(cfg, wa, pp, bool(cf["colocated"])), cross=np.int32(pp.fail_on_version_crossing + 1), **cf,
         ship_lag=np.int32(pp.admit_max_ship_lag),
+        age=np.int32(pp.max_dispatch_age + 1), batch_oldest=np.int32(pp.batch_order == 2),
+        return_evicted=np.int32(pp.admit_return_evicted),
     )
     static = static_for([params], wa)
     return static, params, wa
@@ -768,6 +777,8 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
         crossing=any(int(p.cross) > 0 for p in params),
         perinst=any(float(p.pull_s) > 0 for p in params),
         cross_window=_cross_window(params, mg, n),
+        dispatch_age=any(int(p.age) > 0 for p in params),
+        oldest_first=any(int(p.batch_oldest) == 1 for p in params),
     )
 
 

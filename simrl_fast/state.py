@@ -229,6 +229,10 @@ class SimState(NamedTuple):
     count_off: jnp.ndarray  # int32: running + buffered - dispatched at the last publication (admit_count_since_publish)
     cross: CrossState  # fail_on_version_crossing's groups and retry queue (stubs unless Static.crossing)
     pi: PerInstState  # per-instance weight sync: each instance's weight version (stubs unless Static.perinst)
+    # -- record extensions max_dispatch_age and admit_return_evicted (simrl_fast.trainer.age_cut) --
+    evicted_n: jnp.ndarray  # int32: buffered groups dropped at publications so far (accepted, then evicted)
+    pub_disp: jnp.ndarray  # [P + 1] int32: groups dispatched when version v was published (v >= 1; 0 at v = 0):
+    #                        GroupRecord.dispatch_version < v exactly for gids < pub_disp[v] (gids go in order)
 
 
 def serials(static) -> bool:
@@ -288,7 +292,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         training=jnp.array(False), accepted=i32(0), n_running=i32(0), dispatched=i32(0), routed=i32(0),
         rr_next=i32(0), dispatch_paused=jnp.array(False), cur=i32(-1), buf_head=i32(0), buf_tail=i32(0),
         buf_live=i32(0), buf_minv=i32(0, P + 1), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
-        count_off=i32(0), cross=init_cross(static), pi=init_perinst(static),
+        count_off=i32(0), cross=init_cross(static), pi=init_perinst(static), evicted_n=i32(0), pub_disp=i32(0, P + 1),
     )
 
 

@@ -162,7 +162,9 @@ def can_dispatch(st, p):
     <= the lag (a batch of exactly ``batch`` groups taken leaves the sum as it was, so the trainer's order
     against the dispatcher in an instant does not matter)."""
     since = jnp.where(p.count_since_pub == 1, st.count_off, 0)
-    count = jnp.where(p.count_dispatched == 1, st.dispatched + since, st.accepted + st.n_running)
+    # admit_return_evicted: dispatched - dropped = accepted + running - evicted from the buffer
+    back = jnp.where(p.return_evicted == 1, st.evicted_n, 0)
+    count = jnp.where(p.count_dispatched == 1, st.dispatched + since, st.accepted + st.n_running - back)
     tr = st.trainer
     taken = tr.step + ((tr.phase != T_WAIT) & (tr.phase != T_DONE)).astype(tr.step.dtype)
     f = lambda v: v.astype(jnp.float64)  # noqa: E731
@@ -515,7 +517,7 @@ def make_step(static):
         # A dispatched group's calls are routed in the step that dispatches it (exact: see route_all).
         st = route_all(st, p, with_map(w, st, static), static,
                        ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static))
-        st = mark_evicted(st, p, pub)
+        st = mark_evicted(st, p, static, pub)
         done = st.trainer.phase == T_DONE
         st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~par & ~done), actions=st.actions + ((act != A_NONE) | par))
         # x64 promotes int32 reductions and argmax to int64: keep every leaf's declared dtype.

@@ -8,7 +8,9 @@ instances, evict stale buffered groups, open the next step), or, colocated, the 
 same instant: start the drained publication once no group is in flight, and take the first
 ``batch`` buffered groups (FIFO, or the step's dispatch window laid out in the buffer by
 `instance.buffer_slot`) as the next training batch; a FIFO batch with ``batch_max`` > ``batch``
-takes every buffered group up to ``batch_max``.
+takes every buffered group up to ``batch_max``; an oldest-dispatch-first batch (``batch_oldest``)
+takes those of lowest gid. A publication evicts the buffered groups staler than the bound or
+past the record's dispatch age (`age_cut`).
 
 Colocated placement (`Trainer.run`'s colocated branch, `Weights.colocated_rule` /
 `colocated_publish`): taking a batch requests a pause at every instance (`request_pause`, under
@@ -57,19 +59,41 @@ def _set(arr, idx, val, on):
     return jnp.where(on, arr.at[idx].set(val, mode="drop"), arr)
 
 
-def evicted(status, minv, p, version, pub):
-    """Buffered groups a publication (``pub``, new ``version``) evicts (bounded_async's eviction)."""
-    return pub & (p.evict_stale == 1) & (status == G_BUFFERED) & (version - minv > p.stale_bound)
+def age_cut(st, p):
+    """The record's ``max_dispatch_age`` = A at ``st.version`` = v: a group is past it (v - dispatch
+    version > A) exactly when its gid < ``pub_disp[v - A]`` (gids are dispatched in order, so the groups
+    with a dispatch version below v - A are those dispatched before version v - A was published; none
+    when v - A <= 0, ``pub_disp[0]`` = 0). 0 (no gid) when the record has no age (``Params.age`` = 0)."""
+    v = st.version - (p.age - 1)
+    return jnp.where((p.age > 0) & (v > 0), st.pub_disp[jnp.clip(v, 0, st.pub_disp.shape[0] - 1)], 0)
 
 
-def mark_evicted(st, p, pub):
+def evicted(status, minv, p, version, pub, gid=None, cut=None):
+    """Buffered groups a publication (``pub``, new ``version``) evicts: staler than the bound (bounded_async's
+    eviction) or, given the gids ``gid`` and the publication's `age_cut` ``cut``, past the record's dispatch
+    age (`RecordPolicy.on_publish`'s ``drop_buffered``; verl V1's span check)."""
+    stale = (p.evict_stale == 1) & (version - minv > p.stale_bound)
+    if gid is not None:
+        stale = stale | (gid < cut)
+    return pub & (status == G_BUFFERED) & stale
+
+
+def mark_evicted(st, p, static, pub):
     """Set the status of the groups the publication of this step evicted (counted in `timer_action`).
 
     Done last in the step, as one elementwise select after the step's scatters into ``status``, so
     XLA updates the carried array in place (a select first would make every later scatter copy it)."""
     G = st.groups
-    return st._replace(groups=G._replace(status=jnp.where(evicted(G.status, G.minv, p, st.version, pub), G_EVICTED,
-                                                          G.status)))
+    gid, cut = _ages(st, p, static, G.status.shape[0])
+    return st._replace(groups=G._replace(status=jnp.where(evicted(G.status, G.minv, p, st.version, pub, gid, cut),
+                                                          G_EVICTED, G.status)))
+
+
+def _ages(st, p, static, size):
+    """(gids 0 .. size - 1, `age_cut`) when the batch drops by dispatch age, else (None, None)."""
+    if not static.dispatch_age:
+        return None, None
+    return jnp.arange(size, dtype=jnp.int32), age_cut(st, p)
 
 
 def window_buffered(status, start, p, static):
@@ -152,6 +176,12 @@ def timer_action(st, p, static, on):
     # the groups `evicted` marks (buffered, version - min_version > bound), counted by min_version
     ev_v = pub & (p.evict_stale == 1) & (jnp.arange(st.buf_minv.shape[0]) < version - p.stale_bound)
     n_evict = jnp.sum(jnp.where(ev_v, st.buf_minv, 0), dtype=jnp.int32)
+    # the version's publication: gids below pub_disp[version] were dispatched under an older one
+    pub_disp = _set(st.pub_disp, version, st.dispatched, pub)
+    if static.dispatch_age:  # past the dispatch age or the bound: counted over the group slots (the two overlap)
+        G = st.groups
+        gid, cut = _ages(st._replace(version=version, pub_disp=pub_disp), p, static, G.status.shape[0])
+        n_evict = jnp.sum(evicted(G.status, G.minv, p, version, pub, gid, cut), dtype=jnp.int32)
 
     inst = ins._replace(
         phase=jnp.where(resume, RESUME, ins.phase),
@@ -185,7 +215,7 @@ def timer_action(st, p, static, on):
         buf_live=st.buf_live - n_evict,  # their status is set by `mark_evicted` at the end of the step
         # the count of admit_count_since_publish restarts from the groups running or buffered now
         count_off=jnp.where(pub, st.n_running + st.buf_live - n_evict - st.dispatched, st.count_off),
-        buf_minv=jnp.where(ev_v, 0, st.buf_minv),
+        buf_minv=jnp.where(ev_v, 0, st.buf_minv), evicted_n=st.evicted_n + n_evict, pub_disp=pub_disp,
     )
 
 
@@ -211,9 +241,22 @@ def trainer_react(st, p, w, static, on, pub):
     pos = start + jnp.arange(W, dtype=i32)
     gid = jax.lax.dynamic_slice(G.buf, (start,), (W,))
     g0 = jnp.maximum(gid, 0)
+    _, cut = _ages(st, p, static, 0)
+    if static.oldest_first:
+        # batch_order 2 (verl V1's sorted(buffer, key=gid)[:max]): the live buffered groups of lowest gid, in gid
+        # order, found over the group slots (one step forms the whole batch: W >= batch_max)
+        gall = jnp.arange(Gm, dtype=i32)
+        cand = (G.status == G_BUFFERED) & ~evicted(G.status, G.minv, p, st.version, pub,
+                                                   *((gall, cut) if static.dispatch_age else ()))
+        first = jnp.nonzero(cand & (jnp.cumsum(cand.astype(i32)) <= W), size=W, fill_value=Gm)[0].astype(i32)
+        oldest = p.batch_oldest == 1
+        gid = jnp.where(oldest, jnp.where(first < Gm, first, -1), gid)
+        g0 = jnp.maximum(gid, 0)
     status, minv = G.status[g0], G.minv[g0]
     live = (forming & (pos >= st.buf_head) & (pos < st.buf_tail) & (status == G_BUFFERED)
-            & ~evicted(status, minv, p, st.version, pub))
+            & ~evicted(status, minv, p, st.version, pub, *((g0, cut) if static.dispatch_age else ())))
+    if static.oldest_first:
+        live = jnp.where(oldest, forming & (gid >= 0), live)
     k = tr.taken
     # FIFO takes every buffered group up to batch_max (batch_min = batch were buffered): buf_live + taken
     # is the buffer when forming began (nothing else acts until the batch is formed)
@@ -269,7 +312,7 @@ def trainer_react(st, p, w, static, on, pub):
     status = G.status.at[jnp.where(take, g0, Gm)].set(G_TRAINED, mode="drop")
     return st._replace(
         inst=inst, trainer=trainer, log=log, groups=G._replace(status=status), seq=st.seq + go,
-        training=st.training | full, buf_head=jnp.where(forming, head, st.buf_head),
+        training=st.training | full, buf_head=jnp.where(forming & (p.batch_oldest == 0), head, st.buf_head),
         buf_live=st.buf_live - n_take,
         buf_minv=st.buf_minv.at[jnp.where(take, minv, st.buf_minv.shape[0])].add(-1, mode="drop"),
     )

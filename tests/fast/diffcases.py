@@ -118,7 +118,7 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     costs = linear_costs(kv_tokens=kv, step_s=float(rng.uniform(0.05, 8.0)), sync_s=float(rng.uniform(0.01, 2.0)),
                          a=a, b=b, c=c, p=p)
     B = int(rng.integers(1, 5))
-    kind = rng.choice(["sync", "bounded_async", "bounded_async", "skyrl", "areal"])
+    kind = rng.choice(["sync", "bounded_async", "bounded_async", "skyrl", "areal", "verl_v1", "trl"])
     if kind == "sync":
         pol = ["policy=sync", f"policy.batch_groups={B}"]
     elif kind == "bounded_async":
@@ -132,6 +132,19 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
         k = int(rng.integers(B, B * (s + 1) + 1))
         pol = ["policy=skyrl", f"policy.policy_mini_batch_size={B}", f"policy.max_staleness_steps={s}",
                f"policy.num_parallel_generation_workers={k}"]
+    elif kind == "verl_v1":  # oldest-dispatch-first batches, drops by dispatch age, evicted groups' slots returned
+        mode = str(rng.choice(["sync", "colocate_async", "separate_async"]))
+        pol = ["policy=verl_v1", f"policy.trainer_mode={mode}", f"policy.ppo_mini_batch_size={B}",
+               f"policy.parameter_sync_step={int(rng.integers(1, 3))}",
+               f"policy.num_warmup_batches={int(rng.integers(0, 3))}",
+               f"policy.max_off_policy_threshold={int(rng.integers(1, 4))}"]
+        if mode != "sync" and rng.random() < 0.5:  # (sync mode's 2k refill credits are not in the record)
+            pol.append("policy.filter_groups_metric=acc")
+    elif kind == "trl":  # async: FIFO batches, drops by dispatch age (max_staleness), a bounded queue
+        pol = ["policy=trl", "policy.mode=async", f"policy.per_device_train_batch_size={B * n}",
+               "policy.num_processes=1", f"policy.max_staleness={int(rng.integers(0, 3))}",
+               f"policy.max_inflight_tasks={int(rng.integers(1, 3 * B + 3)) * n}",
+               f"policy.queue_maxsize={int(rng.integers(1, 3 * B + 3)) * n}"]
     else:
         pol = ["policy=areal", f"policy.consumer_batch_size={B}", f"policy.max_head_offpolicyness={int(rng.integers(0, 3))}",
                f"policy.should_accept_fn={rng.choice(['none', 'nonzero_std'])}"]

@@ -158,15 +158,14 @@ FIXES = ["deployment.rollout.kv_policy=reserve", "deployment.rollout.max_num_bat
 
 @pytest.mark.slow
 def test_colocated_presets_at_their_defaults_match_simpy():
-    """trl and slime at their defaults (sync, colocated: the default scenario's roofline rollout,
-    analytical training and the built ColocatedCost phases); verl_v1 stays refused by its record."""
+    """trl, slime and verl_v1 at their defaults (sync, colocated: the default scenario's roofline rollout,
+    analytical training and the built ColocatedCost phases; verl_v1 with its oldest-dispatch-first batches,
+    dispatch-age drops and returned admission slots)."""
     from simrl.config import load_config
     from simrl.cost.build import build_costs
     from simrl.engine.sim import load_workload
-    from simrl_fast import FastPathUnsupported, lower
-
     cases = []
-    for kind in ("trl", "slime"):
+    for kind in ("trl", "slime", "verl_v1"):
         cfg = load_config(overrides=[f"policy={kind}", *FIXES])
         costs = build_costs(cfg)
         assert costs.colocated is not None and costs.offload_before_s() > 0
@@ -177,6 +176,3 @@ def test_colocated_presets_at_their_defaults_match_simpy():
     res = run_fast(cases)
     for m, c in enumerate(cases):
         compare(c, res, m)
-    cfg = load_config(overrides=["policy=verl_v1", *FIXES])
-    with pytest.raises(FastPathUnsupported, match="oldest-dispatch-first batches"):
-        lower(cfg, load_workload(cfg), build_costs(cfg))

@@ -122,7 +122,7 @@ def test_every_group_dropped_is_diagnosed_at_lowering():
 DEFAULTS = {
     "sync": None, "bounded_async": None, "areal": None, "skyrl": None, "verl": None, "openrlhf": None,
     "nemo_rl": None, "roll": None,
-    "trl": None, "slime": None, "verl_v1": "oldest-dispatch-first batches",
+    "trl": None, "slime": None, "verl_v1": None,
     "art": None, "dressage": None, "prime_rl": "fast_path_exact=0",
     "psrl": None,
 }
@@ -158,11 +158,14 @@ def test_a_bounded_queue_is_accepted_only_where_admission_keeps_it_from_overflow
 
 
 @pytest.mark.parametrize("change, feature", [
-    ({"batch_order": 2}, "oldest-dispatch-first batches"),
+    ({"batch_order": 2}, None),  # accepted: oldest-dispatch-first batches (simrl_fast.trainer.trainer_react)
+    ({"batch_order": 2, "batch_min_groups": 2, "batch_max_groups": 6}, None),  # of min..max groups
     ({"batch_shrink_by_drops": 1, "batch_min_groups": 4, "batch_max_groups": 4}, "batches shrunk by drops"),
-    ({"max_dispatch_age": 1}, "drops by dispatch age"),
+    ({"max_dispatch_age": 1}, None),  # accepted: drops by dispatch age (simrl_fast.trainer.age_cut)
     ({"admit_return_evicted": 1, "admit_count_dispatched": 0, "admit_count_since_publish": 0,
-      "buffer_capacity_groups": -1}, "returned by evicted groups"),
+      "buffer_capacity_groups": -1}, None),  # accepted: evicted groups return their admission slots
+    ({"batch_order": 1, "batch_min_groups": 4, "batch_max_groups": 4, "buffer_capacity_groups": -1,
+      "evict_stale_on_publish": 0, "max_dispatch_age": 1}, "dispatch-window batches (batch_order=1) with a rule"),
     ({"batch_order": 1, "drop_zero_variance": 1}, "dispatch-window batches (batch_order=1) with a rule that drops"),
     ({"admit_max_batches_ahead": 0}, "admit_max_batches_ahead=0"),
     ({"admit_queue_blocks_groups": 31.0, "batch_min_groups": 32, "batch_max_groups": 32}, "admit_queue_blocks_groups < "),

@@ -52,6 +52,9 @@ def test_the_generator_reaches_the_feature_set():
     assert any(int(p.cross) > 0 for _, p, _ in ok)
     # per-instance weight sync (psrl with small knobs, or a sync-shape record made per-instance)
     assert any(float(p.pull_s) > 0 for _, p, _ in ok)
+    # verl V1's / TRL async's fields: oldest-dispatch-first batches, drops by dispatch age, returned slots
+    assert any(int(p.batch_oldest) for _, p, _ in ok) and any(int(p.age) > 0 for _, p, _ in ok)
+    assert any(int(p.return_evicted) for _, p, _ in ok)
     col = [c for c, low in zip(cases, lowered, strict=True) if not isinstance(low, str) and int(low[1].colocated)]
     assert any(c.costs.colocated is not None and c.costs.offload_s > 0 for c in col)
     assert any(c.costs.colocated is None and c.costs.offload_s > 0 for c in col)

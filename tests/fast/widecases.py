@@ -8,8 +8,9 @@ A case draws, independently:
   + running, dispatched, or dispatched since the last publication; an output-queue cap; a blocking
   output queue; batches-ahead gates; the sync shape's block while training; every in-flight rule
   including ``swap_in_place``; every staleness enforcement with and without a bound; eviction at
-  publication; zero-variance drops and the collapse failsafe; FIFO batches of min..max and
-  dispatch-window batches; a bounded buffer admission keeps from overflowing; routing by dispatch
+  publication; zero-variance drops and the collapse failsafe; FIFO batches of min..max,
+  dispatch-window and oldest-dispatch-first batches; drops by dispatch age; admission slots returned
+  by evicted groups; a bounded buffer admission keeps from overflowing; routing by dispatch
   version -- redrawn until `lowering.policy_rejections` accepts it; or a registered preset at its
   defaults or with small knobs;
 - the rollout cost: a random linear form, or the roofline of a dense or MoE model at several
@@ -105,6 +106,15 @@ PRESETS = [
      "policy.num_rollout_workers=6", "policy.rollout_weight_update_mode=in_flight_lora"],
     ["policy=trl", "policy.mode=async", "policy.per_device_train_batch_size=4", "policy.num_processes=2",
      "policy.max_staleness=1", "policy.queue_maxsize=6"],
+    ["policy=trl", "policy.mode=async", "policy.per_device_train_batch_size=4", "policy.num_processes=1",
+     "policy.max_staleness=0", "policy.max_inflight_tasks=16"],
+    ["policy=verl_v1"], ["policy=verl_v1", "policy.trainer_mode=separate_async"],
+    ["policy=verl_v1", "policy.trainer_mode=colocate_async", "policy.parameter_sync_step=1",
+     "policy.ppo_mini_batch_size=3", "policy.num_warmup_batches=2", "policy.max_off_policy_threshold=1"],
+    ["policy=verl_v1", "policy.trainer_mode=separate_async", "policy.parameter_sync_step=2",
+     "policy.ppo_mini_batch_size=1", "policy.max_off_policy_threshold=2", "policy.filter_groups_metric=acc"],
+    ["policy=verl_v1", "policy.trainer_mode=separate_async", "policy.parameter_sync_step=1",
+     "policy.ppo_mini_batch_size=2", "policy.num_warmup_batches=2", "policy.max_off_policy_threshold=1"],
     *[["policy=bounded_async", "policy.batch_groups=2", "policy.max_staleness=1", f"policy.inflight_rule={r.value}"]
       for r in InflightRule],
 ]
@@ -177,6 +187,11 @@ def _draw_record(rng) -> PolicyParams | None:
     buf_cap = pick(INF, INF, float(rng.integers(1, 8)))
     ahead = pick(-1, -1, int(rng.integers(1, 3)))
     queue = pick(INF, INF, float(bmin + rng.integers(0, 3)))
+    # verl V1 / TRL async: oldest-dispatch-first batches, drops by dispatch age, evicted groups' slots returned
+    if order == 0 and rng.random() < 0.3:
+        order = 2
+    age = pick(-1, -1, 0, 1, 2)
+    returned = pick(0, 0, 1) if not count_dispatched else 0
     return PolicyParams(
         admit_concurrency_groups=conc, admit_budget_base_groups=base, admit_budget_per_version_groups=per_version,
         admit_count_dispatched=count_dispatched, admit_block_while_training=block,
@@ -187,6 +202,7 @@ def _draw_record(rng) -> PolicyParams | None:
         admit_buffer_cap_groups=buf_cap, batch_order=order, admit_max_batches_ahead=ahead,
         admit_queue_blocks_groups=queue, collapse_zero_variance_groups=collapse,
         route_needs_dispatch_version=pick(0, 1), disaggregated=pick(0, 1),
+        max_dispatch_age=age, admit_return_evicted=returned,
     )
 
 
@@ -319,7 +335,8 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
     # drawn last too: per-instance weight sync (PSRL's pulls), by a record with the sync shape's admission or by
     # psrl (disaggregated only: the kernel refuses per-instance sync with colocated placement, as lowering does)
     if not colocated and rng.random() < 0.25:
-        if kind == "record" and sync_shape(rec) and rec.admit_max_ship_lag < 0 and rec.fail_on_version_crossing < 0 and not rec.colocated:
+        if kind == "record" and sync_shape(rec) and rec.admit_max_ship_lag < 0 and not rec.admit_return_evicted \
+                and rec.max_dispatch_age < 0 and rec.batch_order != 2 and rec.fail_on_version_crossing < 0 and not rec.colocated:
             rec = attrs.evolve(rec, sync_per_instance=1, route_needs_dispatch_version=1)
             policy = ParamsPolicy(rec)
             labels[-1] = f"record {_short(rec)}"
