@@ -6,7 +6,9 @@ timer) by heap key (time, scheduling time, insertion order); then the chain thos
 triggered in this instant -- the trainer's reaction, the dispatcher (one group per step), the
 router (one call per step); then instances woken by the router; only then does time advance
 to the earliest pending timeout. Every branch is computed and masked, so the step is one
-unified update under `vmap`.
+unified update under `vmap`; `make_batch_step`, the step the scan runs, computes the trainer's
+actions (`rare_action`, about one step in a hundred) only for the configurations of the batch that
+take them (docs/fastpath.md, "Speed, session 7").
 """
 
 from __future__ import annotations
@@ -613,7 +615,8 @@ def _scatter(st, idx, sub, reads):
     return type(st)(**out)
 
 
-def make_batch_step(static, m: int, per_config_workload: bool, width: int | None = None, routes: bool = True):
+def make_batch_step(static, m: int, per_config_workload: bool, width: int | None = None,
+                    routes: int | None = None):
     """One event-loop step of a batch of ``m`` configurations: ``step(states, params, workload) -> states``.
 
     Every configuration takes one action of one family: an instance's boundary (most steps), a dispatch
@@ -643,12 +646,12 @@ def make_batch_step(static, m: int, per_config_workload: bool, width: int | None
         served = jnp.zeros(m, bool).at[idx].set(True, mode="drop")
         st, act = jax.vmap(lambda s, pp, ww, pr, d: main_action(s, pp, ww, static, pr, d, route=False),
                            in_axes=(0, 0, wax, 0, 0))(st0, p, w, prep, rare & ~served)
-        if not routes:  # (the routing computed for the whole batch: measurements)
+        if routes == 0:  # (the routing computed for the whole batch: measurements)
             st = jax.vmap(lambda s, pp, ww, a: route_action(s, pp, ww, static, a), in_axes=(0, 0, wax, 0))(
                 st, p, w, act)
 
         # -- dispatches and routings, route_width configurations per turn --
-        disp = ((act == A_DISPATCH) | (act == A_ROUTE)) & routes
+        disp = ((act == A_DISPATCH) | (act == A_ROUTE)) & (routes != 0)
 
         def turn(carry):
             st, left = carry
