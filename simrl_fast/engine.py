@@ -16,6 +16,9 @@ copies of a configuration whose rows are dropped): one compile per sweep. A batc
 all local devices (`jax.local_devices()`, ``shard_map`` over the configuration axis; one device:
 no sharding), so the same code uses every GPU of a host; results do not depend on the split.
 
+A scan chunk runs the batched step (`step.make_batch_step`): the trainer's actions are computed only for
+the configurations that take one in that step (``RARE_WIDTH``, ``ROUTE_WIDTH``).
+
 The persistent compilation cache is on by default (`cache_dir()`: ``$SIMRL_FAST_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/simrl/jax`` or ``~/.cache/simrl/jax``; ``SIMRL_FAST_CACHE=0`` turns it off).
 """
@@ -62,7 +65,7 @@ from simrl_fast.lowering import (  # noqa: E402
 )
 from simrl_fast.results import FastResults  # noqa: E402
 from simrl_fast.state import T_DONE, SimState, StepOut, init_state  # noqa: E402
-from simrl_fast.step import make_step  # noqa: E402
+from simrl_fast.step import make_batch_step, make_step  # noqa: E402
 
 TRACE_COUNT = {"run": 0}
 
@@ -81,17 +84,46 @@ def _chunk_one(st: SimState, p: Params, w, static: Static) -> tuple[SimState, St
     return jax.lax.scan(body, st, None, length=static.chunk)
 
 
+#: the trainer's actions of how many configurations of a batch one scan step computes (`step.make_batch_step`;
+#: None: `step.rare_width` of the batch size; 0: every configuration steps alone, the scan vmapped)
+RARE_WIDTH: int | None = None
+#: the dispatches of how many configurations one turn of the batched step's routing loop computes (None:
+#: `step.route_width` of the batch size; 0, the default: computed for the whole batch in every step -- on the
+#: 2-core CPU the loop's gathers cost what it saves, and it doubles the compile time; docs/fastpath.md)
+ROUTE_WIDTH: int | None = 0
+
+
+def _chunk(st: SimState, p: Params, w, static: Static, per_config_workload: bool, width: int | None,
+           routes: int | None = None):
+    """``static.chunk`` event-loop steps of a batch (leading axis M); ys [M, chunk].
+
+    By default one scan over batched steps (`step.make_batch_step`: the trainer's rare actions computed
+    for a few configurations per step); ``width=0``: the per-configuration scan, vmapped (every
+    configuration pays for every branch in every step). Both give the same states."""
+    if width == 0:
+        one = functools.partial(_chunk_one, static=static)
+        return jax.vmap(one, in_axes=(0, 0, 0 if per_config_workload else None))(st, p, w)
+    step = make_batch_step(static, int(st.now.shape[0]), per_config_workload, width, routes)
+
+    def body(s, _):
+        s = step(s, p, w)
+        return s, s.out
+
+    st, out = jax.lax.scan(body, st, None, length=static.chunk)
+    return st, jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), out)
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _init_batch(static: Static, m: int) -> SimState:
     return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (m, *x.shape)), init_state(static))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4), donate_argnums=(1,))
-def _run_chunk(static: Static, st: SimState, params: Params, w, per_config_workload: bool):
+@functools.partial(jax.jit, static_argnums=(0, 4, 5, 6), donate_argnums=(1,))
+def _run_chunk(static: Static, st: SimState, params: Params, w, per_config_workload: bool, width: int | None = None,
+               routes: int | None = None):
     """One scan chunk of the whole batch: (state, ys [M, chunk], whether any configuration is live)."""
     TRACE_COUNT["run"] += 1
-    one = functools.partial(_chunk_one, static=static)
-    st, out = jax.vmap(one, in_axes=(0, 0, 0 if per_config_workload else None))(st, params, w)
+    st, out = _chunk(st, params, w, static, per_config_workload, width, routes)
     live = jnp.any((st.trainer.phase != T_DONE) & ~st.stuck & ~st.overflow)
     return st, out, live
 
@@ -108,7 +140,7 @@ def device_count() -> int:
 
 
 @functools.cache
-def _sharded(static: Static, per_config_workload: bool, ndev: int):
+def _sharded(static: Static, per_config_workload: bool, ndev: int, width: int | None = None, routes: int | None = None):
     """(jitted chunk over ``ndev`` devices, sharding of the configuration axis, replicated sharding).
 
     ``shard_map``: each device runs the vmapped scan chunk on its own configurations (no
@@ -121,8 +153,7 @@ def _sharded(static: Static, per_config_workload: bool, ndev: int):
 
     def body(st, params, w):
         TRACE_COUNT["run"] += 1
-        one = functools.partial(_chunk_one, static=static)
-        st, out = jax.vmap(one, in_axes=(0, 0, 0 if per_config_workload else None))(st, params, w)
+        st, out = _chunk(st, params, w, static, per_config_workload, width, routes)
         live = jnp.any((st.trainer.phase != T_DONE) & ~st.stuck & ~st.overflow)
         return st, out, live[None]
 
@@ -184,7 +215,7 @@ def run(static: Static, params_batch: Params, workload, per_config_workload: boo
     st = _init_batch(static, m)
     outs = []
     for _ in range(static.max_chunks):
-        st, out, live = _run_chunk(static, st, params, w, per_config_workload)
+        st, out, live = _run_chunk(static, st, params, w, per_config_workload, RARE_WIDTH, ROUTE_WIDTH)
         outs.append(out)
         if not bool(live):
             break
@@ -192,7 +223,7 @@ def run(static: Static, params_batch: Params, workload, per_config_workload: boo
 
 
 def _run_sharded(static: Static, params_batch: Params, workload, per: bool, m: int, ndev: int) -> FastResults:
-    fn, shard, repl = _sharded(static, per, ndev)
+    fn, shard, repl = _sharded(static, per, ndev, RARE_WIDTH, ROUTE_WIDTH)
     pad = -m % ndev
     idx = np.concatenate([np.arange(m), np.zeros(pad, np.int64)])
     params = jax.device_put(_take(params_batch, idx) if pad else params_batch, shard)

@@ -6,10 +6,14 @@ timer) by heap key (time, scheduling time, insertion order); then the chain thos
 triggered in this instant -- the trainer's reaction, the dispatcher (one group per step), the
 router (one call per step); then instances woken by the router; only then does time advance
 to the earliest pending timeout. Every branch is computed and masked, so the step is one
-unified update under `vmap`.
+unified update under `vmap`; `make_batch_step`, the step the scan runs, computes the trainer's
+actions (`rare_action`, about one step in a hundred) only for the configurations of the batch that
+take them (docs/fastpath.md, "Speed, session 7").
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -467,9 +471,7 @@ def route_group(st, p, w, static, on, j_all):
         ev_prev=jnp.where(fit, ev_prev, jnp.where(wake, st.now, ins.ev_prev)),
         ev_seq=jnp.where(wake, st.seq + rank, ins.ev_seq),
     )
-    # each call is appended to its instance's queue row, after the calls routed there before it
-    same = (inst_k[:, None] == inst_k[None, :]) & on_k[None, :] & (kidx[None, :] < kidx[:, None])
-    qpos = ins.wq_pos[inst_k] + ins.wq_len[inst_k] + jnp.sum(same.astype(i32), axis=1)
+    qpos = queue_pos(ins.wq_pos, ins.wq_len, inst_k, on_k)
     # rows tied to the queue positions, which depend on this step's read of the queue (instance_action)
     rows = jnp.where(on_k, tie(inst_k, K, ins.wq_pos), K)
     calls = C._replace(queue=C.queue.at[rows, qpos].set(rids, mode="drop"))
@@ -482,45 +484,219 @@ def route_group(st, p, w, static, on, j_all):
     )
 
 
-def make_step(static):
-    """The pure step function ``step(state, params, workload) -> state`` for one configuration."""
+#: actions whose work (`rare_action`: the trainer's timer and reaction, a publication's failures and evictions)
+#: a configuration needs in about 1 % of its steps; the batched step computes them for a few at a time
+RARE = (A_TIMER, A_REACT)
 
-    def step(st0, p, w):
-        rounds = _state.LOCAL_ROUNDS
-        # (the parallel rounds' outputs derived from the carried ones, so they stay per-configuration
-        # values under shard_map)
-        st = st0._replace(out=empty_out(static.group_size, 0)._replace(
-            par_rid=st0.out.par_rid * 0 - 1, par_t=st0.out.par_t + jnp.nan))
-        # Every instance's local boundaries before the next global event, in parallel; then one action.
-        # (not with chunked prefill traced: its slot rows are kept in admission order, which the rounds' moves
-        # would break; such batches run the sequential step; with fail_on_version_crossing, `with_map` gives
-        # the workload arrays each gid's workload group)
-        # (the map changes only when a group is dispatched, so one `wm` serves every action up to the dispatch)
-        local = rounds and not static.chunked_prefill
-        wm = with_map(w, st, static)
-        st, par = local_phase(st, p, wm, static, rounds) if local else (st, jnp.asarray(False))
-        act, i, new_now = select(st, p, static)
-        st = st._replace(now=new_now)
-        pos0 = st.inst.wq_pos[i]
-        # per-instance sync: a woken lagging instance starts its pull, a pull ends (simrl_fast.perinst)
-        begins, ends = takes(st, p, static, act == A_INST, i)
-        turn = (act == A_INST) & ~begins & ~ends
-        st = instance_action(st, p, wm, static, turn, i, new_now)
-        st = note_admitted(st, pos0, static, turn, i)
-        st = pull_action(st, p, static, begins, ends, i, new_now)
-        pub = (act == A_TIMER) & (st.trainer.phase == T_PUBLISH)
-        st = timer_action(st, p, static, act == A_TIMER)
-        st = push(st, p, static, pub)  # Weights._push wakes every instance before the trainer goes on
-        st = fail_crossed(st, p, wm, static, pub)  # after_publication, before the trainer takes a batch
-        st = trainer_react(st, p, wm, static, (act == A_TIMER) | (act == A_REACT), pub)
+
+def _is_rare(act):
+    return (act == A_TIMER) | (act == A_REACT)
+
+
+def prepare(st0, p, w, static):
+    """The start of a step: the outputs cleared, the parallel local rounds (if any), the action selected.
+    Returns (state, whether a local boundary was processed, action, instance, new now)."""
+    rounds = _state.LOCAL_ROUNDS
+    # (the parallel rounds' outputs derived from the carried ones, so they stay per-configuration
+    # values under shard_map)
+    st = st0._replace(out=empty_out(static.group_size, 0)._replace(
+        par_rid=st0.out.par_rid * 0 - 1, par_t=st0.out.par_t + jnp.nan))
+    # Every instance's local boundaries before the next global event, in parallel; then one action.
+    # (not with chunked prefill traced: its slot rows are kept in admission order, which the rounds' moves
+    # would break; such batches run the sequential step; with fail_on_version_crossing, `with_map` gives
+    # the workload arrays each gid's workload group)
+    local = rounds and not static.chunked_prefill
+    st, par = local_phase(st, p, with_map(w, st, static), static, rounds) if local else (st, jnp.asarray(False))
+    act, i, new_now = select(st, p, static)
+    return st, par, act, i, new_now
+
+
+def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
+    """The step but its rare actions: select (``prepared``: `prepare`'s result for ``st0``), then an
+    instance's boundary, a dispatch or a route.
+
+    Returns (state, act). When ``act`` is rare (`RARE`) nothing but ``now`` changed here, and
+    `rare_action` applies it; ``defer`` (the batched step: no room for this configuration's rare
+    action in this step) turns a rare action into no action, leaving the state as it was (the next
+    step selects it again). Every action of one family is off when the other's is on, and each off
+    family is the identity, so `main_action` then `rare_action` is the step SimPy's order gives."""
+    st, par, act, i, new_now = prepare(st0, p, w, static) if prepared is None else prepared
+    held = jnp.asarray(False) if defer is None else defer & _is_rare(act)
+    act = jnp.where(held, A_NONE, act)
+    st = st._replace(now=jnp.where(held, st.now, new_now))
+    # (the map changes only when a group is dispatched, so one `wm` serves every action up to the dispatch)
+    wm = with_map(w, st, static)
+    pos0 = st.inst.wq_pos[i]
+    # per-instance sync: a woken lagging instance starts its pull, a pull ends (simrl_fast.perinst)
+    begins, ends = takes(st, p, static, act == A_INST, i)
+    turn = (act == A_INST) & ~begins & ~ends
+    st = instance_action(st, p, wm, static, turn, i, new_now)
+    st = note_admitted(st, pos0, static, turn, i)
+    st = pull_action(st, p, static, begins, ends, i, new_now)
+    if route:  # (else `route_action` does it: the batched step)
         st = dispatch_action(st, act == A_DISPATCH, static)
         # A dispatched group's calls are routed in the step that dispatches it (exact: see route_all).
         st = route_all(st, p, with_map(w, st, static), static,
                        ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static))
-        st = mark_evicted(st, p, static, pub)
-        done = st.trainer.phase == T_DONE
-        st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~par & ~done), actions=st.actions + ((act != A_NONE) | par))
-        # x64 promotes int32 reductions and argmax to int64: keep every leaf's declared dtype.
-        return jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), st, st0)
+    # (a rare action neither leaves a run stuck nor is "no action")
+    done = st.trainer.phase == T_DONE
+    st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~par & ~done & ~held),
+                     actions=st.actions + ((act != A_NONE) | par))
+    # x64 promotes int32 reductions and argmax to int64: keep every leaf's declared dtype.
+    return jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), st, st0), act.astype(jnp.int32)
+
+
+def rare_action(st0, p, w, static, act):
+    """The trainer's timer (``act`` = A_TIMER) and its reaction in this instant (A_TIMER, A_REACT): the end
+    of a training step or a publication, the publication's failed groups, the batch taken, the evictions.
+    The identity for any other ``act``."""
+    st = st0
+    wm = with_map(w, st, static)
+    pub = (act == A_TIMER) & (st.trainer.phase == T_PUBLISH)
+    st = timer_action(st, p, static, act == A_TIMER)
+    st = push(st, p, static, pub)  # Weights._push wakes every instance before the trainer goes on
+    st = fail_crossed(st, p, wm, static, pub)  # after_publication, before the trainer takes a batch
+    st = trainer_react(st, p, wm, static, _is_rare(act), pub)
+    st = mark_evicted(st, p, static, pub)
+    return jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), st, st0)
+
+
+def queue_pos(wq_pos, wq_len, inst_k, on_k):
+    """Where each routed call (``inst_k`` its instance, ``on_k`` routed) goes in its instance's queue row: after
+    the waiting queue (``wq_pos``, ``wq_len`` before the routing) and the calls routed there before it."""
+    kidx = jnp.arange(inst_k.shape[0])
+    same = (inst_k[:, None] == inst_k[None, :]) & on_k[None, :] & (kidx[None, :] < kidx[:, None])
+    return wq_pos[inst_k] + wq_len[inst_k] + jnp.sum(same.astype(jnp.int32), axis=1)
+
+
+def route_action(st0, p, w, static, act):
+    """A dispatch (``act`` = A_DISPATCH: the group and its calls' routing) or a routing (A_ROUTE); the identity
+    for any other ``act``."""
+    st = dispatch_action(st0, act == A_DISPATCH, static)
+    st = route_all(st, p, with_map(w, st, static), static,
+                   ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static))
+    return jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), st, st0)
+
+
+def make_step(static):
+    """The pure step function ``step(state, params, workload) -> state`` for one configuration."""
+
+    def step(st0, p, w):
+        st, act = main_action(st0, p, w, static)
+        return rare_action(st, p, w, static, act)
+
+    return step
+
+
+def rare_width(m: int) -> int:
+    """Configurations of a batch of ``m`` whose rare action one batched step computes (`make_batch_step`):
+    about 3 % of the batch (a configuration needs one in about 1 % of its steps), at least 8, at most m."""
+    return max(1, min(m, max(8, -(-3 * m // 100))))
+
+
+def route_width(m: int) -> int:
+    """Configurations of a batch of ``m`` whose dispatch one turn of the batched step's routing loop computes:
+    about 15 % (a configuration dispatches in about one step in ten; bursts take more turns), at least 8."""
+    return max(1, min(m, max(8, -(-15 * m // 100))))
+
+
+def _rare_reads(static, field: str, leaf) -> bool:
+    """Whether `rare_action` reads or writes this leaf of `SimState` (``leaf`` batched): all but the outputs,
+    the calls' queues and the instances' per-slot rows, unless `fail_on_version_crossing` is traced (its
+    failures rewrite those rows and queues)."""
+    if static.crossing:
+        return True
+    return field not in ("calls", "out") and not (field == "inst" and leaf.ndim > 2)
+
+
+def _route_reads(static, field: str, leaf) -> bool:
+    """Whether `route_action` reads or writes this leaf (the calls' queues: written by the batched step
+    itself, `queue_pos`): all but the calls and the instances' per-slot rows (but the prefix cache's
+    references, which the router reads)."""
+    return field != "calls" and not (field == "inst" and leaf.ndim > 2 and not static.prefix)
+
+
+def _gather(st, at, width, reads):
+    """Rows ``at`` of the leaves ``reads(field, leaf)`` selects; zero-width stand-ins for the others."""
+    fields = {}
+    for f in st._fields:
+        fields[f] = jax.tree_util.tree_map(
+            lambda x, f=f: x[at] if reads(f, x) else jnp.zeros((width, *x.shape[1:-1], 0), x.dtype), getattr(st, f))
+    return type(st)(**fields)
+
+
+def _scatter(st, idx, sub, reads):
+    """``st`` with rows ``idx`` (out of range: dropped) of the selected leaves set from ``sub``."""
+    out = {}
+    for f in st._fields:
+        out[f] = jax.tree_util.tree_map(lambda x, y, f=f: x.at[idx].set(y, mode="drop") if reads(f, x) else x,
+                                        getattr(st, f), getattr(sub, f))
+    return type(st)(**out)
+
+
+def make_batch_step(static, m: int, per_config_workload: bool, width: int | None = None,
+                    routes: int | None = None):
+    """One event-loop step of a batch of ``m`` configurations: ``step(states, params, workload) -> states``.
+
+    Every configuration takes one action of one family: an instance's boundary (most steps), a dispatch
+    or routing (about one in ten), the trainer's timer or reaction (about one in a hundred). Computed
+    for the whole batch under `vmap`, each family would cost every configuration in every step; here
+    `main_action` (the selection and the boundary) runs for the whole batch, and the other two families
+    only for the configurations that take them, gathered into small sub-batches, stepped and scattered
+    back. The dispatches: `route_width` at a time, in a loop that runs until every dispatching
+    configuration is served (one turn but in bursts); the calls' queue writes are made on the batch's
+    queues (`queue_pos`). The trainer: the first ``width`` (`rare_width`) configurations whose action is
+    rare; one beyond those is deferred (``main_action``'s ``defer``: it does nothing in this step and
+    selects the same action in the next). Every result equals stepping each configuration alone."""
+    width = rare_width(m) if width is None else width
+    wr = route_width(m)
+    wax = 0 if per_config_workload else None
+    rare_reads = functools.partial(_rare_reads, static)
+    route_reads = functools.partial(_route_reads, static)
+
+    def rows(tree, at):
+        return jax.tree_util.tree_map(lambda x: x[at], tree)
+
+    def step(st0, p, w):
+        prep = jax.vmap(lambda s, pp, ww: prepare(s, pp, ww, static), in_axes=(0, 0, wax))(st0, p, w)
+        act0 = prep[2]
+        rare = _is_rare(act0)
+        idx = jnp.nonzero(rare, size=width, fill_value=m)[0].astype(jnp.int32)
+        served = jnp.zeros(m, bool).at[idx].set(True, mode="drop")
+        st, act = jax.vmap(lambda s, pp, ww, pr, d: main_action(s, pp, ww, static, pr, d, route=False),
+                           in_axes=(0, 0, wax, 0, 0))(st0, p, w, prep, rare & ~served)
+        if routes == 0:  # (the routing computed for the whole batch: measurements)
+            st = jax.vmap(lambda s, pp, ww, a: route_action(s, pp, ww, static, a), in_axes=(0, 0, wax, 0))(
+                st, p, w, act)
+
+        # -- dispatches and routings, route_width configurations per turn --
+        disp = ((act == A_DISPATCH) | (act == A_ROUTE)) & (routes != 0)
+
+        def turn(carry):
+            st, left = carry
+            ix = jnp.nonzero(left, size=wr, fill_value=m)[0].astype(jnp.int32)
+            at = jnp.minimum(ix, m - 1)
+            sub = _gather(st, at, wr, route_reads)
+            ws = rows(w, at) if per_config_workload else w
+            sub2 = jax.vmap(lambda s, pp, ww, a: route_action(s, pp, ww, static, a), in_axes=(0, 0, wax, 0))(
+                sub, rows(p, at), ws, jnp.where(ix < m, act[at], A_NONE))
+            st = _scatter(st, ix, sub2, route_reads)
+            rid, ik = sub2.out.route_rid, sub2.out.route_inst  # [wr, n]
+            on_k = (rid >= 0) & (ix < m)[:, None]
+            qpos = jax.vmap(queue_pos)(sub.inst.wq_pos, sub.inst.wq_len, jnp.maximum(ik, 0), on_k)
+            cfg = jnp.where(on_k, ix[:, None], m)
+            C = st.calls
+            st = st._replace(calls=C._replace(queue=C.queue.at[cfg, jnp.maximum(ik, 0), qpos].set(rid, mode="drop")))
+            return st, left & ~jnp.zeros(m, bool).at[ix].set(True, mode="drop")
+
+        st, _ = jax.lax.while_loop(lambda c: jnp.any(c[1]), turn, (st, disp))
+
+        # -- the trainer's actions: the first `width` configurations whose action is rare --
+        at = jnp.minimum(idx, m - 1)
+        sub = _gather(st, at, width, rare_reads)
+        ws = rows(w, at) if per_config_workload else w
+        sub = jax.vmap(lambda s, pp, ww, a: rare_action(s, pp, ww, static, a), in_axes=(0, 0, wax, 0))(
+            sub, rows(p, at), ws, jnp.where(idx < m, act[at], A_NONE))
+        return _scatter(st, idx, sub, rare_reads)
 
     return step
