@@ -41,7 +41,16 @@ from simrl_fast import chunked as ch
 from simrl_fast.instance import call_lengths, kv_need
 from simrl_fast.lowering import RULE_ABORT_RESTART, RULE_ABORT_RESUME, with_group_map
 from simrl_fast.prefix import SH_NONE, call_shared, entry_tokens
-from simrl_fast.state import G_DROPPED, G_RUNNING, KEY_EMPTY, RESUME, admit_max, unpack_fin, unpack_rid
+from simrl_fast.state import (
+    G_DROPPED,
+    G_RUNNING,
+    KEY_EMPTY,
+    RESUME,
+    admit_max,
+    serials,
+    unpack_fin,
+    unpack_rid,
+)
 
 
 def with_map(w, st, static):
@@ -154,8 +163,8 @@ def fail_crossed(st, p, w, static, pub):
             pq_tail=jnp.where(pub, ins.pq_done + jnp.sum(rem, axis=1), ins.pq_tail),
             slot_pos=compact(new_pos, 0), slot_pr=compact(ins.slot_pr, 0))
     if PX:
-        fields, freed = _release_entries(ins, p, w, static, pub, crossed, requeue)
-        inst = inst._replace(slot_sh=compact(ins.slot_sh, 0), kv_used=inst.kv_used - freed, **fields)
+        fields, freed, ssh = _release_entries(ins, p, w, static, pub, crossed, requeue, occ, g_s)
+        inst = inst._replace(slot_sh=compact(ssh, 0), kv_used=inst.kv_used - freed, **fields)
 
     # -- queued calls of failed groups leave the waiting queues (in order; Static.cross_window >= any length) --
     W, Q = static.cross_window, C.queue.shape[1]
@@ -193,28 +202,48 @@ def clears_at_publication(p):
     return (p.cross > 0) & (p.pc_clear == 1) & (p.rule != RULE_ABORT_RESUME) & (p.rule != RULE_ABORT_RESTART)
 
 
-def _release_entries(ins, p, w, static, pub, crossed, requeue):
-    """The shared prefixes of the failed groups (`Instance.release`'s last reference): every reference of a
-    failed group on an instance leaves with it, so its entry leaves the KV and joins the cache at its MRU end.
-    SimPy releases group by group, the aborted ones first (`PublishActions.abort_running`), then the re-queued
-    ones, each in gid order (``st.running``'s), one entry per instance and group: the LRU serials follow that
-    order. The cache was cleared at the pause before (`clears_at_publication`); under an abort rule every
-    running request was released at the pause and the cache then cleared (the resume entry does both: the
-    failed groups' entries are simply gone; a cache kept across publications is refused at lowering)."""
-    i32 = jnp.int32
+def _release_entries(ins, p, w, static, pub, crossed, requeue, occ, g_s):
+    """The shared prefixes at a publication that fails groups (``Instance.release``'s last reference).
+
+    Under keep_pause (and colocated without an abort rule) every reference of a failed group on an instance
+    leaves with it, so its entry leaves the KV and joins the cache at its MRU end. SimPy releases group by
+    group, the aborted ones first (`PublishActions.abort_running`), then the re-queued ones, each in gid order
+    (``st.running``'s), one entry per instance and group: the LRU serials follow that order. The cache was
+    cleared at the pause before (`clears_at_publication`: done here, before they join).
+
+    Under abort_resume/abort_restart SimPy released every running request at the pause (`Instance.abort_all`,
+    in admission order: an entry joins the cache at its last holder's release) and the failed groups then
+    leave the waiting queues. The resume entry (`instance.instance_action`) would release the requests still
+    running then; here every holder is released at once instead, with the serials the resume entry gives
+    (``c_next`` + admission serial; with chunked prefill the slot index, before the failed ones leave), so the
+    failed groups' entries sit among the others in that order; the resume entry then finds nothing held (and
+    clears the cache when the sync rule says so).
+
+    Returns (the InstState fields, [K] the KV the entries free, [K, S] the slots' holds_shared after it)."""
+    i32, Gm, S = jnp.int32, static.max_groups, static.slots
     tokg = entry_tokens(w, static)
-    ent = (ins.sh_ref > 0) & crossed[None, :]  # [K, Gm]: a failed group's entry on the instance
+    ref = ins.sh_ref > 0  # [K, Gm]: Instance.shared holds the group's entry
+    ent = ref & crossed[None, :]  # a failed group's entry on the instance
     freed = jnp.sum(jnp.where(ent, tokg[None, :], 0), axis=1)
     abort_rule = (p.rule == RULE_ABORT_RESUME) | (p.rule == RULE_ABORT_RESTART)
-    resumed = ins.phase == RESUME
-    clr = pub & clears_at_publication(p) & resumed
+    on = pub & (p.pc == 1)
+    put, ab_on = on & ~abort_rule, on & abort_rule
+    clr = pub & clears_at_publication(p) & (ins.phase == RESUME)
     c_floor = jnp.where(clr, ins.c_next, ins.c_floor)
     cache = jnp.where(clr, 0, ins.cache_tok)
     ab = crossed & ~requeue
     order = jnp.where(ab, jnp.cumsum(ab.astype(i32)) - 1, jnp.sum(ab.astype(i32)) + jnp.cumsum(requeue.astype(i32)) - 1)
-    put = pub & ~abort_rule & (p.pc == 1)
     c_ser = jnp.where(put & ent, ins.c_next[:, None] + order[None, :], ins.c_ser)
-    n_ent = jnp.sum(crossed.astype(i32))
-    fields = dict(sh_ref=jnp.where(ent, 0, ins.sh_ref), c_ser=c_ser, c_floor=c_floor,
-                  c_next=ins.c_next + jnp.where(put, n_ent, 0), cache_tok=cache + jnp.where(put, freed, 0))
-    return fields, freed
+    c_next = ins.c_next + jnp.where(put, jnp.sum(crossed.astype(i32)), 0)
+    # abort rules: every holder released, in admission order
+    sser = ins.slot_ser if serials(static) else jnp.broadcast_to(jnp.arange(S, dtype=i32), occ.shape)
+    hold = occ & (ins.slot_sh != SH_NONE)
+    rows = jnp.arange(ins.c_ser.shape[0])[:, None]
+    c_ab = ins.c_ser.at[rows, jnp.where(hold, g_s, Gm)].max(ins.c_next[:, None] + sser, mode="drop")
+    c_ser = jnp.where(ab_on, c_ab, c_ser)
+    all_tok = jnp.sum(jnp.where(ref, tokg[None, :], 0), axis=1)
+    cache = cache + jnp.where(put, freed, jnp.where(ab_on, all_tok, 0))
+    c_next = jnp.where(ab_on, ins.c_next + ins.ser + 1, c_next)
+    fields = dict(sh_ref=jnp.where(ab_on | ent, 0, ins.sh_ref), c_ser=c_ser, c_floor=c_floor, c_next=c_next,
+                  cache_tok=cache)
+    return fields, jnp.where(ab_on, all_tok, freed), jnp.where(ab_on, SH_NONE, ins.slot_sh)

@@ -619,9 +619,8 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         raise FastPathNoProgress(
             f"every group of workload {workload.name!r} has rewards with zero variance and policy {cfg.policy.kind!r} "
             "drops such groups (drop_zero_variance=1): no batch can ever form, the run would dispatch groups forever")
-    pcf = prefix_fields(cfg, wa, pp, bool(cf["colocated"]))
     if pp.fail_on_version_crossing >= 0:
-        _crossing_checks(rule, pcf)
+        _crossing_checks(rule)
     stale_bound = int(pp.staleness_bound)
     params = Params(
         n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs),
@@ -638,13 +637,13 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         count_since_pub=np.int32(pp.admit_count_since_publish), buf_cap=np.float64(pp.admit_buffer_cap_groups),
         batch_window=np.int32(pp.batch_order == 1), batch_max=np.int32(pp.batch_max_groups),
         queue_block=np.float64(pp.admit_queue_blocks_groups), collapse=np.int32(pp.collapse_zero_variance_groups),
-        **pcf, cross=np.int32(pp.fail_on_version_crossing + 1), **cf,
+        **prefix_fields(cfg, wa, pp, bool(cf["colocated"])), cross=np.int32(pp.fail_on_version_crossing + 1), **cf,
     )
     static = static_for([params], wa)
     return static, params, wa
 
 
-def _crossing_checks(rule: int, pcf: dict) -> None:
+def _crossing_checks(rule: int) -> None:
     """``fail_on_version_crossing`` is exact in the kernel where every instance is paused at a publication
     (the failed groups' requests leave paused batches: decoding, or part-way through chunked prefill, holding
     shared prefixes by reference; `simrl_fast.crossing`) or nothing runs then (drain)."""
@@ -652,10 +651,6 @@ def _crossing_checks(rule: int, pcf: dict) -> None:
     if rule == RULE_CONTINUE:
         _reject(f"{what} under inflight_rule continue or swap_in_place",
                 "rollout runs through the publication: the groups would leave batches mid-iteration")
-    if int(pcf["pc"]) and not int(pcf["pc_clear"]) and rule in (RULE_ABORT_RESUME, RULE_ABORT_RESTART):
-        _reject(f"{what} under {'abort_resume' if rule == RULE_ABORT_RESUME else 'abort_restart'} with a prefix "
-                "cache kept across publications (prefix caching with clear_prefix_cache=false)",
-                "clear the caches at a publication or turn prefix caching off")
 
 
 def group_bound(p: Params) -> int:

@@ -90,14 +90,16 @@ def shared_prompts(rng: np.random.Generator, wl):
 
 
 def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_policy: str = "reserve",
-                chunked: bool = True, prefix: str = "off") -> Case:
+                chunked: bool = True, prefix: str = "off", crossing: str = "off") -> Case:
     """A random configuration inside the declared feature set.
 
     ``kv_policy``: ``reserve``, ``on_demand`` or ``any`` (drawn last, so the other draws of a seed do
     not depend on it; small KV capacities make on_demand preempt). ``chunked``: draw
     ``max_num_batched_tokens`` (`draw_token_budget`, after everything else), else 0. ``prefix``: ``off``
     (prefix caching off), ``on`` or ``any`` (drawn after the budget): prefix caching with group-shared
-    prompts redrawn by `shared_prompts` half the time (else the whole prompt: a hit prefills nothing)."""
+    prompts redrawn by `shared_prompts` half the time (else the whole prompt: a hit prefills nothing).
+    ``crossing``: ``off``, ``on`` or ``any`` (drawn last): groups failed at a publication
+    (``fail_on_version_crossing``, `draw_crossing`), with whatever budget and cache were drawn."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -148,7 +150,37 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
         if rng.random() < 0.5:
             wl = shared_prompts(rng, wl)
         kv_policy += " prefix"
-    return Case(ov, wl, costs, label=f"K={K} S={S} kv={kv} {kv_policy} tb={tb} c={c:.2g} p={p:.2g} {' '.join(pol)}")
+    if crossing == "any":
+        crossing = "on" if rng.random() < 0.5 else "off"
+    record = None
+    if crossing == "on":
+        ov, pol, record = draw_crossing(rng, ov, pol, B, K, n)
+    case = Case(ov, wl, costs, label=f"K={K} S={S} kv={kv} {kv_policy} tb={tb} c={c:.2g} p={p:.2g} {' '.join(pol)}")
+    if record is not None:
+        from simrl.policy.record import ParamsPolicy
+
+        case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(record))
+    return case
+
+
+def draw_crossing(rng: np.random.Generator, ov: list[str], pol: list[str], B: int, K: int, n: int):
+    """Groups failed at a publication: dressage (keep_pause) with small knobs, or the drawn policy's record
+    with ``fail_on_version_crossing`` = k (0..2) when its in-flight rule pauses every instance (else dressage).
+    Returns (overrides, policy label, the record or None)."""
+    from simrl.policy.params import LoweringContext
+    from simrl.policy.rules import InflightRule, code
+
+    k = int(rng.integers(0, 3))
+    if rng.random() < 0.5:
+        cfg = load_config(overrides=ov)
+        rec = cfg.policy.lower(LoweringContext(group_size=n, instances=K))
+        paused = rec.inflight_rule in (code(InflightRule.KEEP_PAUSE), code(InflightRule.ABORT_RESUME),
+                                       code(InflightRule.ABORT_RESTART), code(InflightRule.DRAIN))
+        if paused and rec.batch_order != 1 and not rec.admit_count_since_publish:
+            return ov, [*pol, f"fail_on_version_crossing={k}"], attrs.evolve(rec, fail_on_version_crossing=k)
+    dr = ["policy=dressage", f"policy.rollout_batch_size={B}", f"policy.rollout_max_retries={k}",
+          f"policy.async_max_active_groups={B + int(rng.integers(0, 4))}"]
+    return [o for o in ov if not o.startswith("policy")] + dr, dr, None
 
 
 def run_fast(cases: list[Case], chunk: int | None = None):
