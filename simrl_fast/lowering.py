@@ -67,8 +67,8 @@ FEATURES = {
     "policy.fail_on_version_crossing": "any k under a pausing rule (keep_pause, abort_resume, abort_restart, drain) "
                                        "or colocated placement: at each publication the running groups with a call "
                                        "admitted and not finished are aborted, and re-dispatched (retries first, "
-                                       "their prompt again) while their retries < k; not with chunked prefill, a "
-                                       "prefix cache nor the collapse failsafe",
+                                       "their prompt again) while their retries < k; with chunked prefill and "
+                                       "the prefix cache; not with the collapse failsafe when k > 0",
     "policy.max_dispatch_age": "-1 (none)",
     "run.time_horizon_s": "inf",
     "workload.knobs.length_growth_per_step / length_drift_knots": "unset (no length drift)",
