@@ -226,7 +226,7 @@ def _release_entries(ins, p, w, static, pub, crossed, requeue, occ, g_s):
     ent = ref & crossed[None, :]  # a failed group's entry on the instance
     freed = jnp.sum(jnp.where(ent, tokg[None, :], 0), axis=1)
     abort_rule = (p.rule == RULE_ABORT_RESUME) | (p.rule == RULE_ABORT_RESTART)
-    on = pub & (p.pc == 1)
+    on = pub & (p.pc == 1) & (p.cross > 0)
     put, ab_on = on & ~abort_rule, on & abort_rule
     clr = pub & clears_at_publication(p) & (ins.phase == RESUME)
     c_floor = jnp.where(clr, ins.c_next, ins.c_floor)
