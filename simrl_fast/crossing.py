@@ -156,11 +156,13 @@ def fail_crossed(st, p, w, static, pub):
         pos = ins.slot_pos
         prev = jax.lax.cummax(jnp.where(pfl, pos, -1), axis=1)
         prev = jnp.concatenate([jnp.full((K, 1), -1, prev.dtype), prev[:, :-1]], axis=1)
+        # (only in a row that loses one: elsewhere, e.g. a busy instance under continue, the line stays as it is)
+        cut = jnp.any(pre, axis=1)
         rem = jnp.where(pfl & keep, pos - jnp.maximum(prev, ins.pq_done[:, None]), 0)
-        new_pos = jnp.where(pfl & keep, ins.pq_done[:, None] + jnp.cumsum(rem, axis=1), pos)
+        new_pos = jnp.where(cut[:, None] & pfl & keep, ins.pq_done[:, None] + jnp.cumsum(rem, axis=1), pos)
         inst = inst._replace(
             na=ins.na - jnp.sum(pre.astype(i32), axis=1), pa=ins.pa - jnp.sum(jnp.where(pre, prompt + gen, 0), axis=1),
-            pq_tail=jnp.where(pub, ins.pq_done + jnp.sum(rem, axis=1), ins.pq_tail),
+            pq_tail=jnp.where(cut, ins.pq_done + jnp.sum(rem, axis=1), ins.pq_tail),
             slot_pos=compact(new_pos, 0), slot_pr=compact(ins.slot_pr, 0))
     if PX:
         fields, freed, ssh = _release_entries(ins, p, w, static, pub, crossed, requeue, occ, g_s)
