@@ -37,9 +37,20 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from simrl_fast import chunked as ch
 from simrl_fast.instance import call_lengths, kv_need
-from simrl_fast.lowering import with_group_map
-from simrl_fast.state import G_DROPPED, G_RUNNING, KEY_EMPTY, admit_max, unpack_fin, unpack_rid
+from simrl_fast.lowering import RULE_ABORT_RESTART, RULE_ABORT_RESUME, with_group_map
+from simrl_fast.prefix import SH_NONE, call_shared, entry_tokens
+from simrl_fast.state import (
+    G_DROPPED,
+    G_RUNNING,
+    KEY_EMPTY,
+    RESUME,
+    admit_max,
+    serials,
+    unpack_fin,
+    unpack_rid,
+)
 
 
 def with_map(w, st, static):
@@ -104,16 +115,26 @@ def fail_crossed(st, p, w, static, pub):
     rq = X.rq.at[jnp.where(requeue, at, Gm)].set(jnp.arange(Gm, dtype=i32), mode="drop")
     n_fail = jnp.sum(crossed.astype(i32))
 
-    # -- running requests of failed groups leave their slots (Instance.release; all decoding at the pause) --
+    # -- running requests of failed groups leave their slots (Instance.release at the pause boundary) --
+    CH, PX = static.chunked_prefill, static.prefix
     rows = jnp.arange(K)[:, None]
     key = ins.slot_key
     occ = key < KEY_EMPTY
     rid = jnp.where(occ, unpack_rid(key), 0)
-    gone = occ & crossed[rid // n]
+    g_s = rid // n
+    gone = occ & crossed[g_s]
     prompt = call_lengths(w, rid, n, NG)[0]
     length = ins.slot_len.astype(i64)
-    gen = length - (unpack_fin(key) - ins.it[:, None]).astype(i64)  # Instance.generated_of
+    if CH:  # a request still prefilling keeps what it had when admitted
+        gen = ch.generated_of(key, length, ins.it[:, None])
+        pfl = ch.prefilling(key)
+    else:  # every running request decodes at the pause boundary
+        gen = length - (unpack_fin(key) - ins.it[:, None]).astype(i64)  # Instance.generated_of
+        pfl = jnp.zeros_like(occ)
     held = kv_need(p, prompt, length, gen)  # private KV (reserve: the whole completion)
+    if PX:  # a holder of its group's shared prefix holds it by reference, not privately
+        held = held - jnp.where(ins.slot_sh != SH_NONE, call_shared(w, rid, n, NG), 0)
+    dec, pre = gone & ~pfl, gone & pfl
     cnt = jnp.sum(gone.astype(i32), axis=1)
     keep = occ & ~gone
     to = jnp.where(keep, jnp.cumsum(keep.astype(i32), axis=1) - 1, S)  # compacted, in slot order
@@ -122,13 +143,30 @@ def fail_crossed(st, p, w, static, pub):
         return jnp.where(pub, jnp.full(row.shape, empty, row.dtype).at[rows, to].set(row, mode="drop"), row)
 
     inst = ins._replace(
-        nd=ins.nd - cnt, kd=ins.kd - jnp.sum(jnp.where(gone, prompt + gen, 0), axis=1),
+        nd=ins.nd - jnp.sum(dec.astype(i32), axis=1), kd=ins.kd - jnp.sum(jnp.where(dec, prompt + gen, 0), axis=1),
         kv_used=ins.kv_used - jnp.sum(jnp.where(gone, held, 0), axis=1),
         psum=ins.psum - jnp.sum(jnp.where(gone, prompt, 0), axis=1), running=ins.running - cnt,
         slot_key=compact(key, KEY_EMPTY), slot_len=compact(ins.slot_len, 0),
     )
     if ins.slot_ser.shape[1] == S:  # admission serials (Instance.plan's victim is the newest)
         inst = inst._replace(slot_ser=compact(ins.slot_ser, 0))
+    if CH:
+        # still prefilling requests (na, their prompt + generated tokens pa) leave the prefill line: each owns
+        # the stretch from the previous one's end (or pq_done) to its own (slot_pos); the kept stretches close up
+        pos = ins.slot_pos
+        prev = jax.lax.cummax(jnp.where(pfl, pos, -1), axis=1)
+        prev = jnp.concatenate([jnp.full((K, 1), -1, prev.dtype), prev[:, :-1]], axis=1)
+        # (only in a row that loses one: elsewhere, e.g. a busy instance under continue, the line stays as it is)
+        cut = jnp.any(pre, axis=1)
+        rem = jnp.where(pfl & keep, pos - jnp.maximum(prev, ins.pq_done[:, None]), 0)
+        new_pos = jnp.where(cut[:, None] & pfl & keep, ins.pq_done[:, None] + jnp.cumsum(rem, axis=1), pos)
+        inst = inst._replace(
+            na=ins.na - jnp.sum(pre.astype(i32), axis=1), pa=ins.pa - jnp.sum(jnp.where(pre, prompt + gen, 0), axis=1),
+            pq_tail=jnp.where(cut, ins.pq_done + jnp.sum(rem, axis=1), ins.pq_tail),
+            slot_pos=compact(new_pos, 0), slot_pr=compact(ins.slot_pr, 0))
+    if PX:
+        fields, freed, ssh = _release_entries(ins, p, w, static, pub, crossed, requeue, occ, g_s)
+        inst = inst._replace(slot_sh=compact(ssh, 0), kv_used=inst.kv_used - freed, **fields)
 
     # -- queued calls of failed groups leave the waiting queues (in order; Static.cross_window >= any length) --
     W, Q = static.cross_window, C.queue.shape[1]
@@ -156,3 +194,58 @@ def fail_crossed(st, p, w, static, pub):
         overflow=st.overflow | (pub & (p.cross > 0) & jnp.any(ins.wq_len > W)),  # never, by the bound (a safety net)
         cross=X._replace(rq=rq, rq_tail=X.rq_tail + jnp.sum(requeue.astype(i32))),
     )
+
+
+def clears_at_publication(p):
+    """Whether a publication's `Instance.clear_cache` is applied by `fail_crossed` (at the publication) rather
+    than at each instance's resume entry: under a pausing rule that aborts nothing (keep_pause, colocated
+    without an abort rule), where SimPy clears the caches in `pause_all`, before the failed groups' entries
+    join them. (Under abort_resume/abort_restart the resume entry releases the aborted requests first.)"""
+    return (p.cross > 0) & (p.pc_clear == 1) & (p.rule != RULE_ABORT_RESUME) & (p.rule != RULE_ABORT_RESTART)
+
+
+def _release_entries(ins, p, w, static, pub, crossed, requeue, occ, g_s):
+    """The shared prefixes at a publication that fails groups (``Instance.release``'s last reference).
+
+    Under keep_pause (and colocated without an abort rule) every reference of a failed group on an instance
+    leaves with it, so its entry leaves the KV and joins the cache at its MRU end. SimPy releases group by
+    group, the aborted ones first (`PublishActions.abort_running`), then the re-queued ones, each in gid order
+    (``st.running``'s), one entry per instance and group: the LRU serials follow that order. The cache was
+    cleared at the pause before (`clears_at_publication`: done here, before they join).
+
+    Under abort_resume/abort_restart SimPy released every running request at the pause (`Instance.abort_all`,
+    in admission order: an entry joins the cache at its last holder's release) and the failed groups then
+    leave the waiting queues. The resume entry (`instance.instance_action`) would release the requests still
+    running then; here every holder is released at once instead, with the serials the resume entry gives
+    (``c_next`` + admission serial; with chunked prefill the slot index, before the failed ones leave), so the
+    failed groups' entries sit among the others in that order; the resume entry then finds nothing held (and
+    clears the cache when the sync rule says so).
+
+    Returns (the InstState fields, [K] the KV the entries free, [K, S] the slots' holds_shared after it)."""
+    i32, Gm, S = jnp.int32, static.max_groups, static.slots
+    tokg = entry_tokens(w, static)
+    ref = ins.sh_ref > 0  # [K, Gm]: Instance.shared holds the group's entry
+    ent = ref & crossed[None, :]  # a failed group's entry on the instance
+    freed = jnp.sum(jnp.where(ent, tokg[None, :], 0), axis=1)
+    abort_rule = (p.rule == RULE_ABORT_RESUME) | (p.rule == RULE_ABORT_RESTART)
+    on = pub & (p.pc == 1) & (p.cross > 0)
+    put, ab_on = on & ~abort_rule, on & abort_rule
+    clr = pub & clears_at_publication(p) & (ins.phase == RESUME)
+    c_floor = jnp.where(clr, ins.c_next, ins.c_floor)
+    cache = jnp.where(clr, 0, ins.cache_tok)
+    ab = crossed & ~requeue
+    order = jnp.where(ab, jnp.cumsum(ab.astype(i32)) - 1, jnp.sum(ab.astype(i32)) + jnp.cumsum(requeue.astype(i32)) - 1)
+    c_ser = jnp.where(put & ent, ins.c_next[:, None] + order[None, :], ins.c_ser)
+    c_next = ins.c_next + jnp.where(put, jnp.sum(crossed.astype(i32)), 0)
+    # abort rules: every holder released, in admission order
+    sser = ins.slot_ser if serials(static) else jnp.broadcast_to(jnp.arange(S, dtype=i32), occ.shape)
+    hold = occ & (ins.slot_sh != SH_NONE)
+    rows = jnp.arange(ins.c_ser.shape[0])[:, None]
+    c_ab = ins.c_ser.at[rows, jnp.where(hold, g_s, Gm)].max(ins.c_next[:, None] + sser, mode="drop")
+    c_ser = jnp.where(ab_on, c_ab, c_ser)
+    all_tok = jnp.sum(jnp.where(ref, tokg[None, :], 0), axis=1)
+    cache = cache + jnp.where(put, freed, jnp.where(ab_on, all_tok, 0))
+    c_next = jnp.where(ab_on, ins.c_next + ins.ser + 1, c_next)
+    fields = dict(sh_ref=jnp.where(ab_on | ent, 0, ins.sh_ref), c_ser=c_ser, c_floor=c_floor, c_next=c_next,
+                  cache_tok=cache)
+    return fields, jnp.where(ab_on, all_tok, freed), jnp.where(ab_on, SH_NONE, ins.slot_sh)

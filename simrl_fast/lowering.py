@@ -73,8 +73,8 @@ FEATURES = {
     "policy.fail_on_version_crossing": "any k under a pausing rule (keep_pause, abort_resume, abort_restart, drain) "
                                        "or colocated placement: at each publication the running groups with a call "
                                        "admitted and not finished are aborted, and re-dispatched (retries first, "
-                                       "their prompt again) while their retries < k; not with chunked prefill, a "
-                                       "prefix cache nor the collapse failsafe",
+                                       "their prompt again) while their retries < k; with chunked prefill and "
+                                       "the prefix cache; not with the collapse failsafe when k > 0",
     "policy.max_dispatch_age": "any: a group whose version - dispatch version exceeds it is dropped when it "
                                "finishes and evicted from the buffer at each publication",
     "policy.admit_max_ship_lag": "any (a ship barrier: batches taken - version + buffered // batch <= the lag) with "
@@ -689,7 +689,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
             f"every group of workload {workload.name!r} has rewards with zero variance and policy {cfg.policy.kind!r} "
             "drops such groups (drop_zero_variance=1): no batch can ever form, the run would dispatch groups forever")
     if pp.fail_on_version_crossing >= 0:
-        _crossing_checks(cfg, rule)
+        _crossing_checks(rule)
     stale_bound = int(pp.staleness_bound)
     params = Params(
         n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs),
@@ -715,19 +715,14 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
     return static, params, wa
 
 
-def _crossing_checks(cfg, rule: int) -> None:
+def _crossing_checks(rule: int) -> None:
     """``fail_on_version_crossing`` is exact in the kernel where every instance is paused at a publication
-    (the failed groups' requests leave paused batches, all decoding) or nothing runs then (drain)."""
+    (the failed groups' requests leave paused batches: decoding, or part-way through chunked prefill, holding
+    shared prefixes by reference; `simrl_fast.crossing`) or nothing runs then (drain)."""
     what = "groups failed at a publication (fail_on_version_crossing)"
     if rule == RULE_CONTINUE:
         _reject(f"{what} under inflight_rule continue or swap_in_place",
                 "rollout runs through the publication: the groups would leave batches mid-iteration")
-    r = cfg.deployment.rollout
-    if r.max_num_batched_tokens:
-        _reject(f"{what} with chunked prefill (deployment.rollout.max_num_batched_tokens="
-                f"{r.max_num_batched_tokens})", "set it to 0")
-    if r.prefix_caching:
-        _reject(f"{what} with deployment.rollout.prefix_caching=true", "set it to false")
 
 
 def group_bound(p: Params) -> int:

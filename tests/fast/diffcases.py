@@ -92,7 +92,7 @@ def shared_prompts(rng: np.random.Generator, wl):
 
 
 def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_policy: str = "reserve",
-                chunked: bool = True, prefix: str = "off", perinst: bool = False) -> Case:
+                chunked: bool = True, prefix: str = "off", perinst: bool = False, crossing: str = "off") -> Case:
     """A random configuration inside the declared feature set.
 
     ``kv_policy``: ``reserve``, ``on_demand`` or ``any`` (drawn last, so the other draws of a seed do
@@ -101,8 +101,10 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     (prefix caching off), ``on`` or ``any`` (drawn after the budget): prefix caching with group-shared
     prompts redrawn by `shared_prompts` half the time (else the whole prompt: a hit prefills nothing).
     ``perinst``: a third of the time (drawn next) the policy is psrl (per-instance weight pulls,
-    `draw_psrl`) instead. Last, a fifth of the other cases replay the drawn policy's record with a ship
-    barrier (``admit_max_ship_lag`` 0..2)."""
+    `draw_psrl`) instead. ``crossing``: ``off``, ``on`` or ``any`` (drawn next, not with psrl): groups failed
+    at a publication (``fail_on_version_crossing``, `draw_crossing`), with whatever budget and cache were
+    drawn. Last, a fifth of the cases but psrl's replay the drawn policy's record with a ship barrier
+    (``admit_max_ship_lag`` 0..2)."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -171,7 +173,14 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
         old = pol
         pol = draw_psrl(rng, B)
         ov = [o for o in ov if o not in old] + pol
+    if crossing == "any":
+        crossing = "on" if rng.random() < 0.5 else "off"
+    record = None
+    if crossing == "on" and not psrl_drawn:
+        ov, pol, record = draw_crossing(rng, ov, pol, B, K, n)
     case = Case(ov, wl, costs, label=f"K={K} S={S} kv={kv} {kv_policy} tb={tb} c={c:.2g} p={p:.2g} {' '.join(pol)}")
+    if record is not None:
+        case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(record))
     if not psrl_drawn and rng.random() < 0.2:  # drawn last: a ship barrier (prime-rl's TARGET_LAG) on the drawn policy's record
         rec = case.cfg.policy.lower(LoweringContext(group_size=n, instances=K))
         if rec.batch_min_groups == rec.batch_max_groups:
@@ -179,7 +188,6 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
             case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(attrs.evolve(rec, admit_max_ship_lag=lag)))
             case.label += f" ship_lag={lag}"
     return case
-
 
 def draw_psrl(rng: np.random.Generator, entries: int) -> list[str]:
     """psrl overrides the fast path lowers exactly (staleness 0: per-instance pulls, `simrl_fast.perinst`):
@@ -195,6 +203,26 @@ def draw_psrl(rng: np.random.Generator, entries: int) -> list[str]:
         if rng.random() < 0.5:
             pol.append(f"policy.sync_threshold={int(rng.integers(1, 4))}")
     return pol
+
+
+def draw_crossing(rng: np.random.Generator, ov: list[str], pol: list[str], B: int, K: int, n: int):
+    """Groups failed at a publication: dressage (keep_pause) with small knobs, or the drawn policy's record
+    with ``fail_on_version_crossing`` = k (0..2) when its in-flight rule pauses every instance (else dressage).
+    Returns (overrides, policy label, the record or None)."""
+    from simrl.policy.rules import InflightRule, code
+
+    k = int(rng.integers(0, 3))
+    if rng.random() < 0.5:
+        cfg = load_config(overrides=ov)
+        rec = cfg.policy.lower(LoweringContext(group_size=n, instances=K))
+        paused = rec.inflight_rule in (code(InflightRule.KEEP_PAUSE), code(InflightRule.ABORT_RESUME),
+                                       code(InflightRule.ABORT_RESTART), code(InflightRule.DRAIN))
+        if paused and rec.batch_order != 1 and not rec.admit_count_since_publish:
+            return ov, [*pol, f"fail_on_version_crossing={k}"], attrs.evolve(rec, fail_on_version_crossing=k)
+    dr = ["policy=dressage", f"policy.rollout_batch_size={B}", f"policy.rollout_max_retries={k}",
+          f"policy.async_max_active_groups={B + int(rng.integers(0, 4))}"]
+    return [o for o in ov if not o.startswith("policy")] + dr, dr, None
+
 
 
 def run_fast(cases: list[Case], chunk: int | None = None):

@@ -24,9 +24,8 @@ def test_every_reason_is_listed_not_only_the_first():
     # once the configuration reasons are fixed, the presets with an exact, supported record run
     runs = {k for k in presets() if coverage(k).fixed == "runs"}
     assert runs == {"sync", "bounded_async", "areal", "skyrl", "verl", "openrlhf", "nemo_rl", "roll", "art", "trl",
-                    "slime", "psrl", "verl_v1"}
-    # dressage's record extension (fail_on_version_crossing) lowers, but not with chunked prefill, which its
-    # defaults use: refused by name, with the knob to change
+                    "slime", "psrl", "verl_v1", "dressage"}
+    # dressage's record extension (fail_on_version_crossing) runs with its defaults' chunked prefill (8192 tokens)
+    # and prefix cache (simrl_fast.crossing): nothing to fix
     d = coverage("dressage")
-    assert d.fixed.startswith("groups failed at a publication (fail_on_version_crossing) with chunked prefill")
-    assert "max_num_batched_tokens=8192" in d.fixed
+    assert d.config == () and d.policy == () and d.fixed == "runs"

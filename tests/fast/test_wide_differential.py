@@ -48,13 +48,16 @@ def test_the_generator_reaches_the_feature_set():
     assert {int(p.token_budget) > 0 for _, p, _ in ok} == {False, True}
     assert any(0 < int(p.token_budget) <= int(p.max_seqs) for _, p, _ in ok)
     assert any(int(p.token_budget) > 0 and int(p.od) for _, p, _ in ok)
-    # groups failed at a publication (fail_on_version_crossing): by a record and by dressage
+    # groups failed at a publication (fail_on_version_crossing): by a record and by dressage, with chunked prefill
+    # and with the prefix cache
     assert any(int(p.cross) > 0 for _, p, _ in ok)
     # per-instance weight sync (psrl with small knobs, or a sync-shape record made per-instance)
     assert any(float(p.pull_s) > 0 for _, p, _ in ok)
     # verl V1's / TRL async's fields: oldest-dispatch-first batches, drops by dispatch age, returned slots
     assert any(int(p.batch_oldest) for _, p, _ in ok) and any(int(p.age) > 0 for _, p, _ in ok)
     assert any(int(p.return_evicted) for _, p, _ in ok)
+    assert any(int(p.cross) > 0 and int(p.token_budget) > 0 for _, p, _ in ok)
+    assert any(int(p.cross) > 0 and int(p.pc) for _, p, _ in ok)
     col = [c for c, low in zip(cases, lowered, strict=True) if not isinstance(low, str) and int(low[1].colocated)]
     assert any(c.costs.colocated is not None and c.costs.offload_s > 0 for c in col)
     assert any(c.costs.colocated is None and c.costs.offload_s > 0 for c in col)

@@ -29,7 +29,7 @@ A case draws, independently:
   prefixes (whole, partial, none, some calls salted: `diffcases.shared_prompts`) and, half the time,
   a KV capacity of one to three calls' need (evictions are frequent); last, ``fail_on_version_crossing`` (0..2) on a record whose
   instances are all paused at a publication (a pausing rule or colocated), or dressage with small knobs
-  (both unchunked and without the prefix cache, which the kernel refuses with crossing); then a ship
+  (with whatever token budget and prefix cache were drawn above); then a ship
   barrier (``admit_max_ship_lag`` 0..2) on a record with fixed-size batches; last, per-instance
   weight sync (disaggregated): a record with the sync shape's admission made per-instance (no ship
   barrier), or psrl with small knobs (one of them staleness 1, refused by its lowering).
@@ -322,11 +322,9 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
             rec = attrs.evolve(rec, fail_on_version_crossing=k)
             policy = ParamsPolicy(rec)
             labels[-1] = f"record {_short(rec)}"
-            ov, labels = _uncross(ov, labels)
     elif kind == "preset" and rng.random() < 0.2:
         pol_ov = DRESSAGE[int(rng.integers(len(DRESSAGE)))]
         labels[-1] = " ".join(pol_ov)
-        ov, labels = _uncross(ov, labels)
     # drawn last too: a ship barrier (admit_max_ship_lag, prime-rl's TARGET_LAG) on a record of fixed-size batches
     if kind == "record" and rec.batch_min_groups == rec.batch_max_groups and rng.random() < 0.3:
         rec = attrs.evolve(rec, admit_max_ship_lag=int(rng.integers(0, 3)))
@@ -398,12 +396,3 @@ def ctx_for(case: Case) -> LoweringContext:
 
 
 __all__ = ["wide_case", "random_record", "lowered_or_reason", "PRESETS", "code"]
-
-
-def _uncross(ov, labels):
-    """A configuration that fails groups at a publication, back to unchunked prefill without the prefix cache
-    (the kernel refuses fail_on_version_crossing with either, by name): the drawn budget and cache are dropped."""
-    ov = [o for o in ov if not o.startswith(("deployment.rollout.max_num_batched_tokens=",
-                                             "deployment.rollout.prefix_caching="))]
-    ov += ["deployment.rollout.max_num_batched_tokens=0", "deployment.rollout.prefix_caching=false"]
-    return ov, [x for x in labels if x != "prefix" and not x.startswith("tb=")]
