@@ -25,7 +25,7 @@ from simrl.engine.trainer import StepTimeConfig, Trainer
 from simrl.engine.watchdog import diagnose
 from simrl.engine.weights import Weights
 from simrl.policy.errors import PolicyError
-from simrl.policy.params import PolicyParams
+from simrl.policy.params import LoweringContext
 from simrl.policy.rules import Placement
 from workloads.types import Workload
 
@@ -59,12 +59,17 @@ class Simulation:
                               rcfg.instances)
         self.instances: list[Instance] = []  # filled below; the router and weights hold this list
         shard = 0
-        if cfg.router.name == "dp_shard":  # a fixed batch of a record policy, or router.shard_calls
-            rec = getattr(self.policy, "params", None)
-            fixed = isinstance(rec, PolicyParams) and rec.batch_min_groups == rec.batch_max_groups
+        if cfg.router.name == "dp_shard":  # the policy's fixed batch (its lowered record), or router.shard_calls
+            sizes = np.diff(workload.group_traj_start)
+            batch = 0
+            if not cfg.router.shard_calls and len(sizes):
+                try:
+                    rec = self.policy.lower(LoweringContext(group_size=int(sizes[0]), instances=rcfg.instances))
+                    batch = rec.batch_max_groups if rec.batch_min_groups == rec.batch_max_groups else 0
+                except PolicyError:  # no record: dp_shard_calls asks for router.shard_calls
+                    batch = 0
             try:
-                shard = dp_shard_calls(cfg.router, rec.batch_max_groups if fixed else 0,
-                                       np.diff(workload.group_traj_start), rcfg.instances)
+                shard = dp_shard_calls(cfg.router, batch, sizes, rcfg.instances)
             except ValueError as exc:
                 raise SimulationError(str(exc)) from None
         self.router = Router(env, cfg.router, self.instances, self.policy.eligible, self.policy.route_priority,

@@ -42,7 +42,8 @@ def _check(seed: int, kv_policy: str = "any", prefix: str = "any") -> None:
     # one shape for every example (random_case draws K <= 4, max_num_seqs <= 64, batches <= 4)
     mg = max(need.max_groups, 48)
     fixed = static_for([p._replace(n_inst=np.int32(4), max_seqs=np.int32(64), batch=np.int32(4), od=np.int32(1),
-                                  token_budget=np.int32(1), pc=np.int32(1))], wa, mg)
+                                  token_budget=np.int32(1), pc=np.int32(1), age=np.int32(1),
+                                  batch_oldest=np.int32(1))], wa, mg)
     # (chunked prefill's cap on scan chunks grows with the workload's lengths: one fixed cap, so one shape;
     # a finished or deadlocked run stops at once whatever the cap)
     fixed = fixed._replace(max_chunks=1 << 14)

@@ -47,9 +47,10 @@ def test_can_dispatch_is_the_record_admission_rule(conc, base, per_version, per_
                         budget_per_version=jnp.float64(per_version), count_dispatched=jnp.int32(count_dispatched),
                         block_training=jnp.int32(block), budget_per_batch=jnp.float64(per_batch),
                         count_since_pub=jnp.int32(since_pub), buf_cap=jnp.float64(buf_cap),
-                        queue_block=jnp.float64(queue), ship_lag=jnp.int32(lag), batch=jnp.int32(bmin))
+                        queue_block=jnp.float64(queue), ship_lag=jnp.int32(lag), batch=jnp.int32(bmin),
+                        return_evicted=jnp.int32(0))
     s = SimpleNamespace(dispatched=jnp.int32(dispatched), accepted=jnp.int32(accepted), n_running=jnp.int32(running),
                         version=jnp.int32(version), dispatch_paused=jnp.bool_(False), training=jnp.bool_(training),
                         trainer=SimpleNamespace(phase=jnp.int32(phase), step=jnp.int32(step)), overflow=jnp.bool_(False),
-                        buf_live=jnp.int32(buffered), count_off=jnp.int32(offset))
+                        buf_live=jnp.int32(buffered), count_off=jnp.int32(offset), evicted_n=jnp.int32(0))
     assert bool(can_dispatch(s, p)) == admits(pp, view, rs)
