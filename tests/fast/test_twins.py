@@ -7,7 +7,7 @@ import pytest
 
 jnp = pytest.importorskip("jax.numpy")
 
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import simrl_fast.engine  # noqa: E402, F401  (turns on float64, as every fast-path run does)
@@ -28,6 +28,10 @@ from simrl_fast.step import can_dispatch  # noqa: E402
        phase=st.sampled_from([T_WAIT, T_TRAIN, T_PUBLISH, T_PAUSING, T_DRAIN]), step=st.integers(0, 4),
        queue=st.sampled_from([math.inf, 0.0, 2.0, 5.0]), lag=st.sampled_from([-1, -1, 0, 1, 2]),
        bmin=st.integers(1, 3), ret=st.integers(0, 1), done_drop=st.integers(0, 4), evicted=st.integers(0, 4))
+# returned slots decide: accepted 3 + running 1 - evicted 2 = 2 < budget 4 admits; without the return, 4 does not
+@example(conc=math.inf, base=4.0, per_version=0.0, per_batch=0.0, count_dispatched=0, since_pub=0, buf_cap=math.inf,
+         block=0, version=0, dispatched=0, accepted=3, running=1, buffered=0, offset=0, training=False, phase=T_WAIT,
+         step=0, queue=math.inf, lag=-1, bmin=1, ret=1, done_drop=0, evicted=2)
 def test_can_dispatch_is_the_record_admission_rule(conc, base, per_version, per_batch, count_dispatched, since_pub,
                                                   buf_cap, block, version, dispatched, accepted, running, buffered,
                                                   offset, training, phase, step, queue, lag, bmin, ret, done_drop,
