@@ -526,7 +526,8 @@ def instance_action(st, p, w, static, on, i, new_now):
     complete = fin_on & (done_f + 1 == n)
     stale = st.version - minv_f
     drop = ((p.drop_stale == 1) & (stale > p.stale_bound)) | ((p.drop_zero_var == 1) & w.zero_var[workload_group(w, g_f, G)])
-    drop = drop | (g_f < age_cut(st, p))  # past the record's max_dispatch_age (0: none)
+    if static.dispatch_age:  # past the record's max_dispatch_age (traced only when a configuration has one)
+        drop = drop | (g_f < age_cut(st, p))
     acc = complete & ~drop
     # batch_order 1: buffer positions are laid out by dispatch window (window k at k*batch ..), in
     # acceptance order within it, so the trainer's FIFO pop takes step k's window in buffer order

@@ -241,7 +241,7 @@ def trainer_react(st, p, w, static, on, pub):
     pos = start + jnp.arange(W, dtype=i32)
     gid = jax.lax.dynamic_slice(G.buf, (start,), (W,))
     g0 = jnp.maximum(gid, 0)
-    _, cut = _ages(st, p, static, 0)
+    cut = age_cut(st, p) if static.dispatch_age else None
     if static.oldest_first:
         # batch_order 2 (verl V1's sorted(buffer, key=gid)[:max]): the live buffered groups of lowest gid, in gid
         # order, found over the group slots (one step forms the whole batch: W >= batch_max)
