@@ -63,7 +63,8 @@ request for that benchmark's ShareGPT sample (1000 prompts, 126,886 output token
 PR 1968's run of the same sampling rule) = 20.0 us per generated token, i.e. per sequence per decode
 iteration. It includes detokenization, which verl's rollout turns off (``detokenize=False``), so
 there it is an upper bound; its logprob (``logprobs=0``, as NeMo-RL and verl request) is not in the
-benchmark, so there it is a lower bound.
+benchmark, so there it is a lower bound; the benchmark's short requests spread per-request work over
+fewer tokens than RL responses do (an upper bound in that respect).
 
 Defaults describe vLLM V1 with CUDA graphs on H100 (calibrated against the Vidur H100 operator
 measurements shipped in simrl/cost/data/vidur, see tests/cost/test_roofline.py):
