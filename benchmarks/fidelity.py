@@ -364,7 +364,10 @@ def evaluate(cards: list[dict], progress=None) -> dict:
                            "enforce_eager only) from a published dense 7B eager-vs-graph measurement, not a card; "
                            "one MoE-training constant (moe_alltoall_efficiency, the alltoall dispatcher's EP "
                            "exchange, MoE models only) from Megatron-Bridge's published DGX-B200 Qwen3-30B-A3B "
-                           "MBS-1 pretraining row, not a card"}
+                           "MBS-1 pretraining row, not a card; "
+                           "one in-process-engine constant (inprocess_s_per_seq, 20 us of serial host time per "
+                           "sequence per iteration, engines with engine_core=inprocess only) from vLLM PR 10241's "
+                           "published multiprocess-vs-in-process V1 throughput A/B, not a card"}
 
 
 def render(result: dict) -> str:

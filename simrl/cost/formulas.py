@@ -74,7 +74,7 @@ class RooflineParams(NamedTuple):
     pp: float
     tp: float
     overhead_s: float
-    overhead_per_seq_s: float
+    overhead_per_seq_s: float  # + inprocess_s_per_seq when the engine core runs in-process
     model_layers: float  # m.layers
     n_full: float  # m.n_full_attention
     n_lin: float  # m.n_linear_attention
@@ -122,9 +122,10 @@ def roofline_params(r) -> RooflineParams:
     qk, vd = m.decode_attention_dims()
     ce = r.comm_efficiency
     ep = r.ep
+    per_seq = r.overhead_per_seq_s + (r.inprocess_s_per_seq if r.engine_core == "inprocess" else 0.0)
     return RooflineParams(
         dp=float(r.dp), pp=float(r.pp), tp=float(r.tp), overhead_s=float(r.overhead_s),
-        overhead_per_seq_s=float(r.overhead_per_seq_s), model_layers=float(m.layers),
+        overhead_per_seq_s=float(per_seq), model_layers=float(m.layers),
         n_full=float(m.n_full_attention), n_lin=float(m.n_linear_attention), heads=float(math.ceil(m.heads / r.tp)),
         dt=float(r.weight_dtype_bytes), vocab_hidden=float(m.vocab * m.hidden),
         fden=r.gpu.flops_per_s(r.compute_dtype) * r.compute_efficiency,

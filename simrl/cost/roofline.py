@@ -43,6 +43,29 @@ layers, 22-23 ms per token eager vs 13 ms with graphs; talker, 24 layers, 19-20 
 eager per-token time less the engine's per-iteration overhead (3 ms), over 28 x 10 (resp. 24 x 10)
 launches, is 70 (resp. 69) us per launch. CUDA graphs (the default) make the launch time ~0.
 
+In-process engine core (``engine_core="inprocess"``): vLLM V1 runs its engine core (scheduler,
+model runner, ``update_from_output``) in a background process and the output processing (the
+per-request ``OutputProcessor``: incremental detokenization, the requested logprobs made into Python
+objects, stop checks, ``RequestOutput``) in the caller's process, so the latter overlaps the next GPU
+step. With ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` the ``LLM`` class drives an ``InprocClient``: each
+``LLMEngine.step`` runs the engine core step and then the output processing of its outputs, one after
+the other, and the GPU idles through the second. NeMo-RL's synchronous vLLM worker sets the variable
+for every worker (NVIDIA-NeMo/RL@v0.4.0 ``nemo_rl/models/generation/vllm/vllm_worker.py``,
+``configure_worker``); vLLM sets it itself for ``distributed_executor_backend="external_launcher"``
+(``ParallelConfig.__post_init__``, vllm 0.10 series ``vllm/config.py``), which verl's SPMD rollout uses
+(volcengine/verl@1fc52bb5 ``verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py``). Each sequence
+in the iteration's batch then adds ``inprocess_s_per_seq`` of serial host time to the iteration (on
+top of ``overhead_per_seq_s``). ``inprocess_s_per_seq`` = 20 us is derived from the one published
+A/B of the switch, which is not a card (vllm-project/vllm PR 10241, V1 on Qwen2.5-1.5B,
+``benchmark_throughput.py`` on ShareGPT, 1000 requests: 27.81 req/s with multiprocessing, 25.98
+without): ``1/25.98 - 1/27.81`` = 2.533 ms per request over a mean of 126.9 generated tokens per
+request for that benchmark's ShareGPT sample (1000 prompts, 126,886 output tokens: sgl-project/sglang
+PR 1968's run of the same sampling rule) = 20.0 us per generated token, i.e. per sequence per decode
+iteration. It includes detokenization, which verl's rollout turns off (``detokenize=False``), so
+there it is an upper bound; its logprob (``logprobs=0``, as NeMo-RL and verl request) is not in the
+benchmark, so there it is a lower bound; the benchmark's short requests spread per-request work over
+fewer tokens than RL responses do (an upper bound in that respect).
+
 Defaults describe vLLM V1 with CUDA graphs on H100 (calibrated against the Vidur H100 operator
 measurements shipped in simrl/cost/data/vidur, see tests/cost/test_roofline.py):
 
@@ -106,6 +129,12 @@ class RooflineRollout:
     fp8_moe_bandwidth_efficiency: float = attrs.field(default=0.61, validator=_eff)
     enforce_eager: bool = False  # vLLM --enforce-eager: no CUDA graphs, kernels launched from the host
     eager_launch_s: float = attrs.field(default=70e-6, validator=_nonneg)  # host seconds per kernel launch, eager
+    # Where vLLM V1's engine core runs (module doc, "In-process engine core"): "multiprocess" (AsyncLLM, or
+    # the LLM class with VLLM_ENABLE_V1_MULTIPROCESSING=1, vLLM's default) overlaps the output processing
+    # with the next GPU step; "inprocess" (VLLM_ENABLE_V1_MULTIPROCESSING=0: NeMo-RL's sync vLLM worker,
+    # verl's SPMD rollout through distributed_executor_backend="external_launcher") runs it serially.
+    engine_core: str = attrs.field(default="multiprocess", validator=v.in_(("multiprocess", "inprocess")))
+    inprocess_s_per_seq: float = attrs.field(default=20e-6, validator=_nonneg)  # serial host s per seq per iteration
     strict: bool = False
     domain: ValidityDomain = attrs.field(init=False)
     weight_bytes_per_gpu: float = attrs.field(init=False)

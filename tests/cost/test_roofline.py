@@ -334,3 +334,34 @@ def test_enforce_eager_is_bound_by_host_launches_by_hand():
     assert eager.iteration_time(0, 0, 32768) == pytest.approx(graphs.iteration_time(0, 0, 32768))
     # CUDA graphs: no host launch term.
     assert graphs.eager_host_time(48) == 0.0
+
+
+def test_inprocess_engine_core_adds_serial_host_time_per_sequence_by_hand():
+    mp = RooflineRollout("llama-3.1-8b", "H100")
+    inproc = RooflineRollout("llama-3.1-8b", "H100", engine_core="inprocess")
+    assert mp.engine_core == "multiprocess"  # vLLM's default topology, AsyncLLM always
+    # 128 decoding sequences: 128 x 20 us = 2.56 ms more per iteration; the GPU part is the same.
+    assert inproc.iteration_time(128, 128 * 1000, 0) - mp.iteration_time(128, 128 * 1000, 0) == pytest.approx(
+        128 * 20e-6)
+    # A prefill-only iteration emits no sequence's output: no extra time.
+    assert inproc.iteration_time(0, 0, 4096) == pytest.approx(mp.iteration_time(0, 0, 4096))
+    # The fast path lowers the same record: the per-sequence term carries it.
+    assert inproc.array_params().overhead_per_seq_s == pytest.approx(1e-5 + 20e-6)
+    assert mp.array_params().overhead_per_seq_s == pytest.approx(1e-5)
+    # The constant from vLLM PR 10241's A/B (27.81 req/s multiprocess, 25.98 in-process): 1/25.98 - 1/27.81
+    # = 2.5328 ms per request, over 126,886 generated tokens / 1000 requests = 19.96 us per token.
+    assert (1 / 25.98 - 1 / 27.81) / (126_886 / 1000) == pytest.approx(inproc.inprocess_s_per_seq, rel=0.01)
+    with pytest.raises(ValueError, match="engine_core"):
+        RooflineRollout("llama-3.1-8b", "H100", engine_core="threads")
+
+
+def test_inprocess_engine_core_is_a_rollout_knob():
+    from simrl.config import load_config
+    from simrl.cost.build import build_costs
+
+    base = ["deployment.model=llama-3.1-8b", "deployment.rollout.gpu=H100", "deployment.training.gpu=H100"]
+    on = build_costs(load_config(None, [*base, "cost.rollout_knobs.engine_core=inprocess"])).rollout
+    off = build_costs(load_config(None, base)).rollout
+    assert on.iteration_time(64, 64_000, 0) - off.iteration_time(64, 64_000, 0) == pytest.approx(64 * 20e-6)
+    with pytest.raises(CostModelError, match="cost.rollout_knobs.engine_core"):
+        build_costs(load_config(None, [*base, "cost.rollout_knobs.engine_core=threads"]))

@@ -265,3 +265,20 @@ def test_presets_lower_at_their_full_defaults(kind):
     cfg = load_config(overrides=[f"policy={kind}", "deployment.rollout.prefix_caching=false"])
     static, p, _ = lower(cfg, wl, costs)
     assert int(p.pc) == 0 and not static.prefix
+
+
+def test_inprocess_engine_core_reaches_the_fast_path_as_a_roofline_number():
+    # cost.rollout_knobs.engine_core=inprocess is a cost (simrl.cost.roofline): its 20 us per sequence
+    # per iteration folds into the roofline record's per-sequence term, which the fast path lowers as is
+    from simrl.cost.build import build_costs
+    from simrl.cost.formulas import RooflineParams
+
+    i = RooflineParams._fields.index("overhead_per_seq_s")
+    base = ["deployment.model=llama-3.1-8b", "deployment.rollout.gpu=H100", "deployment.training.gpu=H100"]
+    per_seq = []
+    for extra in ([], ["cost.rollout_knobs.engine_core=inprocess"]):
+        cfg = load_config(overrides=[*OK, *base, *extra])
+        _, p, _ = lower(cfg, random_workload(groups=8, n=4), build_costs(cfg))
+        per_seq.append(float(p.ro[i]))
+    assert per_seq[0] == pytest.approx(1e-5)
+    assert per_seq[1] == pytest.approx(1e-5 + 20e-6)
