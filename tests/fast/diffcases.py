@@ -190,14 +190,14 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
             case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(attrs.evolve(rec, admit_max_ship_lag=lag)))
             case.label += f" ship_lag={lag}"
     if router == "any":
-        draw_router(rng, case, n, K, S)
+        draw_router(rng, case, n, K)
     return case
 
 
-def draw_router(rng: np.random.Generator, case: Case, n: int, K: int, S: int) -> None:
+def draw_router(rng: np.random.Generator, case: Case, n: int, K: int) -> None:
     """Redraw ``case``'s router in place (after every other draw): least_requests, round_robin or dp_shard
     (router.shard_calls 0 where the policy's record has a fixed batch, else 1..2n), and half the time a
-    router.active_cap of 1..S + 2 (max_num_seqs S: a cap below it holds calls in the router queue; none with
+    router.active_cap of 1..n + 1 (group size n: small enough to hold calls in the router queue; none with
     fail_on_version_crossing, which the fast path refuses with a cap)."""
     from simrl.policy.errors import PolicyError
 
@@ -210,7 +210,7 @@ def draw_router(rng: np.random.Generator, case: Case, n: int, K: int, S: int) ->
     if name == "dp_shard":
         if rec is None or rec.batch_min_groups != rec.batch_max_groups or rng.random() < 0.3:
             shard = int(rng.integers(1, 2 * n + 1))
-    cap = int(rng.integers(1, S + 3)) if rng.random() < 0.5 else 0
+    cap = int(rng.integers(1, n + 2)) if rng.random() < 0.5 else 0
     if cap and (rec is None or rec.fail_on_version_crossing >= 0):
         cap = 0
     case.cfg = attrs.evolve(case.cfg, router=attrs.evolve(case.cfg.router, name=name, shard_calls=shard,

@@ -102,3 +102,26 @@ def test_active_cap_with_version_crossing_is_refused():
     c = Case(ov, c.workload, c.costs)
     with pytest.raises(FastPathUnsupported, match="active_cap=2 with fail_on_version_crossing"):
         lower(c.cfg, c.workload, c.costs)
+
+
+def test_grid_of_routers_lowers_dp_shard_per_point():
+    """A router.name column holding dp_shard is lowered per value (its slice is derived from the point: here
+    sync with 2 groups of 2 calls over 2 instances: ceil(4 / 2) = 2 calls per slice), and a router.active_cap
+    column per value too; every row equals lowering the point alone."""
+    import numpy as np
+    from simhelpers import linear_costs, random_workload
+
+    from simrl.config import load_config
+    from simrl_fast import Params
+    from simrl_fast.grid import lower_grid
+
+    base = [*(o for o in BASE if not o.startswith("router.")), "policy=sync", "policy.batch_groups=2",
+            "deployment.rollout.instances=2"]
+    wl, costs = random_workload(groups=6, n=2, seed=3, completion=(5, 60)), linear_costs(kv_tokens=50_000)
+    cols = {"router.name": ["least_requests", "dp_shard", "round_robin", "dp_shard"], "router.active_cap": [0, 0, 3, 1]}
+    _, params, _ = lower_grid(wl, costs, cols, base=base)
+    assert params.shard.tolist() == [0, 2, 0, 2] and params.cap.tolist() == [0, 0, 3, 1]
+    assert params.router.tolist() == [0, 2, 1, 2]
+    for m in range(4):
+        _, want, _ = lower(load_config(overrides=[*base, *(f"{k}={v[m]}" for k, v in cols.items())]), wl, costs)
+        assert all(np.array_equal(getattr(params, f)[m], getattr(want, f)) for f in Params._fields), m

@@ -373,7 +373,7 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
     else:
         case.costs = Costs(rollout, training, sync, offload_s=offload or 0.0)
     if rng.random() < 0.5:  # drawn last: the router redrawn (dp_shard, router.active_cap: diffcases.draw_router)
-        draw_router(rng, case, n, case.cfg.deployment.rollout.instances, S)
+        draw_router(rng, case, n, case.cfg.deployment.rollout.instances)
     return case
 
 
