@@ -125,3 +125,28 @@ def test_grid_of_routers_lowers_dp_shard_per_point():
     for m in range(4):
         _, want, _ = lower(load_config(overrides=[*base, *(f"{k}={v[m]}" for k, v in cols.items())]), wl, costs)
         assert all(np.array_equal(getattr(params, f)[m], getattr(want, f)) for f in Params._fields), m
+
+
+@pytest.mark.slow
+def test_local_rounds_with_caps_and_slices_match_simpy():
+    """Parallel local rounds (`step.local_phase`, 2 rounds) on random configurations with the router drawn
+    (`diffcases.draw_router`, kept only where a cap or dp_shard was drawn): a finish is not local while a cap
+    holds calls in the router queue; the results equal SimPy's per step and per call."""
+    import numpy as np
+    from diffcases import random_case
+    from test_differential import GROUPS, STEPS, N
+    from test_local_phase import _run
+
+    cases = []
+    for s in range(40):
+        c = random_case(np.random.default_rng([11, s]), GROUPS, N, STEPS, chunked=False, router="any")
+        if c.cfg.router.active_cap or c.cfg.router.name == "dp_shard":
+            cases.append(c)
+        if len(cases) == 8:
+            break
+    assert any(c.cfg.router.active_cap for c in cases)
+    for c in cases:
+        c.run_simpy()
+    res = _run(cases, 2)
+    for m, c in enumerate(cases):
+        compare(c, res, m)
