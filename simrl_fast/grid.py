@@ -44,7 +44,8 @@ from simrl_fast.lowering import (
 DIRECT = {
     "deployment.rollout.max_num_seqs": ("max_seqs", int),
     "deployment.rollout.kv_capacity_tokens": ("kv_cap", int),
-    "router.name": ("router", lambda v: ROUTERS.get(str(v), -1)),
+    # (dp_shard also sets Params.shard, derived from the point: a column holding it is lowered per value)
+    "router.name": ("router", lambda v: -1 if str(v) == "dp_shard" else ROUTERS.get(str(v), -1)),
     "run.training_steps": ("steps", int),
 }
 

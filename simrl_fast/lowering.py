@@ -21,6 +21,7 @@ from simrl.cost import formulas as F
 from simrl.cost.analytical import AnalyticalTraining, FixedTraining
 from simrl.cost.linear import LinearForm
 from simrl.cost.roofline import RooflineRollout
+from simrl.engine.router import dp_shard_calls
 from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.rules import Enforcement, InflightRule, SyncScope, code
 
@@ -37,8 +38,10 @@ FEATURES = {
     "deployment.placement": "disaggregated, or colocated (every instance paused at its next iteration boundary "
                             "when a batch is taken, under the sync rule, keep_pause for drain; offload_before_s, the "
                             "step, offload_after_s, then version + 1 and resume: Costs' phase times, taken once)",
-    "router.name": "least_requests, round_robin",
-    "router.active_cap": "0",
+    "router.name": "least_requests, round_robin, dp_shard (router.shard_calls, or derived from the record's "
+                   "fixed batch)",
+    "router.active_cap": "any (0: no cap; a cap holds the router queue's head until an instance has fewer "
+                         "assigned calls; not with fail_on_version_crossing)",
     "cost.rollout": "a model with a linear form a + b*batch + c*kv + p*prefill (linear_coefficients(): "
                     "cost.rollout=linear, psrl artifacts) fitted for the run's model, GPU, tp and pp; or the "
                     "roofline (given or fitted knobs) built for the run's model, GPU and tp/pp/dp/ep, for a dense "
@@ -101,7 +104,7 @@ _KERNEL_RULE = {**{r: r for r in _KERNEL_RULES}, RULE_SWAP_IN_PLACE: RULE_CONTIN
 # The engine acts only on drop_at_completion (and evict_stale_on_publish); consumption and policy
 # enforcements are the policy's own rules, which an exact record carries in its other fields.
 _KERNEL_ENFORCEMENTS = tuple(code(e) for e in Enforcement)
-ROUTERS = {"least_requests": 0, "round_robin": 1}
+ROUTERS = {"least_requests": 0, "round_robin": 1, "dp_shard": 2}
 #: `Params.pc_clear` under per-instance sync: `Weights.pull` clears the pulling instance's cache
 PC_CLEAR_PULL = 3
 KV_POLICIES = {"reserve": 0, "on_demand": 1}
@@ -174,7 +177,7 @@ class Params(NamedTuple):
     train_per_token: np.ndarray  # float64: training seconds per trained token
     sync_s: np.ndarray  # float64: weight publication seconds
     steps: np.ndarray  # int32: training steps
-    router: np.ndarray  # int32: 0 least_requests, 1 round_robin
+    router: np.ndarray  # int32: 0 least_requests, 1 round_robin, 2 dp_shard
     conc: np.ndarray  # float64: admit_concurrency_groups
     budget_base: np.ndarray  # float64: admit_budget_base_groups
     budget_per_version: np.ndarray  # float64: admit_budget_per_version_groups
@@ -214,6 +217,9 @@ class Params(NamedTuple):
     age: np.ndarray  # int32: max_dispatch_age + 1 (0: none, so a Params of zeros drops nothing; see age_cut)
     batch_oldest: np.ndarray  # int32: 1 = batch_order 2 (the buffered groups of lowest gid)
     return_evicted: np.ndarray  # int32: admit_return_evicted (count = accepted + running - groups evicted)
+    # the router (simrl_fast.router): Router.eligible's cap and dp_shard's slice
+    cap: np.ndarray  # int32: router.active_cap (0: no cap)
+    shard: np.ndarray  # int32: dp_shard's calls per contiguous slice (simrl.engine.router.dp_shard_calls; 0: other routers)
 
 
 class WorkloadArrays(NamedTuple):
@@ -408,8 +414,6 @@ def check_supported(cfg, workload, costs) -> None:
         _colocated_checks(cfg, costs)
     if cfg.router.name not in ROUTERS:
         _reject(f"router.name={cfg.router.name}")
-    if cfg.router.active_cap:
-        _reject(f"router.active_cap={cfg.router.active_cap}")
     if not math.isinf(cfg.run.time_horizon_s):
         _reject(f"run.time_horizon_s={cfg.run.time_horizon_s}")
     for knob in ("length_growth_per_step", "length_drift_knots"):  # workloads.drift
@@ -690,6 +694,8 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
             "drops such groups (drop_zero_variance=1): no batch can ever form, the run would dispatch groups forever")
     if pp.fail_on_version_crossing >= 0:
         _crossing_checks(rule)
+        if cfg.router.active_cap:  # a failed group's calls may wait in the router queue (not modelled there)
+            _reject(f"router.active_cap={cfg.router.active_cap} with fail_on_version_crossing")
     stale_bound = int(pp.staleness_bound)
     params = Params(
         n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs),
@@ -710,9 +716,22 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         ship_lag=np.int32(pp.admit_max_ship_lag),
         age=np.int32(pp.max_dispatch_age + 1), batch_oldest=np.int32(pp.batch_order == 2),
         return_evicted=np.int32(pp.admit_return_evicted),
+        cap=np.int32(cfg.router.active_cap), shard=np.int32(_shard_calls(cfg, pp, wa)),
     )
     static = static_for([params], wa)
     return static, params, wa
+
+
+def _shard_calls(cfg, pp: PolicyParams, wa: WorkloadArrays) -> int:
+    """dp_shard's calls per slice as the SimPy engine derives them (simrl.engine.core: the policy's lowered
+    record's fixed batch, or router.shard_calls); 0 for the other routers."""
+    if cfg.router.name != "dp_shard":
+        return 0
+    batch = int(pp.batch_max_groups) if pp.batch_min_groups == pp.batch_max_groups else 0
+    try:
+        return dp_shard_calls(cfg.router, batch, [wa.prompt.shape[1]], cfg.deployment.rollout.instances)
+    except ValueError as exc:  # SimPy stops with the same error (a SimulationError)
+        _reject("router.name=dp_shard without a slice", str(exc))
 
 
 def _crossing_checks(rule: int) -> None:

@@ -18,6 +18,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from simrl_fast import router as _router
 from simrl_fast import state as _state
 from simrl_fast.closed_form import N_FORKS, WALK, event_of, first_after, forks_of, walk_back
 from simrl_fast.costs import rollout_times
@@ -188,7 +189,7 @@ def chain_due(st, p, static):
     forming = (tr.phase == T_WAIT) & ((tr.taken > 0) | batch_ready(st, p, static))
     react = forming | ((tr.phase == T_DRAIN) & (st.n_running == 0))
     disp = can_dispatch(st, p)
-    route = (st.routed < st.dispatched * static.group_size) & routable(st, p, static)
+    route = (st.routed < st.dispatched * static.group_size) & routable(st, p, static) & _router.head_ok(st, p, static)
     return react, disp, route
 
 
@@ -282,6 +283,8 @@ def local_phase(st, p, w, static, rounds):
         cnt = jnp.sum(same_g.astype(i32), axis=1)
         local = (cand & ~two_fin & (ins.pause_it > it) & ~more
                  & (~has_fin | (Gs.done[g_f] + cnt < n)))
+        # router.active_cap with calls held in the router queue: a finish may make the head routable
+        local = local & ~(has_fin & (p.cap > 0) & (st.routed < st.dispatched * n))
         # close: the next iteration (or idle)
         hp0, tok0 = jnp.where(adm, hp0, 0), jnp.where(adm, hp0 + hl0, 0)
         nd = nd - has_fin
@@ -426,8 +429,8 @@ def route_all(st, p, w, static, on):
 def route_group(st, p, w, static, on, j_all):
     """Router.route for the next ``group_size`` queued calls at once: the same state as routing them
     one by one (choose an instance, append to its waiting queue, wake it). The choices are made in
-    order on the assigned counts (least_requests: fewest wq_len + running, lowest index on ties;
-    round_robin: the pointer), then each instance's share is appended to its queue row (each call
+    order on the assigned counts (`simrl_fast.router.choose`: least_requests, round_robin, dp_shard; with
+    ``router.active_cap`` the first call no instance is eligible for stops the rest), then each instance's share is appended to its queue row (each call
     after the previous one routed there), an idle instance is woken, and a busy one with an empty
     queue gets the admission boundary of its first call if that call fits; woken instances take
     wake-order numbers (SimPy's insertion counter) in the order of their first calls.
@@ -437,17 +440,10 @@ def route_group(st, p, w, static, on, j_all):
     i32 = jnp.int32
     kidx = jnp.arange(n, dtype=i32)
     r0 = st.routed
-    on_k = on & (r0 + kidx < st.dispatched * n)
-    rids = r0 + kidx
     kk = jnp.arange(K, dtype=i32)
-    active = kk < p.n_inst
-    a = jnp.where(active, ins.wq_len + ins.running, BIG)
-    lr = []
-    for k in range(n):  # least_requests: the fewest assigned (wq_len + running), lowest index on ties
-        i_k = jnp.argmin(a).astype(i32)
-        lr.append(i_k)
-        a = a + ((kk == i_k) & on_k[k]).astype(a.dtype)
-    inst_k = jnp.where(p.router == 1, (st.rr_next + kidx) % p.n_inst, jnp.stack(lr)).astype(i32)
+    # the choices, call by call on the assigned counts; a call no instance is eligible for stops the rest
+    inst_k, on_k, rr_next = _router.choose(st, p, static, on & (r0 + kidx < st.dispatched * n))
+    rids = r0 + kidx
     hot = (inst_k[:, None] == kk[None, :]) & on_k[:, None]  # [n, K]: call k goes to instance j
     cnt = jnp.sum(hot.astype(i32), axis=0)
     got = cnt > 0
@@ -480,7 +476,7 @@ def route_group(st, p, w, static, on, j_all):
     n_on = jnp.sum(on_k.astype(i32))
     return st._replace(
         inst=inst, calls=calls, out=out, routed=st.routed + n_on, seq=st.seq + jnp.sum(wake.astype(i32)),
-        rr_next=jnp.where((n_on > 0) & (p.router == 1), (st.rr_next + n_on) % p.n_inst, st.rr_next),
+        rr_next=rr_next,
     )
 
 

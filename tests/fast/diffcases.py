@@ -92,7 +92,8 @@ def shared_prompts(rng: np.random.Generator, wl):
 
 
 def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_policy: str = "reserve",
-                chunked: bool = True, prefix: str = "off", perinst: bool = False, crossing: str = "off") -> Case:
+                chunked: bool = True, prefix: str = "off", perinst: bool = False, crossing: str = "off",
+                router: str = "two") -> Case:
     """A random configuration inside the declared feature set.
 
     ``kv_policy``: ``reserve``, ``on_demand`` or ``any`` (drawn last, so the other draws of a seed do
@@ -103,8 +104,9 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     ``perinst``: a third of the time (drawn next) the policy is psrl (per-instance weight pulls,
     `draw_psrl`) instead. ``crossing``: ``off``, ``on`` or ``any`` (drawn next, not with psrl): groups failed
     at a publication (``fail_on_version_crossing``, `draw_crossing`), with whatever budget and cache were
-    drawn. Last, a fifth of the cases but psrl's replay the drawn policy's record with a ship barrier
-    (``admit_max_ship_lag`` 0..2)."""
+    drawn. Then a fifth of the cases but psrl's replay the drawn policy's record with a ship barrier
+    (``admit_max_ship_lag`` 0..2). ``router``: ``two`` (least_requests or round_robin, drawn with the
+    deployment) or ``any`` (after everything else, `draw_router`: dp_shard too, and an active_cap)."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -187,7 +189,33 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
             lag = int(rng.integers(0, 3))
             case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(attrs.evolve(rec, admit_max_ship_lag=lag)))
             case.label += f" ship_lag={lag}"
+    if router == "any":
+        draw_router(rng, case, n, K)
     return case
+
+
+def draw_router(rng: np.random.Generator, case: Case, n: int, K: int) -> None:
+    """Redraw ``case``'s router in place (after every other draw): least_requests, round_robin or dp_shard
+    (router.shard_calls 0 where the policy's record has a fixed batch, else 1..2n), and half the time a
+    router.active_cap of 1..n + 1 (group size n: small enough to hold calls in the router queue; none with
+    fail_on_version_crossing, which the fast path refuses with a cap)."""
+    from simrl.policy.errors import PolicyError
+
+    try:
+        rec = case.cfg.policy.lower(LoweringContext(group_size=n, instances=K))
+    except PolicyError:  # (a policy without a record: the fast path refuses it anyway)
+        rec = None
+    name = str(rng.choice(["least_requests", "round_robin", "dp_shard"]))
+    shard = 0
+    if name == "dp_shard":
+        if rec is None or rec.batch_min_groups != rec.batch_max_groups or rng.random() < 0.3:
+            shard = int(rng.integers(1, 2 * n + 1))
+    cap = int(rng.integers(1, n + 2)) if rng.random() < 0.5 else 0
+    if cap and (rec is None or rec.fail_on_version_crossing >= 0):
+        cap = 0
+    case.cfg = attrs.evolve(case.cfg, router=attrs.evolve(case.cfg.router, name=name, shard_calls=shard,
+                                                          active_cap=cap))
+    case.label += f" router={name} shard={shard} cap={cap}"
 
 def draw_psrl(rng: np.random.Generator, entries: int) -> list[str]:
     """psrl overrides the fast path lowers exactly (staleness 0: per-instance pulls, `simrl_fast.perinst`):

@@ -1,6 +1,6 @@
 """Scan many random seeds of the differential generator: SimPy vs the fast path, compared exactly.
 
-    .venv/bin/python tests/fast/diffscan.py --seeds 0:1000 [--batch 200] [--rel 0] [--kv-policy any] [--prefix any] [--crossing any]
+    .venv/bin/python tests/fast/diffscan.py --seeds 0:1000 [--batch 200] [--rel 0] [--kv-policy any] [--prefix any] [--crossing any] [--router any]
 
 Each seed draws `diffcases.random_case(np.random.default_rng(seed), 8, 4, 3, prefix=...)` (the shape of
 tests/fast/test_hypothesis_differential.py), runs SimPy, then the fast path in vmapped batches
@@ -39,6 +39,9 @@ def main(argv=None) -> int:
     ap.add_argument("--crossing", default="off", choices=["off", "on", "any"],
                     help="groups failed at a publication (random_case's crossing draw: dressage or a record with "
                          "fail_on_version_crossing)")
+    ap.add_argument("--router", default="any", choices=["two", "any"],
+                    help="two: least_requests or round_robin without a cap; any: random_case's router draw after "
+                         "everything else (dp_shard too, half the time a router.active_cap)")
     args = ap.parse_args(argv)
     if ":" in args.seeds:
         lo, hi = (int(x) for x in args.seeds.split(":"))
@@ -58,7 +61,8 @@ def main(argv=None) -> int:
         cases, ps, was = [], [], []
         for s in chunk:
             case = random_case(np.random.default_rng(s), GROUPS, N, STEPS, kv_policy=args.kv_policy,
-                               prefix=args.prefix, perinst=args.perinst == "any", crossing=args.crossing)
+                               prefix=args.prefix, perinst=args.perinst == "any", crossing=args.crossing,
+                               router=args.router)
             case.run_simpy()
             _, p, wa = lower(case.cfg, case.workload, case.costs)
             cases.append(case)

@@ -59,8 +59,7 @@ def test_chunked_prefill_lowers_its_token_budget():
 
 @pytest.mark.parametrize("override, feature", [
     ("router.name=kv_cache_aware", "router.name=kv_cache_aware"),
-    ("router.name=dp_shard", "router.name=dp_shard"),
-    ("router.active_cap=4", "router.active_cap=4"),
+    ("router.name=throughput_balance", "router.name=throughput_balance"),
     ("run.time_horizon_s=100", "time_horizon_s"),
     ("policy=prime_rl", "policy 'prime_rl'"),
     ("policy=art", "admit_max_batches_ahead=0"),

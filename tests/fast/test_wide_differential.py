@@ -56,6 +56,8 @@ def test_the_generator_reaches_the_feature_set():
     # verl V1's / TRL async's fields: oldest-dispatch-first batches, drops by dispatch age, returned slots
     assert any(int(p.batch_oldest) for _, p, _ in ok) and any(int(p.age) > 0 for _, p, _ in ok)
     assert any(int(p.return_evicted) for _, p, _ in ok)
+    # the router redrawn (diffcases.draw_router): dp_shard, and an active cap
+    assert any(int(p.router) == 2 for _, p, _ in ok) and any(int(p.cap) > 0 for _, p, _ in ok)
     assert any(int(p.cross) > 0 and int(p.token_budget) > 0 for _, p, _ in ok)
     assert any(int(p.cross) > 0 and int(p.pc) for _, p, _ in ok)
     col = [c for c, low in zip(cases, lowered, strict=True) if not isinstance(low, str) and int(low[1].colocated)]

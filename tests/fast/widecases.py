@@ -32,7 +32,8 @@ A case draws, independently:
   (with whatever token budget and prefix cache were drawn above); then a ship
   barrier (``admit_max_ship_lag`` 0..2) on a record with fixed-size batches; last, per-instance
   weight sync (disaggregated): a record with the sync shape's admission made per-instance (no ship
-  barrier), or psrl with small knobs (one of them staleness 1, refused by its lowering).
+  barrier), or psrl with small knobs (one of them staleness 1, refused by its lowering); after everything,
+  half the time, the router redrawn (`diffcases.draw_router`: dp_shard too, and a router.active_cap).
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -44,7 +45,7 @@ from importlib.resources import files
 
 import attrs
 import numpy as np
-from diffcases import BASE, Case, draw_token_budget, shared_prompts
+from diffcases import BASE, Case, draw_router, draw_token_budget, shared_prompts
 from simhelpers import random_workload
 
 from simrl.config import load_config
@@ -371,6 +372,8 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
         case.label = case.label.replace("offload=0 ", "offload=built ")
     else:
         case.costs = Costs(rollout, training, sync, offload_s=offload or 0.0)
+    if rng.random() < 0.5:  # drawn last: the router redrawn (dp_shard, router.active_cap: diffcases.draw_router)
+        draw_router(rng, case, n, case.cfg.deployment.rollout.instances)
     return case
 
 
