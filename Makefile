@@ -44,8 +44,16 @@ endif
 demo: setup
 	$(BIN)/srl
 
+# Two workers, a test file per worker (--dist loadfile: a file's JAX programs compile once, in one process):
+# most of the suite's time is single-threaded (SimPy, XLA compiles). `make test PYTEST_WORKERS=0` runs it in one process.
+PYTEST_WORKERS ?= 2
+
 test: setup-test $(VENV)/.torch
+ifeq ($(PYTEST_WORKERS),0)
 	$(BIN)/pytest
+else
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
+endif
 
 lint: setup-test
 	$(BIN)/ruff check .
