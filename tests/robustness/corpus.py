@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import yaml
 from robust_common import (
@@ -21,6 +22,8 @@ from robust_common import (
     VALID_SPLITWISE,
     VALID_TURNS,
     jsonl,
+    valid_artifact_text,
+    valid_snapshot,
     valid_trace_text,
 )
 
@@ -471,7 +474,84 @@ OPTIONS = [
 ]
 
 
+def _snap(edit):
+    """A malformed snapshot made from the valid one by ``edit(document)`` (in place)."""
+    def make():
+        d = valid_snapshot()
+        edit(d)
+        return json.dumps(d)
+    return make
+
+
+def _req0(d) -> dict:
+    return next(i for i in d["instances"] if i["running"])["running"][0]
+
+
+def _dup_request(d):
+    inst = next(i for i in d["instances"] if i["running"])
+    inst["running"].append(copy.deepcopy(inst["running"][0]))
+
+
+def _snap_text(edit):
+    return lambda: edit(json.dumps(valid_snapshot()))
+
+
+# `srl-predict SNAPSHOT`: the strict JSON layer (bytes, duplicate keys, NaN, depth), 64-bit
+# integers, and the consistency the restore relies on (each a traceback or a silent wrong
+# prediction before).
+SNAPSHOT = [
+    ("latin1", _snap_text(lambda t: t.encode().replace(b'"schema"', b'"sch\xe9ma"', 1)), ["{in}", "line 1", "UTF-8"]),
+    ("binary", BINARY, ["{in}", "line 1", "binary file"]),
+    ("deep_nesting", "[" * 100000 + "]" * 100000, ["{in}", "nested too deeply"]),
+    ("dup_key", _snap_text(lambda t: t.replace('{"schema"', '{"time_s": 1.0, "schema"', 1)),
+     ["{in}", "duplicate key 'time_s'"]),
+    ("nan_time", _snap_text(lambda t: re.sub(r'"time_s": [0-9.e+-]+', '"time_s": NaN', t, count=1)),
+     ["{in}", "time_s", "finite"]),
+    ("huge_rid", _snap(lambda d: _req0(d).update(rid=2**70)), ["{in}", "rid", "64"]),
+    ("dup_rid", _snap(_dup_request), ["{in}", "request rid", "appears twice"]),
+    ("unknown_traj", _snap(lambda d: _req0(d).update(tid=10**6)), ["{in}", "its trajectory 1000000"]),
+    ("next_rid_low", _snap(lambda d: d["pipeline"].update(next_rid=0)), ["{in}", "pipeline.next_rid"]),
+    ("dup_gid", _snap(lambda d: d["running_groups"].append(copy.deepcopy(d["running_groups"][0]))),
+     ["{in}", "gid", "appears twice"]),
+    ("empty_group", _snap(lambda d: d["buffer"][0].update(trajs=[])), ["{in}", "buffer[0].trajs", "at least one"]),
+    ("traj_ids_gap", _snap(lambda d: d["running_groups"][0]["trajs"][-1].update(tid=99999)),
+     ["{in}", "running_groups[0].trajs", "consecutive"]),
+    ("calls_done", _snap(lambda d: d["running_groups"][0]["trajs"][0].update(calls_done=99)),
+     ["{in}", "calls_done", "calls_total"]),
+    ("kv_over_capacity", _snap(lambda d: d["instances"][0].update(kv_used_tokens=10**12)),
+     ["{in}", "instances[0].kv_used_tokens", "kv_capacity_tokens"]),
+    ("instances_vs_config", _snap(lambda d: d.update(instances=d["instances"][:1])),
+     ["{in}", "instances", "deployment.rollout.instances"]),
+    ("steps_total_vs_config", _snap(lambda d: d["trainer"].update(steps_total=7)),
+     ["{in}", "trainer.steps_total", "run.training_steps"]),
+    ("steps_done_over", _snap(lambda d: d["trainer"].update(steps_done=3)), ["{in}", "trainer.steps_done"]),
+    ("arrival_future", _snap(lambda d: _req0(d).update(arrival_s=1e9)), ["{in}", "arrival_s", "after"]),
+    ("time_negative", _snap(lambda d: d.update(time_s=-5.0)), ["{in}", "time_s", ">= 0"]),
+    ("policy_state_list", _snap(lambda d: d["pipeline"].update(policy_state=[1, 2])),
+     ["{in}", "pipeline.policy_state", "object"]),
+    ("policy_state_bad_float", _snap(lambda d: d["pipeline"]["policy_state"].update(
+        consumed={"__float__": "abc"})), ["{in}", "pipeline.policy_state"]),
+    ("config_typo", _snap(lambda d: d["config"]["deployment"].update(modle="x")),
+     ["{in}", "config", "deployment.modle"]),
+]
+
+
+# `srl-regress show ARTIFACT` (every artifact reader: `simrl.cost.artifact.read_artifact`).
+ARTIFACT = [
+    ("latin1", lambda: valid_artifact_text().encode().replace(b'"family"', b'"fam\xefily"', 1),
+     ["{in}:", "UTF-8"]),
+    ("binary", BINARY, ["{in}:1", "binary file"]),
+    ("dup_key", lambda: valid_artifact_text().replace("{", '{"family": "linear",', 1),
+     ["{in}", "duplicate key 'family'"]),
+    ("deep_nesting", "[" * 100000 + "]" * 100000, ["{in}", "nested too deeply"]),
+    ("nan_coef", lambda: valid_artifact_text().replace('"coefficients": {', '"coefficients": {"zz": NaN,', 1),
+     ["{in}", "coefficients.zz"]),
+    ("empty", "", ["{in}", "not valid JSON"]),
+]
+
+
 def counts() -> dict[str, int]:
     return {"config": len(CONFIG), "overrides": len(OVERRIDES), "trace": len(TRACE), "splitwise": len(SPLITWISE),
             "observations": len(OBSERVATIONS), "realrun": len(REALRUN), "collect": len(COLLECT),
-            "psrl": len(PSRL), "options": len(OPTIONS), "sweep": len(SWEEP)}
+            "psrl": len(PSRL), "options": len(OPTIONS), "sweep": len(SWEEP), "snapshot": len(SNAPSHOT),
+            "artifact": len(ARTIFACT)}

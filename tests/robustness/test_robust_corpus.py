@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from corpus import (
+    ARTIFACT,
     COLLECT,
     CONFIG,
     OBSERVATIONS,
@@ -14,6 +15,7 @@ from corpus import (
     OVERRIDES,
     PSRL,
     REALRUN,
+    SNAPSHOT,
     SPLITWISE,
     SWEEP,
     TRACE,
@@ -33,7 +35,8 @@ CLIS = {"srl": srl_cli, "srl-regress": regress_cli, "srl-workload": workload_cli
 
 FILE_CASES = [(fmt, *case) for fmt, cases in (("config", CONFIG), ("trace", TRACE), ("splitwise", SPLITWISE),
                                               ("observations", OBSERVATIONS), ("realrun", REALRUN),
-                                              ("collect", COLLECT), ("psrl", PSRL)) for case in cases]
+                                              ("collect", COLLECT), ("psrl", PSRL),
+                                              ("snapshot", SNAPSHOT), ("artifact", ARTIFACT)) for case in cases]
 
 
 @pytest.mark.parametrize("fmt, name, content, expect", FILE_CASES, ids=[f"{c[0]}-{c[1]}" for c in FILE_CASES])
