@@ -20,6 +20,7 @@ from robust_common import (
     VALID_OBSERVATION,
     VALID_REALRUN,
     VALID_SPLITWISE,
+    VALID_STUDY,
     VALID_TURNS,
     jsonl,
     valid_artifact_text,
@@ -550,8 +551,41 @@ ARTIFACT = [
 ]
 
 
+def _study(**over) -> str:
+    return yaml.safe_dump({**copy.deepcopy(VALID_STUDY), **over}, sort_keys=False)
+
+
+# `srl-research QUESTION.yaml`: refused while the study is read, before any run.
+RESEARCH = [
+    ("latin1", _study().encode() + "# caf\xe9\n".encode("latin-1"), ["{in}:", "UTF-8"]),
+    ("nul_byte", _study() + "x: 1\x00\n", ["{in}:", "NUL"]),
+    ("binary", BINARY, ["{in}:1"]),
+    ("duplicate_key", _study() + "name: again\n", ["{in}", "repeated"]),
+    ("seeds_string", _study(seeds="abc"), ["{in}", "seeds"]),
+    ("values_nan", _study(variation={"name": "length_dispersion", "values": [float("nan")]}),
+     ["{in}", "variation.values"]),
+    ("objective_typo", _study(objective="trained_tokens"), ["{in}", "objective"]),
+    ("unknown_key", _study(questoin="x"), ["{in}", "questoin", "unknown key"]),
+    ("baseline_list", _study(baseline=[1]), ["{in}", "baseline"]),
+    ("empty", "", ["{in}", "top level"]),
+]
+
+
+# `srl-research --lessons FILE`: (name, lessons file content, expected), read before any run.
+LESSONS = [
+    ("latin1", b'{"id": "a\xff"}\n', ["{lessons}:1", "UTF-8"]),
+    ("dup_key", '{"id": "a", "id": "b"}\n', ["{lessons}:1", "duplicate key 'id'"]),
+    ("nan", '{"id": "a", "x": NaN}\n', ["{lessons}:1", "NaN"]),
+    ("list_line", "[1]\n", ["{lessons}:1", "not a lesson"]),
+    ("missing_fields", '{"id": "a", "candidate": {"name": "kv_cache_aware"}}\n', ["{lessons}:1", "not a lesson"]),
+    ("candidate_string", json.dumps({"id": "a", "family": "router", "candidate": "x", "baseline": {},
+                                     "evidence": {}, "conditions": {}, "question": "q", "claim": "c"}) + "\n",
+     ["{lessons}:1", "candidate"]),
+]
+
+
 def counts() -> dict[str, int]:
     return {"config": len(CONFIG), "overrides": len(OVERRIDES), "trace": len(TRACE), "splitwise": len(SPLITWISE),
             "observations": len(OBSERVATIONS), "realrun": len(REALRUN), "collect": len(COLLECT),
             "psrl": len(PSRL), "options": len(OPTIONS), "sweep": len(SWEEP), "snapshot": len(SNAPSHOT),
-            "artifact": len(ARTIFACT)}
+            "artifact": len(ARTIFACT), "research": len(RESEARCH), "lessons": len(LESSONS)}

@@ -22,6 +22,7 @@ from simrl.cli.regress import cli as regress_cli
 from simrl.cli.workload import main as workload_cli
 from simrl.cost.observations import SCHEMA as OBS_SCHEMA
 from simrl_explore.cli_sweep import main as sweep_cli
+from simrl_explore.research.cli import main as research_cli
 
 PROV = {"hardware": "H100", "source": "robustness test", "date": "2026-01-01"}
 
@@ -98,6 +99,15 @@ def valid_artifact_text() -> str:
     return (Path(simrl.cost.__file__).parent / "data" / "rollout-roofline-h100.json").read_text(encoding="utf-8")
 
 
+VALID_STUDY = {
+    "name": "t", "question": "Does kv_cache_aware beat throughput_balance?",
+    "base": {"set": {"deployment.model": "qwen3-8b", "workload.groups": 8, "run.training_steps": 1}},
+    "family": "router", "baseline": {"name": "throughput_balance"}, "candidate": {"name": "kv_cache_aware"},
+    "objective": "trained_tokens_per_s", "seeds": [0, 1],
+    "variation": {"name": "length_dispersion", "values": [0.0, 1.0]}, "proposals": 0,
+}
+
+
 # Where each format's input goes and which command reads it. `{in}` is the input file, `{out}` an
 # output path inside the same temporary directory (it must not exist afterwards).
 COMMANDS = {
@@ -111,6 +121,7 @@ COMMANDS = {
     "sweep": (sweep_cli, ["--space", "{in}", "-o", "{out}", "-q", "--jobs", "1"], ".yaml"),
     "snapshot": (predict_cli, ["predict", "{in}", "--draws", "1", "--requests", "0"], ".json"),
     "artifact": (regress_cli, ["show", "{in}"], ".json"),
+    "research": (research_cli, ["{in}", "-o", "{out}", "--jobs", "1", "-q"], ".yaml"),
 }
 
 
