@@ -88,6 +88,13 @@ CONFIG = [
     ("kv_policy_int", cfg(deployment={"rollout": {"kv_policy": 3}}), ["deployment.rollout.kv_policy"]),
     ("section_scalar", "deployment: 5\n", ["deployment", "mapping"]),
     ("name_int", cfg(run={"name": 123}), ["run.name", "string"]),
+    # run.name is the run directory's name: a path in it wrote outside -o (or into -o itself)
+    ("name_traversal", cfg(run={"name": "../escaped"}), ["run.name", "one path component"]),
+    ("name_dot", cfg(run={"name": "."}), ["run.name", "one path component"]),
+    ("name_nested", cfg(run={"name": "a/b"}), ["run.name", "'/'"]),
+    ("name_newline", cfg(run={"name": "a\nb"}), ["run.name", "control characters"]),
+    ("name_too_long", cfg(run={"name": "x" * 300}), ["run.name", "at most 200 bytes"]),
+    ("name_empty", cfg(run={"name": ""}), ["run.name", "non-empty"]),
     ("top_list", "- 1\n- 2\n", ["{in}", "top level"]),
     ("bad_yaml", "a: [1,\n", ["{in}:", "not valid YAML"]),
     ("tab_indent", "deployment:\n\trollout: 1\n", ["{in}:", "not valid YAML"]),
@@ -223,6 +230,7 @@ OVERRIDES = [
     ("ov_policy_knob", ["policy=bounded_async", "policy.max_staleness=-1"], ["policy.max_staleness"]),
     ("ov_knob_inf", ["cost.rollout_knobs.a=.inf"], ["cost.rollout_knobs.a"]),
     ("ov_tp_heads", ["deployment.rollout.tp=5"], ["deployment.rollout.tp"]),
+    ("ov_name_dotdot", ["run.name=.."], ["run.name", "one path component"]),
 ]
 
 
