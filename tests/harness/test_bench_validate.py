@@ -322,3 +322,17 @@ def test_manifest_schema_problems():
                                                              "groups": 2}}) == [
         "status 'done' not one of ('running', 'valid', 'invalid', 'aborted')"]
     assert "missing key 'results'" in M.problems({k: v for k, v in man.items() if k != "results"})
+
+
+@pytest.mark.parametrize("gpus, where", [
+    ("0,0,1,2", "names the same device twice"),
+    ("a,1,2,3", "'a' is neither a GPU index"),
+    ("-1,0,1,2", "'-1' is neither a GPU index"),
+    ("0,1,,2", "empty entry"),
+    ("0,1,2", "4 distinct devices are required, got 3"),
+])
+def test_malformed_gpus_is_a_usage_error_before_any_results_dir(tmp_path, gpus, where):
+    res = CliRunner().invoke(bench, ["run", "--backend", "art", "--workload", "multi_turn", "--gpus", gpus,
+                                     "--runtime", "sim", "-o", str(tmp_path / "results")])
+    assert res.exit_code == 2 and where in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "results").exists()  # was an ABORTED results directory per typo
