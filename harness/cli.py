@@ -152,6 +152,12 @@ def run_cmd(suite, backend, workload, gpus, runtime, python_, skyrl_source, hf_c
         abort("--suite runs every backend and workload; drop --backend/--workload")
     if not suite and not (backend and workload):
         abort("give --suite comparison, or both --backend and --workload")
+    from harness import nvsmi
+
+    try:
+        nvsmi.check_spec(gpus)  # a typo in --gpus is a usage error, not an aborted results directory
+    except BenchError as exc:
+        abort(str(exc))
     req = RunRequest(backend=backend or "art", workload=workload or "multi_turn", gpus=gpus, runtime=runtime,
                      python=python_, skyrl_source=skyrl_source, hf_cache=hf_cache, rank=int(rank),
                      skyrl_batch_size=int(skyrl_batch_size), skyrl_cuda_compat=skyrl_cuda_compat,

@@ -98,6 +98,10 @@ TYPES: dict[str, type | tuple] = {
     "lease.verified_at_end": dict, "results.headline": dict, "results.measured": dict,
     "results.secondary": dict, "results.per_update": list, "backend_outcome.exit_code": int,
     "clock.kind": str, "clock.origin_unix": _NUM, "clock.end_s": _NUM,
+    "hardware.occupancy_before.raw": (dict, type(None)), "hardware.occupancy_after.raw": (dict, type(None)),
+    "hardware.occupancy_before.raw.query_gpu": str, "hardware.occupancy_before.raw.query_compute_apps": str,
+    "hardware.occupancy_after.raw.query_gpu": str, "hardware.occupancy_after.raw.query_compute_apps": str,
+    "hardware.occupancy_before.time_unix": _NUM, "hardware.occupancy_after.time_unix": _NUM,
 }
 
 
@@ -110,14 +114,15 @@ def _type_name(typ) -> str:
 
 def load(path: Path) -> dict:
     """The manifest at ``path``; not JSON, not an object, or a mistyped field is a ManifestError naming both."""
-    import json
+    from workloads.strictio import load_json_file
 
-    try:
-        man = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"{path}: cannot read the manifest ({exc})") from exc
-    except ValueError as exc:
-        raise ManifestError(f"{path}: not JSON ({exc})") from exc
+    def fail(line: int, field: str | None, message: str) -> ManifestError:
+        where = f"{path}:{line}" if line else f"{path}"
+        return ManifestError(f"{where}: {f'key {field!r}: ' if field else ''}{message}")
+
+    # strict JSON: a duplicate key (two readers could see two different manifests), NaN or
+    # infinity, non-UTF-8 bytes and nesting too deep are refused, naming the line or key
+    man = load_json_file(path, fail)
     if not isinstance(man, dict):
         raise ManifestError(f"{path}: the top level must be an object, got {type(man).__name__}")
     for dotted, typ in TYPES.items():

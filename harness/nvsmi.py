@@ -129,6 +129,23 @@ def compute_apps() -> list[ComputeApp]:
     return parse_apps(run([f"--query-compute-apps={','.join(APP_FIELDS)}", FORMAT]))
 
 
+def check_spec(spec: str, count: int = GPUS_PER_RUN) -> list[str]:
+    """The syntax of ``--gpus``, checked before a results directory is made: ``count`` distinct,
+    non-empty entries, each a host index or a device UUID (``GPU-...``/``MIG-...``)."""
+    items = [s.strip() for s in spec.split(",")]
+    if any(not i for i in items):
+        raise BenchError(f"--gpus {spec!r}: empty entry; expected {count} comma-separated GPU indices or UUIDs")
+    for item in items:
+        if not (item.isdigit() or item.startswith(("GPU-", "MIG-"))):
+            raise BenchError(f"--gpus: {item!r} is neither a GPU index (0, 1, ...) nor a UUID (GPU-...) "
+                             "as `bench gpus` lists them")
+    if len(set(items)) != len(items):
+        raise BenchError(f"--gpus {spec!r}: names the same device twice; {count} distinct devices are required")
+    if len(items) != count:
+        raise BenchError(f"--gpus {spec!r}: {count} distinct devices are required, got {len(items)}")
+    return items
+
+
 def resolve(spec: str, gpus: list[GpuInfo], count: int = GPUS_PER_RUN) -> list[GpuInfo]:
     """Resolve ``--gpus`` (indices or exact UUIDs, comma separated) once, in the order given."""
     by_index = {g.index: g for g in gpus}

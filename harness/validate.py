@@ -23,7 +23,6 @@ from harness import contract, model_snapshot, nvsmi
 from harness import manifest as M
 from harness import pins as P
 from harness.errors import BenchError
-from harness.fsio import read_jsonl
 from harness.pins import HEADLINE_FIRST, HEADLINE_LAST, INTERVAL_EPSILON_S, TOTAL_UPDATES, WARMUP_UPDATES
 
 LOG_ERROR = re.compile(r"Traceback \(most recent call last\)|^\S*\s*(ERROR|CRITICAL)\b|\bFATAL\b", re.M)
@@ -85,6 +84,19 @@ def check_evidence(run_dir: Path, man: dict, lines: dict[str, list[dict]]) -> li
         n_lines = data.count(b"\n")
         if n_lines != want.get("lines"):
             out.append(f"{name}: {n_lines} lines, {want.get('lines')} recorded")
+        if "bytes" in want and len(data) != want["bytes"]:
+            out.append(f"{name}: {len(data)} bytes, {want['bytes']!r} recorded")
+        prev_wall = None
+        for i, row in enumerate(lines[name]):  # lines are appended as they happen: the clock never goes back
+            wall = row.get("wall_time_unix")
+            if prev_wall is not None and isinstance(wall, int | float) and wall < prev_wall:
+                out.append(f"{name} line {i + 1}: written at {wall}, before line {i} ({prev_wall}): the wall "
+                           "clock went backwards or the lines were reordered")
+                break
+            prev_wall = wall if isinstance(wall, int | float) else prev_wall
+        ks = [row.get("k") for row in lines[name]] if name == "updates.jsonl" else []
+        if ks != sorted(ks, key=lambda k: k if isinstance(k, int | float) else 0):
+            out.append(f"{name}: updates are not in order of k ({ks[:25]}): lines reordered")
         for i, row in enumerate(lines[name]):
             if row.get("run_id") != run_id or row.get("lease_id") != lease_id:
                 out.append(f"{name} line {i + 1}: run/lease {row.get('run_id')}/{row.get('lease_id')} is not this "
@@ -285,7 +297,62 @@ def check_timestamps(man: dict, updates: list[dict], turns: list[dict]) -> list[
         if t.get("finish") is not None and float(t["finish"]) < float(t["arrival"]):
             out.append(f"trajectory {t['trajectory']} turn {t['turn']}: finished before it arrived")
             break
+        if t.get("first_token") is not None and not (
+                float(t["arrival"]) <= float(t["first_token"])
+                <= (float(t["finish"]) if t.get("finish") is not None else math.inf)):
+            out.append(f"trajectory {t['trajectory']} turn {t['turn']}: first token at {t['first_token']} is not "
+                       f"between its arrival {t['arrival']} and finish {t.get('finish')}")
+            break
+    hw = man.get("hardware") or {}
+    order = [("hardware.occupancy_before.time_unix", (hw.get("occupancy_before") or {}).get("time_unix")),
+             ("identity.backend_started_unix", start), ("identity.backend_finished_unix", end),
+             ("hardware.occupancy_after.time_unix", (hw.get("occupancy_after") or {}).get("time_unix"))]
+    known = [(k, v) for k, v in order if isinstance(v, int | float)]
+    for (k1, v1), (k2, v2) in zip(known, known[1:], strict=False):
+        if v2 < v1 - WALL_SLACK_S:
+            out.append(f"{k2} ({v2}) is before {k1} ({v1}): the recorded times go backwards")
+    outcome_clock = (man.get("backend_outcome") or {}).get("clock")
+    if isinstance(outcome_clock, dict) and outcome_clock != clock:
+        out.append(f"clock {clock!r} differs from the backend's own backend_outcome.clock {outcome_clock!r}")
     return out
+
+
+def check_context(run_dir: Path, man: dict) -> list[str]:
+    """The manifest describes the run the worker was given: context.json, which the backend read,
+    names the same backend, workload, seed, settings, GPUs, lease and LoRA rank."""
+    from workloads.strictio import load_json_file
+
+    path = run_dir / "context.json"
+    if not path.exists():
+        return ["context.json (the run context the backend was started with) is missing"]
+    try:
+        ctx = load_json_file(path, lambda line, field, msg: ValueError(
+            f"{path}{f':{line}' if line else ''}: {f'{field}: ' if field else ''}{msg}"))
+    except ValueError as exc:
+        return [str(exc)]
+    if not isinstance(ctx, dict):
+        return [f"{path}: expected a JSON object"]
+    ident, wl, hw = man["identity"], man["workload"], man.get("hardware") or {}
+    pairs = [("run_id", "identity.run_id", ident.get("run_id")), ("backend", "identity.backend", ident.get("backend")),
+             ("workload", "identity.workload", ident.get("workload")),
+             ("runtime", "identity.runtime", ident.get("runtime")), ("lease_id", "identity.lease_id",
+                                                                     ident.get("lease_id")),
+             ("seed", "workload.seed", wl.get("seed")), ("rank", "model.lora.rank", man["model"].get("lora", {}).get(
+                 "rank")),
+             ("trainer_uuids", "hardware.trainer_uuids", hw.get("trainer_uuids")),
+             ("inference_uuids", "hardware.inference_uuids", hw.get("inference_uuids"))]
+    if ident.get("backend") == "skyrl":
+        pairs.append(("skyrl_batch_size", "identity.skyrl_batch_size", ident.get("skyrl_batch_size")))
+    settings = ctx.get("settings") if isinstance(ctx.get("settings"), dict) else {}
+    for key, val in settings.items():  # the pipeline adds what the backend reported (native_config)
+        pairs.append((f"settings.{key}", f"pipeline.{key}", man["pipeline"].get(key)))
+        ctx = {**ctx, f"settings.{key}": val}
+    params = ctx.get("workload_params")
+    if isinstance(params, dict):
+        pairs.append(("workload_params.groups", "workload.groups", wl.get("groups")))
+        ctx = {**ctx, "workload_params.groups": params.get("groups")}
+    return [f"manifest {mkey} is {mval!r:.80}, but the run was started with {key} = {ctx.get(key)!r:.80} "
+            "(context.json)" for key, mkey, mval in pairs if ctx.get(key) != mval]
 
 
 def check_schedule(man: dict, turns: list[dict], workload) -> list[str]:
@@ -386,27 +453,105 @@ def check_container(man: dict) -> list[str]:
     return out
 
 
-def check_log(run_dir: Path, man: dict) -> list[str]:
+LOG_UPDATE = re.compile(r"\bupdate (\d+): c_k=(\S+) groups=(\d+) trajectories=(\d+) tokens=(\d+)")
+
+
+def check_log(run_dir: Path, man: dict, updates: list[dict] | None = None) -> list[str]:
+    """No error in run.log, and the line it logged for each update as it happened (EvidenceSink)
+    agrees with updates.jsonl: the raw log and the evidence tell the same story."""
     log = run_dir / "run.log"
     if not log.exists():
         return ["run.log missing"]
     out = []
-    m = LOG_ERROR.search(log.read_text(errors="replace"))
+    text = log.read_text(errors="replace")
+    m = LOG_ERROR.search(text)
     if m:
         out.append(f"run.log contains {m.group(0).strip()!r}")
+    if updates is not None:
+        logged: dict[int, list[tuple]] = {}
+        for g in LOG_UPDATE.finditer(text):
+            logged.setdefault(int(g.group(1)), []).append(g.groups()[1:])
+        for u in updates:
+            rows = logged.pop(int(u["k"]), [])
+            want = (f"{float(u['c_k']):.3f}", str(u["groups"]), str(u["trajectories"]), str(u["tokens"]))
+            if len(rows) != 1 or rows[0] != want:
+                said = "; ".join("c_k={} groups={} trajectories={} tokens={}".format(*r) for r in rows) or "no line"
+                out.append(f"update {u['k']}: run.log logged {said}, updates.jsonl says "
+                           "c_k={} groups={} trajectories={} tokens={}".format(*want))
+        if logged:
+            out.append(f"run.log logged updates {sorted(logged)} that updates.jsonl does not have")
     code = man.get("backend_outcome", {}).get("exit_code")
     if code != 0:
         out.append(f"backend exit code {code}")
     return out
 
 
+_INT, _NUM, _STR = "integer", "number", "string"
+# The type of every evidence field validation reads, as EvidenceSink writes it; ``?`` allows null.
+# Fields the checks index directly are required; the rest are checked when present.
+EVIDENCE_SCHEMA = {
+    "updates.jsonl": ({"k", "d_k", "c_k", "train_end", "publish_end", "groups", "trajectories", "tokens"}, {
+        "k": _INT, "d_k": _NUM, "c_k": _NUM, "train_end": _NUM, "publish_end": _NUM, "policy_version": _INT,
+        "groups": _INT, "trajectories": _INT, "tokens": _INT, "group_ids": "list of integers",
+        "staleness": "list of integers", "rank_intervals": "intervals", "seq": _INT, "run_id": _STR,
+        "lease_id": _STR + "?", "wall_time_unix": _NUM, "eval": "boolean", "checkpoint": "boolean"}),
+    "turns.jsonl": ({"trajectory", "turn", "forced_tokens", "completion_tokens", "prompt_tokens", "arrival"}, {
+        "group": _INT, "trajectory": _INT, "turn": _INT, "forced_tokens": _INT, "completion_tokens": _INT,
+        "finish_reason": _STR + "?", "prompt_tokens": _INT, "scheduled_prompt_tokens": _INT, "arrival": _NUM,
+        "first_token": _NUM + "?", "finish": _NUM + "?", "policy_version_start": _INT + "?",
+        "policy_version_end": _INT + "?", "seq": _INT, "run_id": _STR, "lease_id": _STR + "?",
+        "wall_time_unix": _NUM}),
+}
+
+
+_KIND_TEXT = {_INT: "an integer", _NUM: "a finite number", "intervals": "an object {rank: [[start, end], ...]}",
+              "boolean": "true or false"}
+
+
+def _is(kind: str, v) -> bool:
+    if isinstance(v, bool):
+        return kind == "boolean"
+    if kind == _INT:
+        return isinstance(v, int)
+    if kind == _NUM:
+        return isinstance(v, int | float) and math.isfinite(v)
+    if kind == _STR:
+        return isinstance(v, str)
+    if kind == "list of integers":
+        return isinstance(v, list) and all(_is(_INT, x) for x in v)
+    if kind == "intervals":  # {"rank": [[start, end], ...]}
+        return isinstance(v, dict) and all(
+            isinstance(ivs, list) and all(isinstance(iv, list) and len(iv) == 2 and all(_is(_NUM, x) for x in iv)
+                                          for iv in ivs) for ivs in v.values())
+    return False
+
+
 def _read_evidence(run_dir: Path) -> dict[str, list[dict]]:
+    """Both evidence files, strictly decoded (UTF-8, no duplicate keys, no NaN) and typed; a
+    ValueError naming the file, line and field otherwise."""
+    from workloads.strictio import json_lines
+
     out = {}
     for name in EVIDENCE_FILES:
         path = run_dir / name
-        rows = list(read_jsonl(path)) if path.exists() else []
-        if any(not isinstance(r, dict) for r in rows):
-            raise ValueError(f"{path}: every line must be a JSON object")
+        rows: list[dict] = []
+        if path.exists():
+            def fail(line: int, field: str | None, message: str, path=path) -> ValueError:
+                return ValueError(f"{path}{f':{line}' if line else ''}: {f'{field}: ' if field else ''}{message}")
+
+            required, types = EVIDENCE_SCHEMA[name]
+            for n, row in json_lines(path, fail):
+                if not isinstance(row, dict):
+                    raise fail(n, None, f"expected a JSON object, got {type(row).__name__}")
+                for key in sorted(required - set(row)):
+                    raise fail(n, key, "missing")
+                for key, kind in types.items():
+                    if key in row and not (kind.endswith("?") and row[key] is None) and not _is(kind.rstrip("?"),
+                                                                                                 row[key]):
+                        raise fail(n, key, f"expected {'null or ' if kind.endswith('?') else ''}"
+                                           f"{_KIND_TEXT.get(kind.rstrip('?'), 'a ' + kind.rstrip('?'))}, "
+                                           f"got {row[key]!r:.60}")
+                rows.append(row)
         out[name] = rows
     return out
 
@@ -429,14 +574,6 @@ def validate(run_dir: Path, workload_loader=None) -> dict:
         lines = _read_evidence(run_dir)
         updates = sorted(lines["updates.jsonl"], key=lambda u: int(u["k"]))
         turns = lines["turns.jsonl"]
-        for u in updates:
-            for key in ("k", "d_k", "c_k", "train_end", "publish_end", "groups", "trajectories", "tokens"):
-                if not isinstance(u.get(key), int | float) or isinstance(u.get(key), bool):
-                    raise ValueError(f"updates.jsonl: update {u.get('k')!r} field {key!r} must be a number")
-        for t in turns:
-            for key in ("trajectory", "turn", "forced_tokens", "completion_tokens", "prompt_tokens", "arrival"):
-                if not isinstance(t.get(key), int | float) or isinstance(t.get(key), bool):
-                    raise ValueError(f"turns.jsonl: a line's field {key!r} must be a number")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return _verdict([*checks, _check("evidence", [f"evidence unreadable: {exc}"])])
     try:
@@ -454,6 +591,7 @@ def validate(run_dir: Path, workload_loader=None) -> dict:
         _check("endpoints", check_endpoints(updates, turns)),
         _check("forced_lengths", check_forced(turns)),
         _check("timestamps", check_timestamps(man, updates, turns)),
+        _check("run_context", check_context(run_dir, man)),
     ]
     try:
         workload = (workload_loader or _load_workload)(man["workload"])
@@ -467,7 +605,7 @@ def validate(run_dir: Path, workload_loader=None) -> dict:
         _check("lease_held", check_lease(man)),
         _check("results_recomputed", check_results(man, recomputed)),
         _check("container_preflight", check_container(man)),
-        _check("run_log", check_log(run_dir, man)),
+        _check("run_log", check_log(run_dir, man, updates)),
     ]
     return _verdict(checks, recomputed)
 

@@ -71,6 +71,24 @@ def _gpu(_inst, att, value):
             raise ValueError(str(exc), att) from None
 
 
+RUN_NAME_MAX_BYTES = 200  # a file name is at most 255 bytes; staging adds a prefix and a suffix
+
+
+def _run_name(_inst, att, value):
+    """``run.name`` is the run directory's name under ``run.output_dir``: one path component."""
+    if value is None:
+        return
+    if not value or value.strip() != value:
+        raise ValueError(f"{att.name} must be a non-empty directory name without surrounding spaces "
+                         f"(or null for the default), got {value!r}")
+    if value in (".", "..") or any(c in value for c in "/\\") or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"{att.name} is the run directory's name under run.output_dir: expected one path "
+                         f"component without '/', '\\', control characters, '.' or '..', got {value!r:.80}")
+    if len(value.encode("utf-8")) > RUN_NAME_MAX_BYTES:
+        raise ValueError(f"{att.name} must be at most {RUN_NAME_MAX_BYTES} bytes (a directory name), got "
+                         f"{len(value.encode('utf-8'))}")
+
+
 def _opt_pos(_inst, att, value):
     if value is not None and value <= 0:
         raise ValueError(f"{att.name} must be > 0 or null, got {value!r}")
@@ -226,7 +244,7 @@ class RunConfig:
     training_steps: int = attrs.field(default=5, validator=_count(10_000_000))
     time_horizon_s: HorizonS = attrs.field(default=math.inf, validator=_pos)
     output_dir: str = "outputs"
-    name: str | None = None  # None: derived from the policy, model and a config hash
+    name: str | None = attrs.field(default=None, validator=_run_name)  # None: policy, model and a config hash
     telemetry: bool = True
     plots: bool = True
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import attrs
 
+from workloads.strictio import INT_MAX
+
 SNAPSHOT_SCHEMA = "simrl.snapshot.v1"
 
 TRAINER_PHASES = ("waiting", "training", "publishing", "done")
@@ -183,6 +185,9 @@ def policy_state_from(policy, data):
     if data is None or not attrs.has(type(state)):
         return state
     cls = type(state)
+    if not isinstance(data, dict):
+        raise SnapshotError(f"pipeline.policy_state: expected an object (the {cls.__name__}), "
+                            f"got {type(data).__name__}")
     names = {f.name for f in attrs.fields(cls)}
     extra = set(data) - names
     if extra:
@@ -230,6 +235,8 @@ class _Reader:
                 self.fail(path, f"expected an integer, got {v!r}")
             if v < 0:
                 self.fail(path, f"expected a non-negative integer, got {v}")
+            if v > INT_MAX:
+                self.fail(path, f"expected an integer that fits in 64 bits (at most {INT_MAX}), got {v}")
             return v
         if base == "float":
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
@@ -279,33 +286,122 @@ def parse_snapshot(data, source: str = "<snapshot>") -> Snapshot:
         if inst.index != i:
             r.fail(f"instances[{i}].index", f"expected {i} (instances in index order), got {inst.index}")
     try:
-        snap.sim_config()
+        cfg = snap.sim_config()
     except ValueError as exc:
         r.fail("config", str(exc))
+    _check_consistent(snap, cfg, r)
     return snap
 
 
+def _check_consistent(snap: Snapshot, cfg, r: _Reader) -> None:
+    """What the restore relies on: unique ids, requests of known trajectories, counts that agree
+    with the configuration, times not after the snapshot's instant. A snapshot breaking one of
+    these was edited or corrupted; restoring it would crash or silently predict nonsense."""
+    t = snap.time_s
+    if t < 0:
+        r.fail("time_s", f"expected a time >= 0 s, got {t}")
+    where_groups = [("running_groups", snap.running_groups), ("buffer", snap.buffer), ("retry", snap.retry)]
+    seen_gid: dict[int, str] = {}
+    trajs: dict[int, dict[int, SnapTraj]] = {}
+    for name, groups in where_groups:
+        for k, g in enumerate(groups):
+            path = f"{name}[{k}]"
+            if g.gid in seen_gid:
+                r.fail(f"{path}.gid", f"group {g.gid} appears twice (also at {seen_gid[g.gid]}); gids are unique")
+            seen_gid[g.gid] = path
+            if g.gid >= snap.pipeline.next_gid:
+                r.fail(f"{path}.gid", f"group {g.gid} is not below pipeline.next_gid = {snap.pipeline.next_gid}")
+            if not g.trajs:
+                r.fail(f"{path}.trajs", "expected at least one trajectory, got none")
+            if g.dispatch_time_s > t:
+                r.fail(f"{path}.dispatch_time_s", f"{g.dispatch_time_s} is after the snapshot's time_s {t}")
+            by_tid: dict[int, SnapTraj] = {}
+            for j, tr in enumerate(g.trajs):
+                if tr.tid in by_tid:
+                    r.fail(f"{path}.trajs[{j}].tid", f"trajectory {tr.tid} appears twice in group {g.gid}")
+                by_tid[tr.tid] = tr
+                if tr.calls_done > tr.calls_total:
+                    r.fail(f"{path}.trajs[{j}].calls_done",
+                           f"{tr.calls_done} calls done of calls_total = {tr.calls_total}")
+                for key in ("finish_time_s", "tool_wait_since_s"):
+                    v = getattr(tr, key)
+                    if v is not None and v > t:
+                        r.fail(f"{path}.trajs[{j}].{key}", f"{v} is after the snapshot's time_s {t}")
+            tids = sorted(by_tid)
+            if tids != list(range(tids[0], tids[0] + len(tids))):
+                r.fail(f"{path}.trajs", f"trajectory ids {tids} of group {g.gid} are not consecutive "
+                                        "(a group's trajectories are numbered one after another)")
+            if name == "running_groups":
+                trajs[g.gid] = by_tid
+    seen_rid: dict[int, str] = {}
+    for inst, where, q in snap.requests():
+        here = f"request rid {q.rid} ({where}{'' if inst < 0 else f' on instance {inst}'})"
+        if q.rid in seen_rid:
+            r.fail(here, f"rid {q.rid} appears twice (also {seen_rid[q.rid]}); request ids are unique")
+        seen_rid[q.rid] = f"{where}{'' if inst < 0 else f' on instance {inst}'}"
+        if q.rid >= snap.pipeline.next_rid:
+            r.fail(here, f"rid {q.rid} is not below pipeline.next_rid = {snap.pipeline.next_rid}")
+        if q.tid not in trajs.get(q.gid, {}):
+            r.fail(here, f"its trajectory {q.tid} is not among group {q.gid}'s trajectories "
+                         f"{sorted(trajs.get(q.gid, {}))}")
+        if q.arrival_s > t:
+            r.fail(here, f"arrival_s {q.arrival_s} is after the snapshot's time_s {t}")
+    for i, inst in enumerate(snap.instances):
+        if inst.kv_used_tokens > inst.kv_capacity_tokens:
+            r.fail(f"instances[{i}].kv_used_tokens",
+                   f"{inst.kv_used_tokens} exceeds kv_capacity_tokens = {inst.kv_capacity_tokens}")
+    want = cfg.deployment.rollout.instances
+    if len(snap.instances) != want:
+        r.fail("instances", f"{len(snap.instances)} instances, but config deployment.rollout.instances = {want}")
+    tr = snap.trainer
+    if tr.steps_total != cfg.run.training_steps:
+        r.fail("trainer.steps_total", f"{tr.steps_total}, but config run.training_steps = {cfg.run.training_steps}")
+    if tr.steps_done > tr.steps_total:
+        r.fail("trainer.steps_done", f"{tr.steps_done} steps done of steps_total = {tr.steps_total}")
+    if tr.phase_started_s is not None and tr.phase_started_s > t:
+        r.fail("trainer.phase_started_s", f"{tr.phase_started_s} is after the snapshot's time_s {t}")
+    try:
+        policy_state_from(cfg.policy, snap.pipeline.policy_state)
+    except (ValueError, TypeError, AttributeError) as exc:
+        msg = str(exc).removeprefix("pipeline.policy_state: ")
+        r.fail("pipeline.policy_state", msg)
+
+
 def read_snapshot(path: str | Path) -> Snapshot:
+    """Read and check a snapshot file: strict JSON (UTF-8, no duplicate keys, no NaN), the schema,
+    and the consistency the restore relies on; `SnapshotError` naming the file and key or line."""
+    from workloads.strictio import load_json_file
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SnapshotError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SnapshotError(f"{p}: line {exc.lineno}: not valid JSON: {exc.msg}") from None
-    return parse_snapshot(data, str(p))
+
+    def fail(line: int, field: str | None, message: str) -> SnapshotError:
+        return SnapshotError(f"{p}: {f'line {line}: ' if line else ''}{field + ': ' if field else ''}{message}")
+
+    return parse_snapshot(load_json_file(p, fail), str(p))
+
+
+def _finite_or_null(v):
+    """The configuration's infinities as null (JSON has none; ``time_horizon_s: null`` reads back as
+    no limit), so a snapshot is standard JSON that the strict reader accepts."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite_or_null(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite_or_null(x) for x in v]
+    return v
 
 
 def snapshot_dict(snap: Snapshot) -> dict:
-    return json.loads(json.dumps(attrs.asdict(snap, recurse=True)))  # plain lists, as read back
+    d = attrs.asdict(snap, recurse=True)
+    d["config"] = _finite_or_null(d["config"])
+    return json.loads(json.dumps(d, allow_nan=False))  # plain lists, as read back
 
 
 def write_snapshot(snap: Snapshot, path: str | Path) -> None:
     from simrl.atomic import atomic_write
 
-    atomic_write(Path(path), json.dumps(snapshot_dict(snap), indent=1, sort_keys=False) + "\n")
+    atomic_write(Path(path), json.dumps(snapshot_dict(snap), indent=1, sort_keys=False, allow_nan=False) + "\n")
 
 
 # -- the writer: a snapshot of a simulation at an event boundary -------------------------------
@@ -414,7 +510,7 @@ def take_snapshot(sim) -> Snapshot:
         policy_state=encode_value(st.policy_state),
     )
     return Snapshot(
-        schema=SNAPSHOT_SCHEMA, time_s=float(sim.env.now), config=unstructure(sim.cfg),
+        schema=SNAPSHOT_SCHEMA, time_s=float(sim.env.now), config=_finite_or_null(unstructure(sim.cfg)),
         trainer=_trainer(sim), pipeline=pipeline, instances=tuple(instances), router_queue=router,
         running_groups=tuple(_group(g, in_queue, last_finish) for g in st.running.values()),
         buffer=tuple(_group(g, in_queue, last_finish) for g in st.buffer),

@@ -27,7 +27,6 @@ error naming the file, the line and the key.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -50,19 +49,18 @@ TURN_KEYS = {"group": int, "trajectory": int, "turn": int, "prompt_tokens": int,
 UPDATE_KEYS = {"k": int, "d_k": float, "train_end": float, "publish_end": float, "group_ids": list}
 
 
+def _fail(path: Path):
+    def fail(line: int, field: str | None, message: str) -> SnapshotError:
+        return SnapshotError(f"{path}: {f'line {line}: ' if line else ''}{f'{field}: ' if field else ''}{message}")
+    return fail
+
+
 def _lines(path: Path) -> list[tuple[int, dict]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    """The evidence file's records, strictly decoded (UTF-8, no duplicate keys, no NaN)."""
+    from workloads.strictio import json_lines
+
     out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SnapshotError(f"{path}: line {n}: not valid JSON: {exc.msg}") from None
+    for n, obj in json_lines(path, _fail(path)):
         if not isinstance(obj, dict):
             raise SnapshotError(f"{path}: line {n}: expected a JSON object")
         out.append((n, obj))
@@ -99,10 +97,14 @@ def harness_config(evidence_dir: str | Path, config_path=None, overrides=()):
     extra = []
     man = d / "manifest.json"
     if man.exists() and not any(o.split("=", 1)[0] == "policy" for o in overrides):
-        try:
-            backend = json.loads(man.read_text(encoding="utf-8")).get("backend")
-        except (json.JSONDecodeError, AttributeError):
-            raise SnapshotError(f"{man}: not a JSON object") from None
+        from workloads.strictio import load_json_file
+
+        data = load_json_file(man, _fail(man))
+        if not isinstance(data, dict):
+            raise SnapshotError(f"{man}: not a JSON object")
+        ident = data.get("identity")
+        # a bench manifest names its backend under identity (harness/manifest.py); older files at the top
+        backend = ident.get("backend") if isinstance(ident, dict) else data.get("backend")
         from simrl.policy import policy_kinds
 
         if backend in policy_kinds():

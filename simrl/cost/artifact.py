@@ -92,15 +92,16 @@ def write_artifact(path: str | os.PathLike, data: dict) -> None:
 
 
 def read_artifact(path: str | os.PathLike) -> dict:
+    from simrl.strictio import load_json_file
+
     path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise ArtifactError(f"{path}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    return validate_artifact(data, path)
+
+    def fail(line: int, field: str | None, message: str) -> ArtifactError:
+        where = f"{path}:{line}" if line else path
+        return ArtifactError(f"{where}: {field + ': ' if field else ''}{message}")
+
+    # strict: non-UTF-8 bytes, duplicate keys, NaN/infinity and nesting too deep are named errors
+    return validate_artifact(load_json_file(path, fail), path)
 
 
 def domain_of(data: dict, name: str, strict: bool) -> ValidityDomain:

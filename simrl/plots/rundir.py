@@ -8,6 +8,7 @@ Every problem names the file (and line) at fault.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from simrl.output import TELEMETRY_SCHEMA
@@ -23,10 +24,35 @@ def _not_utf8(path: Path, exc: UnicodeDecodeError) -> RunDirError:
     return RunDirError(f"{path}:{line}: corrupt, not UTF-8 text (byte 0x{exc.object[exc.start:exc.start + 1].hex()})")
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique(pairs: list) -> dict:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _DuplicateKey(f"corrupt, duplicate key {dup!r} in one object (readers disagree on which value wins)")
+    return d
+
+
+def _loads(path: Path, text: str, line: int | None = None):
+    """JSON as the run wrote it (NaN stands for an undefined metric, so it is kept), but a repeated
+    key or nesting too deep is a corrupt file, not a traceback or a silently dropped value."""
+    where = f"{path}:{line}" if line else str(path)
+    try:
+        return json.loads(text, object_pairs_hook=_unique)
+    except _DuplicateKey as exc:
+        raise RunDirError(f"{where}: {exc}") from None
+    except RecursionError:
+        raise RunDirError(f"{where}: corrupt, JSON nested too deeply") from None
+
+
 def read_report(run_dir: Path) -> dict:
     path = run_dir / "report.json"
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
+        report = _loads(path, path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RunDirError(f"{path}: missing (is {run_dir} a SimRL run directory?)") from None
     except OSError as exc:
@@ -59,7 +85,7 @@ def read_telemetry(run_dir: Path) -> tuple[list[dict], list[dict]]:
     events, samples = [], []
     for n, raw in enumerate(text.splitlines(), 1):
         try:
-            row = json.loads(raw)
+            row = _loads(path, raw, n)
         except json.JSONDecodeError as exc:
             raise RunDirError(f"{path}:{n}: corrupt, not valid JSON ({exc.msg})") from None
         if n == 1:
@@ -68,6 +94,11 @@ def read_telemetry(run_dir: Path) -> tuple[list[dict], list[dict]]:
             continue
         if not isinstance(row, dict) or "kind" not in row or "t" not in row:
             raise RunDirError(f"{path}:{n}: corrupt, expected an event with 't' and 'kind'")
+        t = row["t"]
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
+            raise RunDirError(f"{path}:{n}: corrupt, 't' must be a finite time >= 0, got {t!r:.40}")
+        if not isinstance(row["kind"], str):
+            raise RunDirError(f"{path}:{n}: corrupt, 'kind' must be a string, got {row['kind']!r:.40}")
         (samples if row["kind"] == "sample" else events).append(row)
     if not text:
         raise RunDirError(f"{path}: empty")

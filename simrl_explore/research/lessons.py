@@ -20,19 +20,34 @@ def _pct(x: float) -> str:
 def read_lessons(path: str) -> list[dict]:
     if not os.path.exists(path):
         return []
+    from workloads.strictio import json_lines
+
+    def fail(line: int, field: str | None, message: str) -> ValueError:
+        return ValueError(f"{path}{f':{line}' if line else ''}: {f'{field}: ' if field else ''}{message}")
+
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n}: not a JSON object ({exc.msg})") from None
-            if not isinstance(obj, dict) or "id" not in obj or "candidate" not in obj:
-                raise ValueError(f"{path}:{n}: not a lesson (needs id, candidate, evidence)")
-            out.append(obj)
+    # strict JSON lines (UTF-8, no duplicate keys or NaN), and every field a later step reads
+    for n, obj in json_lines(path, fail):
+        if not isinstance(obj, dict):
+            raise fail(n, None, f"not a lesson: expected a JSON object, got {type(obj).__name__}")
+        for key, kind in LESSON_FIELDS.items():
+            if not isinstance(obj.get(key), kind):
+                raise fail(n, key, f"not a lesson: expected {'an object' if kind is dict else 'a string'}, "
+                                   f"got {obj.get(key)!r:.40} (a lesson has {', '.join(LESSON_FIELDS)})")
+        for key, sub in (("candidate", "name"), ("baseline", "name")):
+            if not isinstance(obj[key].get(sub), str):
+                raise fail(n, f"{key}.{sub}", "not a lesson: expected a string")
+        overall = obj["evidence"].get("overall")
+        if not isinstance(overall, dict) or not isinstance(overall.get("mean"), int | float) \
+                or isinstance(overall.get("mean"), bool):
+            raise fail(n, "evidence.overall.mean", "not a lesson: expected a number")
+        out.append(obj)
     return out
+
+
+# The fields of a lesson that proposals and lessons.md read (written by `agents`).
+LESSON_FIELDS = {"id": str, "family": str, "candidate": dict, "baseline": dict, "evidence": dict,
+                 "conditions": dict, "question": str, "claim": str}
 
 
 def append_lesson(path: str, lesson: dict) -> None:

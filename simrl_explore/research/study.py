@@ -135,13 +135,18 @@ def _strategy(raw: Any, family: str, where: str) -> Strategy:
 
 
 def load_study(path: str) -> Study:
+    from simrl.strictio import YamlInputError, read_utf8
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.load(fh.read(), Loader=_UniqueLoader)  # noqa: S506 - a SafeLoader subclass
-    except OSError as exc:
-        raise StudyError(f"{path}: cannot read ({exc.strerror})") from None
+        text = read_utf8(path)  # non-UTF-8 and NUL bytes named by line, a directory refused
+    except YamlInputError as exc:
+        raise StudyError(f"{path}{f':{exc.line}' if exc.line else ''}: {exc.message}") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueLoader)  # noqa: S506 - a SafeLoader subclass
     except (yaml.YAMLError, ValueError) as exc:
         raise StudyError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise StudyError(f"{path}: YAML nested too deeply") from None
     return parse_study(data, path)
 
 

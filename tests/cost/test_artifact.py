@@ -45,7 +45,7 @@ def test_round_trip(tmp_path, psrl_art):
     (lambda a: a.update(schema="simrl.cost-artifact.v0"), "schema"),
     (lambda a: a.pop("validity_domain"), "missing key 'validity_domain'"),
     (lambda a: a.pop("provenance"), "missing key 'provenance'"),
-    (lambda a: a["coefficients"].update(a_s=float("nan")), "coefficients.a_s: not a finite"),
+    (lambda a: a["coefficients"].update(a_s=float("nan")), "coefficients.a_s: NaN is not a finite"),
     (lambda a: a["coefficients"].update(b_s_per_seq=-1.0), "coefficients.b_s_per_seq: negative"),
     (lambda a: a.update(family="nope"), "family"),
     (lambda a: a.update(family="linear"), "family: 'linear' is not a fitted rollout family"),

@@ -73,6 +73,41 @@ def _busy_snapshot(m):
     snap["raw"]["query_compute_apps"] += f"{uuid}, 4242, /usr/bin/python3, 130004\n"
 
 
+def _forge_results(d):
+    """A forger who also rewrites the manifest's results to what the edited evidence recomputes to."""
+    rec = validate(d)["recomputed"]
+    _edit_manifest(d, lambda m: m["results"].update(rec))
+
+
+def _reorder(name, i, j):
+    """Swap lines i and j of an evidence file and renumber ``seq`` (so the sequence check passes)."""
+    def tamper(d):
+        rows = list(read_jsonl(d / name))
+        rows[i], rows[j] = rows[j], rows[i]
+        for n, r in enumerate(rows):
+            r["seq"] = n
+        (d / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return tamper
+
+
+def _clock_back(d):
+    rows = list(read_jsonl(d / "turns.jsonl"))
+    rows[11]["wall_time_unix"] = rows[10]["wall_time_unix"] - 30.0  # still inside the run
+    (d / "turns.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _edit_context(d, fn):
+    ctx = read_json(d / "context.json")
+    fn(ctx)
+    write_json(d / "context.json", ctx)
+
+
+def _edit_log(d, old, new):
+    text = (d / "run.log").read_text()
+    assert old in text
+    (d / "run.log").write_text(text.replace(old, new))
+
+
 # name -> (tamper, reseal the evidence hashes afterwards, a check that must fail)
 TAMPERS = {
     "edited headline": (lambda d: _edit_manifest(d, lambda m: m["results"]["headline"].update(
@@ -146,7 +181,80 @@ TAMPERS = {
                              False, "run_log"),
     "aborted": (lambda d: _edit_manifest(d, lambda m: m.update(status="aborted", reasons=["x"])), False,
                 "not_aborted"),
+    # A forger who reseals the hashes AND rewrites the results: the raw run.log still disagrees.
+    "c_15 shifted later, results rewritten": (lambda d: (
+        _edit_jsonl(d / "updates.jsonl", _update(15, lambda u: _set(u, c_k=u["c_k"] + 2.5,
+                                                                    publish_end=u["publish_end"] + 2.5))),
+        _reseal(d), _forge_results(d)), False, "run_log"),
+    "run.log update line edited": (lambda d: _edit_log(d, "update 9: c_k=97.000", "update 9: c_k=98.000"), False,
+                                   "run_log"),
+    "update lines reordered (seq renumbered)": (_reorder("updates.jsonl", 3, 4), True, "evidence"),
+    "turn lines reordered (seq renumbered)": (_reorder("turns.jsonl", 3, 600), True, "evidence"),
+    "wall clock goes backwards": (_clock_back, True, "evidence"),
+    "evidence byte count edited": (lambda d: _edit_manifest(d, lambda m: m["evidence"]["turns.jsonl"].update(
+        bytes=5)), False, "evidence"),
+    "first token before arrival": (lambda d: _edit_jsonl(d / "turns.jsonl", lambda t: _set(
+        t, first_token=t["arrival"] - 1.0) if t["seq"] == 5 else t), True, "timestamps"),
+    "first token after finish": (lambda d: _edit_jsonl(d / "turns.jsonl", lambda t: _set(
+        t, first_token=t["finish"] + 0.05) if t["seq"] == 5 else t), True, "timestamps"),
+    "occupancy snapshot dated before the backend finished": (lambda d: _edit_manifest(
+        d, lambda m: m["hardware"]["occupancy_after"].update(time_unix=m["identity"]["backend_started_unix"] - 100)),
+        False, "timestamps"),
+    "clock end edited": (lambda d: _edit_manifest(d, lambda m: m["clock"].update(end_s=9999.0)), False,
+                         "timestamps"),
+    # The manifest claims a configuration the run was not started with (context.json).
+    "manifest claims another LoRA rank": (lambda d: _edit_manifest(d, lambda m: m["model"]["lora"].update(
+        rank=64)), False, "run_context"),
+    "manifest claims another seed": (lambda d: _edit_context(d, lambda c: c.update(seed=1)), False, "run_context"),
+    "manifest claims other trainer GPUs": (lambda d: _edit_context(d, lambda c: c.update(
+        trainer_uuids=list(reversed(c["trainer_uuids"])))), False, "run_context"),
+    "manifest claims another batch size": (lambda d: _edit_context(d, lambda c: c["settings"].update(
+        train_batch_size=8)), False, "run_context"),
+    "context.json removed": (lambda d: (d / "context.json").unlink(), False, "run_context"),
 }
+
+
+# Malformed evidence lines: INVALID (evidence unreadable, naming file:line and field), never a traceback.
+BAD_EVIDENCE = {
+    "rank_intervals a list": ("updates.jsonl", lambda r: _set(r, rank_intervals=[[1, 2]]), "rank_intervals"),
+    "interval of three": ("updates.jsonl", lambda r: _set(r, rank_intervals={"0": [[1, 2, 3]]}), "rank_intervals"),
+    "group id a string": ("updates.jsonl", lambda r: _set(r, group_ids=["x"]), "group_ids"),
+    "staleness strings": ("updates.jsonl", lambda r: _set(r, staleness=["a"]), "staleness"),
+    "k a float": ("updates.jsonl", lambda r: _set(r, k=7.5), "k"),
+    "k missing": ("updates.jsonl", lambda r: {x: v for x, v in r.items() if x != "k"}, "k"),
+    "finish a string": ("turns.jsonl", lambda r: _set(r, finish="abc"), "finish"),
+    "policy version a string": ("turns.jsonl", lambda r: _set(r, policy_version_start="1"), "policy_version_start"),
+    "tokens a bool": ("turns.jsonl", lambda r: _set(r, completion_tokens=True), "completion_tokens"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_EVIDENCE))
+def test_malformed_evidence_is_invalid_not_a_traceback(valid_run, name):
+    fname, edit, field = BAD_EVIDENCE[name]
+    rows = list(read_jsonl(valid_run / fname))
+    rows[5] = edit(rows[5])
+    (valid_run / fname).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _reseal(valid_run)
+    v = validate(valid_run)
+    assert v["verdict"] == "INVALID"
+    assert any(c["check"] == "evidence" and f"{fname}:6: {field}:" in c["detail"] for c in v["checks"]), v["reasons"]
+    res = CliRunner().invoke(bench, ["validate", str(valid_run)])
+    assert res.exit_code == 1, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+
+
+@pytest.mark.parametrize("raw, where", [
+    (b'{"seq": 0, "seq": 1}\n', "duplicate key 'seq'"),
+    (b'{"k": NaN}\n', "NaN"),
+    (b'{"k": 1, "x": "\xff"}\n', "not UTF-8"),
+    (b"[" * 50000 + b"]" * 50000 + b"\n", "nested too deeply"),
+])
+def test_undecodable_evidence_line_is_invalid(valid_run, raw, where):
+    (valid_run / "updates.jsonl").write_bytes(raw + (valid_run / "updates.jsonl").read_bytes())
+    _reseal(valid_run)
+    v = validate(valid_run)
+    assert v["verdict"] == "INVALID"
+    assert any("updates.jsonl:1" in r and where in r for r in v["reasons"]), v["reasons"]
 
 
 def test_valid_dir_passes(valid_run):
@@ -187,6 +295,9 @@ def test_report_shows_the_recomputed_headline(valid_run):
     ('{"schema": "bench.manifest.v1", "pipeline": {"groups_per_update": "4"}}', "pipeline.groups_per_update"),
     ('{"identity": {"run_id": 7}}', "identity.run_id"),
     ('{"results": {"headline": []}}', "results.headline"),
+    ('{"status": "aborted", "status": "valid"}', "duplicate key 'status'"),
+    ('{"backend_outcome": {"exit_code": NaN}}', "backend_outcome.exit_code"),
+    ('{"hardware": {"occupancy_after": {"raw": {"query_gpu": 5}}}}', "hardware.occupancy_after.raw.query_gpu"),
 ])
 def test_malformed_manifest_is_a_clean_error(tmp_path, content, key):
     d = tmp_path / "run"
@@ -211,3 +322,17 @@ def test_manifest_schema_problems():
                                                              "groups": 2}}) == [
         "status 'done' not one of ('running', 'valid', 'invalid', 'aborted')"]
     assert "missing key 'results'" in M.problems({k: v for k, v in man.items() if k != "results"})
+
+
+@pytest.mark.parametrize("gpus, where", [
+    ("0,0,1,2", "names the same device twice"),
+    ("a,1,2,3", "'a' is neither a GPU index"),
+    ("-1,0,1,2", "'-1' is neither a GPU index"),
+    ("0,1,,2", "empty entry"),
+    ("0,1,2", "4 distinct devices are required, got 3"),
+])
+def test_malformed_gpus_is_a_usage_error_before_any_results_dir(tmp_path, gpus, where):
+    res = CliRunner().invoke(bench, ["run", "--backend", "art", "--workload", "multi_turn", "--gpus", gpus,
+                                     "--runtime", "sim", "-o", str(tmp_path / "results")])
+    assert res.exit_code == 2 and where in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "results").exists()  # was an ABORTED results directory per typo

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import yaml
 from robust_common import (
@@ -19,8 +20,11 @@ from robust_common import (
     VALID_OBSERVATION,
     VALID_REALRUN,
     VALID_SPLITWISE,
+    VALID_STUDY,
     VALID_TURNS,
     jsonl,
+    valid_artifact_text,
+    valid_snapshot,
     valid_trace_text,
 )
 
@@ -84,6 +88,13 @@ CONFIG = [
     ("kv_policy_int", cfg(deployment={"rollout": {"kv_policy": 3}}), ["deployment.rollout.kv_policy"]),
     ("section_scalar", "deployment: 5\n", ["deployment", "mapping"]),
     ("name_int", cfg(run={"name": 123}), ["run.name", "string"]),
+    # run.name is the run directory's name: a path in it wrote outside -o (or into -o itself)
+    ("name_traversal", cfg(run={"name": "../escaped"}), ["run.name", "one path component"]),
+    ("name_dot", cfg(run={"name": "."}), ["run.name", "one path component"]),
+    ("name_nested", cfg(run={"name": "a/b"}), ["run.name", "'/'"]),
+    ("name_newline", cfg(run={"name": "a\nb"}), ["run.name", "control characters"]),
+    ("name_too_long", cfg(run={"name": "x" * 300}), ["run.name", "at most 200 bytes"]),
+    ("name_empty", cfg(run={"name": ""}), ["run.name", "non-empty"]),
     ("top_list", "- 1\n- 2\n", ["{in}", "top level"]),
     ("bad_yaml", "a: [1,\n", ["{in}:", "not valid YAML"]),
     ("tab_indent", "deployment:\n\trollout: 1\n", ["{in}:", "not valid YAML"]),
@@ -219,6 +230,7 @@ OVERRIDES = [
     ("ov_policy_knob", ["policy=bounded_async", "policy.max_staleness=-1"], ["policy.max_staleness"]),
     ("ov_knob_inf", ["cost.rollout_knobs.a=.inf"], ["cost.rollout_knobs.a"]),
     ("ov_tp_heads", ["deployment.rollout.tp=5"], ["deployment.rollout.tp"]),
+    ("ov_name_dotdot", ["run.name=.."], ["run.name", "one path component"]),
 ]
 
 
@@ -471,7 +483,117 @@ OPTIONS = [
 ]
 
 
+def _snap(edit):
+    """A malformed snapshot made from the valid one by ``edit(document)`` (in place)."""
+    def make():
+        d = valid_snapshot()
+        edit(d)
+        return json.dumps(d)
+    return make
+
+
+def _req0(d) -> dict:
+    return next(i for i in d["instances"] if i["running"])["running"][0]
+
+
+def _dup_request(d):
+    inst = next(i for i in d["instances"] if i["running"])
+    inst["running"].append(copy.deepcopy(inst["running"][0]))
+
+
+def _snap_text(edit):
+    return lambda: edit(json.dumps(valid_snapshot()))
+
+
+# `srl-predict SNAPSHOT`: the strict JSON layer (bytes, duplicate keys, NaN, depth), 64-bit
+# integers, and the consistency the restore relies on (each a traceback or a silent wrong
+# prediction before).
+SNAPSHOT = [
+    ("latin1", _snap_text(lambda t: t.encode().replace(b'"schema"', b'"sch\xe9ma"', 1)), ["{in}", "line 1", "UTF-8"]),
+    ("binary", BINARY, ["{in}", "line 1", "binary file"]),
+    ("deep_nesting", "[" * 100000 + "]" * 100000, ["{in}", "nested too deeply"]),
+    ("dup_key", _snap_text(lambda t: t.replace('{"schema"', '{"time_s": 1.0, "schema"', 1)),
+     ["{in}", "duplicate key 'time_s'"]),
+    ("nan_time", _snap_text(lambda t: re.sub(r'"time_s": [0-9.e+-]+', '"time_s": NaN', t, count=1)),
+     ["{in}", "time_s", "finite"]),
+    ("huge_rid", _snap(lambda d: _req0(d).update(rid=2**70)), ["{in}", "rid", "64"]),
+    ("dup_rid", _snap(_dup_request), ["{in}", "request rid", "appears twice"]),
+    ("unknown_traj", _snap(lambda d: _req0(d).update(tid=10**6)), ["{in}", "its trajectory 1000000"]),
+    ("next_rid_low", _snap(lambda d: d["pipeline"].update(next_rid=0)), ["{in}", "pipeline.next_rid"]),
+    ("dup_gid", _snap(lambda d: d["running_groups"].append(copy.deepcopy(d["running_groups"][0]))),
+     ["{in}", "gid", "appears twice"]),
+    ("empty_group", _snap(lambda d: d["buffer"][0].update(trajs=[])), ["{in}", "buffer[0].trajs", "at least one"]),
+    ("traj_ids_gap", _snap(lambda d: d["running_groups"][0]["trajs"][-1].update(tid=99999)),
+     ["{in}", "running_groups[0].trajs", "consecutive"]),
+    ("calls_done", _snap(lambda d: d["running_groups"][0]["trajs"][0].update(calls_done=99)),
+     ["{in}", "calls_done", "calls_total"]),
+    ("kv_over_capacity", _snap(lambda d: d["instances"][0].update(kv_used_tokens=10**12)),
+     ["{in}", "instances[0].kv_used_tokens", "kv_capacity_tokens"]),
+    ("instances_vs_config", _snap(lambda d: d.update(instances=d["instances"][:1])),
+     ["{in}", "instances", "deployment.rollout.instances"]),
+    ("steps_total_vs_config", _snap(lambda d: d["trainer"].update(steps_total=7)),
+     ["{in}", "trainer.steps_total", "run.training_steps"]),
+    ("steps_done_over", _snap(lambda d: d["trainer"].update(steps_done=3)), ["{in}", "trainer.steps_done"]),
+    ("arrival_future", _snap(lambda d: _req0(d).update(arrival_s=1e9)), ["{in}", "arrival_s", "after"]),
+    ("time_negative", _snap(lambda d: d.update(time_s=-5.0)), ["{in}", "time_s", ">= 0"]),
+    ("policy_state_list", _snap(lambda d: d["pipeline"].update(policy_state=[1, 2])),
+     ["{in}", "pipeline.policy_state", "object"]),
+    ("policy_state_bad_float", _snap(lambda d: d["pipeline"]["policy_state"].update(
+        consumed={"__float__": "abc"})), ["{in}", "pipeline.policy_state"]),
+    ("config_typo", _snap(lambda d: d["config"]["deployment"].update(modle="x")),
+     ["{in}", "config", "deployment.modle"]),
+]
+
+
+# `srl-regress show ARTIFACT` (every artifact reader: `simrl.cost.artifact.read_artifact`).
+ARTIFACT = [
+    ("latin1", lambda: valid_artifact_text().encode().replace(b'"family"', b'"fam\xefily"', 1),
+     ["{in}:", "UTF-8"]),
+    ("binary", BINARY, ["{in}:1", "binary file"]),
+    ("dup_key", lambda: valid_artifact_text().replace("{", '{"family": "linear",', 1),
+     ["{in}", "duplicate key 'family'"]),
+    ("deep_nesting", "[" * 100000 + "]" * 100000, ["{in}", "nested too deeply"]),
+    ("nan_coef", lambda: valid_artifact_text().replace('"coefficients": {', '"coefficients": {"zz": NaN,', 1),
+     ["{in}", "coefficients.zz"]),
+    ("empty", "", ["{in}", "not valid JSON"]),
+]
+
+
+def _study(**over) -> str:
+    return yaml.safe_dump({**copy.deepcopy(VALID_STUDY), **over}, sort_keys=False)
+
+
+# `srl-research QUESTION.yaml`: refused while the study is read, before any run.
+RESEARCH = [
+    ("latin1", _study().encode() + "# caf\xe9\n".encode("latin-1"), ["{in}:", "UTF-8"]),
+    ("nul_byte", _study() + "x: 1\x00\n", ["{in}:", "NUL"]),
+    ("binary", BINARY, ["{in}:1"]),
+    ("duplicate_key", _study() + "name: again\n", ["{in}", "repeated"]),
+    ("seeds_string", _study(seeds="abc"), ["{in}", "seeds"]),
+    ("values_nan", _study(variation={"name": "length_dispersion", "values": [float("nan")]}),
+     ["{in}", "variation.values"]),
+    ("objective_typo", _study(objective="trained_tokens"), ["{in}", "objective"]),
+    ("unknown_key", _study(questoin="x"), ["{in}", "questoin", "unknown key"]),
+    ("baseline_list", _study(baseline=[1]), ["{in}", "baseline"]),
+    ("empty", "", ["{in}", "top level"]),
+]
+
+
+# `srl-research --lessons FILE`: (name, lessons file content, expected), read before any run.
+LESSONS = [
+    ("latin1", b'{"id": "a\xff"}\n', ["{lessons}:1", "UTF-8"]),
+    ("dup_key", '{"id": "a", "id": "b"}\n', ["{lessons}:1", "duplicate key 'id'"]),
+    ("nan", '{"id": "a", "x": NaN}\n', ["{lessons}:1", "NaN"]),
+    ("list_line", "[1]\n", ["{lessons}:1", "not a lesson"]),
+    ("missing_fields", '{"id": "a", "candidate": {"name": "kv_cache_aware"}}\n', ["{lessons}:1", "not a lesson"]),
+    ("candidate_string", json.dumps({"id": "a", "family": "router", "candidate": "x", "baseline": {},
+                                     "evidence": {}, "conditions": {}, "question": "q", "claim": "c"}) + "\n",
+     ["{lessons}:1", "candidate"]),
+]
+
+
 def counts() -> dict[str, int]:
     return {"config": len(CONFIG), "overrides": len(OVERRIDES), "trace": len(TRACE), "splitwise": len(SPLITWISE),
             "observations": len(OBSERVATIONS), "realrun": len(REALRUN), "collect": len(COLLECT),
-            "psrl": len(PSRL), "options": len(OPTIONS), "sweep": len(SWEEP)}
+            "psrl": len(PSRL), "options": len(OPTIONS), "sweep": len(SWEEP), "snapshot": len(SNAPSHOT),
+            "artifact": len(ARTIFACT), "research": len(RESEARCH), "lessons": len(LESSONS)}

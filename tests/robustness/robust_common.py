@@ -7,6 +7,7 @@ before work, so a refused input writes nothing).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -15,11 +16,13 @@ from click.testing import CliRunner
 
 from simrl.cli.compare import cli as compare_cli
 from simrl.cli.main import cli as srl_cli
+from simrl.cli.predict import main as predict_cli
 from simrl.cli.psrl_plot import cli as psrl_cli
 from simrl.cli.regress import cli as regress_cli
 from simrl.cli.workload import main as workload_cli
 from simrl.cost.observations import SCHEMA as OBS_SCHEMA
 from simrl_explore.cli_sweep import main as sweep_cli
+from simrl_explore.research.cli import main as research_cli
 
 PROV = {"hardware": "H100", "source": "robustness test", "date": "2026-01-01"}
 
@@ -68,6 +71,43 @@ def valid_trace_text() -> str:
     return "\n".join([json.dumps(header_record(w)), *group_lines(w)]) + "\n"
 
 
+SNAPSHOT_OVERRIDES = ["run.training_steps=2", "run.seed=0", "workload.groups=32", "workload.group_size=4",
+                      "workload.knobs.max_completion=1024"]
+
+
+@functools.lru_cache(maxsize=1)
+def _valid_snapshot_text() -> str:
+    from simrl.config import load_config
+    from simrl.engine.sim import build_simulation
+    from simrl.snapshot import snapshot_dict, take_snapshot
+
+    sim = build_simulation(load_config(overrides=SNAPSHOT_OVERRIDES))
+    sim.run_before(20.0)  # requests running on both engines, none finished yet
+    return json.dumps(snapshot_dict(take_snapshot(sim)))
+
+
+def valid_snapshot() -> dict:
+    """A valid `simrl.snapshot.v1` document (a fresh copy) with requests in flight."""
+    return json.loads(_valid_snapshot_text())
+
+
+def valid_artifact_text() -> str:
+    from pathlib import Path
+
+    import simrl.cost
+
+    return (Path(simrl.cost.__file__).parent / "data" / "rollout-roofline-h100.json").read_text(encoding="utf-8")
+
+
+VALID_STUDY = {
+    "name": "t", "question": "Does kv_cache_aware beat throughput_balance?",
+    "base": {"set": {"deployment.model": "qwen3-8b", "workload.groups": 8, "run.training_steps": 1}},
+    "family": "router", "baseline": {"name": "throughput_balance"}, "candidate": {"name": "kv_cache_aware"},
+    "objective": "trained_tokens_per_s", "seeds": [0, 1],
+    "variation": {"name": "length_dispersion", "values": [0.0, 1.0]}, "proposals": 0,
+}
+
+
 # Where each format's input goes and which command reads it. `{in}` is the input file, `{out}` an
 # output path inside the same temporary directory (it must not exist afterwards).
 COMMANDS = {
@@ -79,6 +119,9 @@ COMMANDS = {
     "collect": (workload_cli, ["collect", "{in}", "-o", "{out}"], ".jsonl"),
     "psrl": (psrl_cli, ["{in}", "-o", "{out}"], ".log"),
     "sweep": (sweep_cli, ["--space", "{in}", "-o", "{out}", "-q", "--jobs", "1"], ".yaml"),
+    "snapshot": (predict_cli, ["predict", "{in}", "--draws", "1", "--requests", "0"], ".json"),
+    "artifact": (regress_cli, ["show", "{in}"], ".json"),
+    "research": (research_cli, ["{in}", "-o", "{out}", "--jobs", "1", "-q"], ".yaml"),
 }
 
 

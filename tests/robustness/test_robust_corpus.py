@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import pytest
 from corpus import (
+    ARTIFACT,
     COLLECT,
     CONFIG,
+    LESSONS,
     OBSERVATIONS,
     OPTIONS,
     OVERRIDES,
     PSRL,
     REALRUN,
+    RESEARCH,
+    SNAPSHOT,
     SPLITWISE,
     SWEEP,
     TRACE,
@@ -33,7 +37,9 @@ CLIS = {"srl": srl_cli, "srl-regress": regress_cli, "srl-workload": workload_cli
 
 FILE_CASES = [(fmt, *case) for fmt, cases in (("config", CONFIG), ("trace", TRACE), ("splitwise", SPLITWISE),
                                               ("observations", OBSERVATIONS), ("realrun", REALRUN),
-                                              ("collect", COLLECT), ("psrl", PSRL)) for case in cases]
+                                              ("collect", COLLECT), ("psrl", PSRL),
+                                              ("snapshot", SNAPSHOT), ("artifact", ARTIFACT),
+                                              ("research", RESEARCH)) for case in cases]
 
 
 @pytest.mark.parametrize("fmt, name, content, expect", FILE_CASES, ids=[f"{c[0]}-{c[1]}" for c in FILE_CASES])
@@ -61,3 +67,19 @@ def test_corpus_size():
 @pytest.mark.parametrize("name, content, expect", SWEEP, ids=[c[0] for c in SWEEP])
 def test_malformed_sweep_space_is_a_clean_error(tmp_path, name, content, expect):
     run_input("sweep", content, tmp_path, expect, name)
+
+
+@pytest.mark.parametrize("name, content, expect", LESSONS, ids=[c[0] for c in LESSONS])
+def test_malformed_lessons_file_is_a_clean_error(tmp_path, name, content, expect):
+    import yaml
+    from robust_common import VALID_STUDY
+
+    from simrl_explore.research.cli import main as research_cli
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    study, lessons = inputs / "q.yaml", inputs / "lessons.jsonl"
+    study.write_text(yaml.safe_dump(VALID_STUDY))
+    lessons.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    run_args(research_cli, [str(study), "--lessons", str(lessons), "-o", "{tmp}/out", "--jobs", "1", "-q"],
+             tmp_path / "work", [e.replace("{lessons}", str(lessons)) for e in expect], name)
