@@ -141,7 +141,7 @@ def main(argv=None) -> None:
     rounds_list = ([int(x) for x in args.local_rounds.split(",")] if args.local_rounds
                    else [fast_state.LOCAL_ROUNDS])
     print(f"{'rounds':>6} {'M':>7} {'chunk':>6} {'compile s':>9} {'run s':>8} {'per config ms':>14} {'configs/s':>10} "
-          f"{'vs SimPy':>9} {'with compile s':>14} {'steps/config':>12}")
+          f"{'vs SimPy':>9} {'CPU ms/config':>13} {'with compile s':>14} {'steps/config':>12}")
     for M, rounds in ((M, r) for M in sizes for r in rounds_list):
         if rounds != fast_state.LOCAL_ROUNDS:
             fast_state.LOCAL_ROUNDS = rounds
@@ -151,14 +151,17 @@ def main(argv=None) -> None:
         t0 = time.perf_counter()
         run_params(rows(0, chunk), wa, static=st)  # compile this batch size (and run one chunk)
         first = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = run_params(sub, wa, chunk=chunk, static=st)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         assert res.complete.all()
         compile_s = max(first - wall * chunk / M, 0.0)
         print(f"{rounds:>6} {M:>7} {chunk:>6} {compile_s:>9.2f} {wall:>8.2f} {wall / M * 1e3:>14.2f} {M / wall:>10.0f} "
-              f"{sp / (wall / M):>8.0f}x {compile_s + wall + M * per_grid:>14.1f} {res.actions.mean():>12.0f}", flush=True)
-    print("with compile s: compile + run + host-side grid lowering of the M configurations; "
+              f"{sp / (wall / M):>8.0f}x {cpu / M * 1e3:>13.2f} {compile_s + wall + M * per_grid:>14.1f} "
+              f"{res.actions.mean():>12.0f}", flush=True)
+    print("CPU ms/config: CPU time of this process per configuration in the run (steadier than wall time on a loaded "
+          "machine; above the wall time where XLA runs on several cores); "
+          "with compile s: compile + run + host-side grid lowering of the M configurations; "
           "steps/config: scan steps that did something, mean over the M configurations; rounds: parallel local "
           "boundary rounds per scan step (0: one action per step)")
     print(multi_turn_line())

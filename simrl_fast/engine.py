@@ -52,6 +52,8 @@ if _CACHE:
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from simrl_fast import state as _state  # noqa: E402
+from simrl_fast import step as _step  # noqa: E402
 from simrl_fast.costs import check_static  # noqa: E402
 from simrl_fast.lowering import (  # noqa: E402
     FastPathNoProgress,
@@ -126,14 +128,21 @@ def _chunk(st: SimState, p: Params, w, static: Static, per_config_workload: bool
     return st, jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), out)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _init_batch(static: Static, m: int) -> SimState:
+def _traced() -> tuple[int, str]:
+    """The module settings a step reads when it is traced (`state.LOCAL_ROUNDS`, `step.ROUND_ROWS`): a
+    static argument of every jitted program, so changing them in a process traces again instead of
+    reusing a program built with the old ones."""
+    return int(_state.LOCAL_ROUNDS), str(_step.ROUND_ROWS)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _init_batch(static: Static, m: int, traced: tuple = ()) -> SimState:
     return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (m, *x.shape)), init_state(static))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4, 5, 6), donate_argnums=(1,))
+@functools.partial(jax.jit, static_argnums=(0, 4, 5, 6, 7), donate_argnums=(1,))
 def _run_chunk(static: Static, st: SimState, params: Params, w, per_config_workload: bool, width: int | None = None,
-               routes: int | None = None):
+               routes: int | None = None, traced: tuple = ()):
     """One scan chunk of the whole batch: (state, ys [M, chunk], whether any configuration is live)."""
     TRACE_COUNT["run"] += 1
     st, out = _chunk(st, params, w, static, per_config_workload, width, routes)
@@ -153,7 +162,8 @@ def device_count() -> int:
 
 
 @functools.cache
-def _sharded(static: Static, per_config_workload: bool, ndev: int, width: int | None = None, routes: int | None = None):
+def _sharded(static: Static, per_config_workload: bool, ndev: int, width: int | None = None, routes: int | None = None,
+             traced: tuple = ()):
     """(jitted chunk over ``ndev`` devices, sharding of the configuration axis, replicated sharding).
 
     ``shard_map``: each device runs the vmapped scan chunk on its own configurations (no
@@ -230,10 +240,10 @@ def run(static: Static, params_batch: Params, workload, per_config_workload: boo
         return _run_sharded(static, params_batch, workload, per_config_workload, m, ndev)
     params = jax.tree_util.tree_map(jnp.asarray, params_batch)
     w = jax.tree_util.tree_map(jnp.asarray, workload)
-    st = _init_batch(static, m)
+    st = _init_batch(static, m, _traced())
     outs = []
     for _ in range(static.max_chunks):
-        st, out, live = _run_chunk(static, st, params, w, per_config_workload, RARE_WIDTH, ROUTE_WIDTH)
+        st, out, live = _run_chunk(static, st, params, w, per_config_workload, RARE_WIDTH, ROUTE_WIDTH, _traced())
         outs.append(out)
         if not bool(live):
             break
@@ -241,12 +251,12 @@ def run(static: Static, params_batch: Params, workload, per_config_workload: boo
 
 
 def _run_sharded(static: Static, params_batch: Params, workload, per: bool, m: int, ndev: int) -> FastResults:
-    fn, shard, repl = _sharded(static, per, ndev, RARE_WIDTH, ROUTE_WIDTH)
+    fn, shard, repl = _sharded(static, per, ndev, RARE_WIDTH, ROUTE_WIDTH, _traced())
     pad = -m % ndev
     idx = np.concatenate([np.arange(m), np.zeros(pad, np.int64)])
     params = jax.device_put(_take(params_batch, idx) if pad else params_batch, shard)
     w = jax.device_put(_take(workload, idx) if per and pad else workload, shard if per else repl)
-    st = jax.device_put(_init_batch(static, m + pad), shard)
+    st = jax.device_put(_init_batch(static, m + pad, _traced()), shard)
     outs = []
     for _ in range(static.max_chunks):
         st, out, live = fn(st, params, w)

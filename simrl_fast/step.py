@@ -210,6 +210,52 @@ def _two_smallest(key):
     return m1, m2, s_f
 
 
+#: how the parallel rounds find each instance's next finish (read when traced; `engine` keys its programs on it):
+#: "once" (the default): the rounds+1 smallest keys of every slot row and their slots, from rounds+2 passes
+#: over the [K, S] rows at the start of the step, carried through the rounds as short sorted lists
+#: (`_smallest_keys`, `_take_head`); "each": `_two_smallest` over the rows in every round (4 passes a round;
+#: session 7, kept for measurements)
+ROUND_ROWS = "once"
+
+
+def _smallest_keys(key, n):
+    """The ``n`` (<= 4) smallest keys of each slot row [K, S] in ascending order (real keys are distinct; a row
+    with fewer than ``n`` running requests repeats KEY_EMPTY) and their slots (S for KEY_EMPTY): n min passes
+    over the rows and one int64 sum that packs the slots 16 bits apiece (a real key matches one slot; an empty
+    one, only after every real one, carries its garbage into the higher fields)."""
+    S = key.shape[1]
+    assert S < 2**16 and n <= 4
+    ks = [jnp.min(key, axis=1)]
+    for _ in range(n - 1):
+        ks.append(jnp.min(jnp.where(key > ks[-1][:, None], key, KEY_EMPTY), axis=1))
+    sidx = jnp.arange(S, dtype=jnp.int64)
+    tot = jnp.sum(sum(jnp.where(key == ks[j][:, None], sidx << (16 * j), 0) for j in range(n)), axis=1)
+    return ks, [jnp.where(ks[j] == KEY_EMPTY, S, (tot >> (16 * j)) & 0xFFFF).astype(jnp.int32) for j in range(n)]
+
+
+def _take_head(ks, sl, fin_go, last, s_f, a, s_a):
+    """The sorted lists of `_smallest_keys` after a round: the head removed where ``fin_go`` (its slot
+    ``s_f`` then holds the key that was at slot ``last``), else the tail dropped (the list stays exact for
+    one fewer key); then ``a`` (KEY_EMPTY: nothing) inserted at slot ``s_a`` -- the j-th smallest of a
+    sorted list with ``a`` is min(L[j], max(L[j-1], a))."""
+    n = len(ks) - 1
+    lk = [jnp.where(fin_go, ks[j + 1], ks[j]) for j in range(n)]
+    ls = [jnp.where(fin_go, jnp.where(sl[j + 1] == last, s_f, sl[j + 1]), sl[j]) for j in range(n)]
+    nk, ns = [], []
+    for j in range(n):
+        if j == 0:
+            cur = lk[0] <= a
+            nk.append(jnp.where(cur, lk[0], a))
+            ns.append(jnp.where(cur, ls[0], s_a))
+        else:
+            up = lk[j - 1] > a  # max(L[j-1], a) is L[j-1]
+            mx_k, mx_s = jnp.where(up, lk[j - 1], a), jnp.where(up, ls[j - 1], s_a)
+            cur = lk[j] <= mx_k
+            nk.append(jnp.where(cur, lk[j], mx_k))
+            ns.append(jnp.where(cur, ls[j], mx_s))
+    return nk, ns
+
+
 def local_phase(st, p, w, static, rounds):
     """Advance the instances in parallel between global events: ``rounds`` times, every instance's
     next boundary that is *local* and comes before the next global event, all at once.
@@ -247,6 +293,9 @@ def local_phase(st, p, w, static, rounds):
     rows = jnp.arange(K, dtype=i32)
     any_go = jnp.asarray(False)
     par_rid, par_t = st.out.par_rid, st.out.par_t
+    once = ROUND_ROWS == "once" and rounds <= 3  # (more rounds: the rows in every round)
+    if once:  # the rounds+1 smallest keys of every row, carried through the rounds
+        ks, sl = _smallest_keys(st.inst.slot_key, rounds + 1)
     for r in range(rounds):
         ins, Gs = st.inst, st.groups
         # on_demand KV (growth, preemption, slot serials) is not on the rounds' path: those configurations
@@ -263,7 +312,10 @@ def local_phase(st, p, w, static, rounds):
         nd = ins.nd + ins.na
         kd = k1 + (j - 1) * b1
         key = ins.slot_key
-        m1, m2, s_f = _two_smallest(key)
+        if once:
+            m1, m2, s_f = ks[0], ks[1], sl[0]
+        else:
+            m1, m2, s_f = _two_smallest(key)
         has_fin = unpack_fin(m1) == it
         two_fin = has_fin & (unpack_fin(m2) == it)
         r_f = jnp.where(has_fin, unpack_rid(m1), -1)
@@ -343,6 +395,8 @@ def local_phase(st, p, w, static, rounds):
         par_rid = par_rid.at[r * K + rows].set(jnp.where(go & has_fin, r_f, -1))
         par_t = par_t.at[r * K + rows].set(jnp.where(go & has_fin, now_k, jnp.nan))
         any_go = any_go | jnp.any(go)
+        if once and r + 1 < rounds:
+            ks, sl = _take_head(ks, sl, go & has_fin, last, s_f, jnp.where(go, adm_key, KEY_EMPTY), run_f)
     return st._replace(out=st.out._replace(par_rid=par_rid, par_t=par_t)), any_go
 
 
