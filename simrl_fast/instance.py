@@ -214,7 +214,8 @@ def instance_action(st, p, w, static, on, i, new_now):
         # Instance.clear_cache after pause_all's aborts (every pausing rule, colocated steps)
         clr = res_entry & pcx & (p.pc_clear == 1)
         if static.crossing:  # crossing.fail_crossed clears it at the publication, before failed groups' entries join
-            clr = clr & ~((p.cross > 0) & (p.rule != RULE_ABORT_RESUME) & (p.rule != RULE_ABORT_RESTART))
+            clr = clr & ~(((p.cross > 0) | (p.stale_abort > 0)) & (p.rule != RULE_ABORT_RESUME)
+                          & (p.rule != RULE_ABORT_RESTART))
         c_floor = jnp.where(clr, c_next, c_floor)
         cache = jnp.where(clr, 0, cache)
         running = running - rq_n

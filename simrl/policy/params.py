@@ -36,7 +36,10 @@ per-instance pulls; a no-op under global sync, where every instance holds the pu
 ``fail_on_version_crossing`` = k >= 0: at each publication every running group with an unfinished
 trajectory that already generated under an older version fails, and is dispatched again from
 scratch (ahead of new prompts) while its retries < k, else aborted and dropped (Dressage without
-partial rollout; -1: never).
+partial rollout; -1: never); ``abort_stale_on_publish`` (0/1): at each publication every running
+group staler than ``staleness_bound`` (the new version minus its oldest token's version, its dispatch
+version while no call was admitted) is aborted and dropped (prime-rl's ``max_off_policy_steps`` check
+of in-flight groups; needs a bound).
 
 filtering: ``staleness_bound`` (-1: none), ``staleness_enforcement`` (`code` of an `Enforcement`;
 ``drop_at_completion``: a group staler than the bound when it finishes is dropped and returns
@@ -119,6 +122,7 @@ class PolicyParams:
     route_needs_dispatch_version: int = 0
     disaggregated: int = 0
     admit_max_ship_lag: int = -1
+    abort_stale_on_publish: int = 0
 
     def __attrs_post_init__(self):
         if self.admit_count_since_publish and not self.admit_count_dispatched:
@@ -140,6 +144,12 @@ class PolicyParams:
             raise ValueError(f"admit_max_ship_lag={self.admit_max_ship_lag}: expected -1 (none) or a lag >= 0")
         if self.fail_on_version_crossing >= 0 and self.admit_count_since_publish:
             raise ValueError("fail_on_version_crossing >= 0 cannot be combined with admit_count_since_publish=1")
+        if self.abort_stale_on_publish not in (0, 1):
+            raise ValueError(f"abort_stale_on_publish={self.abort_stale_on_publish}: expected 0 or 1")
+        if self.abort_stale_on_publish and self.staleness_bound < 0:
+            raise ValueError("abort_stale_on_publish=1 needs a staleness_bound >= 0")
+        if self.abort_stale_on_publish and self.admit_count_since_publish:
+            raise ValueError("abort_stale_on_publish=1 cannot be combined with admit_count_since_publish=1")
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in attrs.asdict(self).items()}

@@ -142,12 +142,17 @@ class RecordPolicy(Policy):
         p = self.params
         st.policy_state.publications += 1
         aged = tuple(g.gid for g in st.buffer if dispatch_aged(p, g, st.version))
-        if p.fail_on_version_crossing >= 0:
-            failed = [g for g in st.running.values() if crossed(g, st.version)]
+        if p.fail_on_version_crossing >= 0 or p.abort_stale_on_publish:
+            # aborted (in st.running's order, gids ascending): stale ones, and crossed ones without retries left;
+            # re-dispatched: crossed ones, not stale, with retries left
             k = p.fail_on_version_crossing
-            return PublishActions(abort_running=tuple(g.gid for g in failed if g.retries >= k),
-                                  requeue_running=tuple(g.gid for g in failed if g.retries < k),
-                                  drop_buffered=aged)
+            abort, requeue = [], []
+            for g in st.running.values():
+                if p.abort_stale_on_publish and g.staleness(st.version) > p.staleness_bound:
+                    abort.append(g.gid)
+                elif k >= 0 and crossed(g, st.version):
+                    (abort if g.retries >= k else requeue).append(g.gid)
+            return PublishActions(abort_running=tuple(abort), requeue_running=tuple(requeue), drop_buffered=aged)
         if p.admit_count_since_publish:
             # the engine's staleness evictions of this publication are applied after this hook
             evict = p.evict_stale_on_publish and p.staleness_bound >= 0
