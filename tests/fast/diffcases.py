@@ -103,8 +103,9 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     ``perinst``: a third of the time (drawn next) the policy is psrl (per-instance weight pulls,
     `draw_psrl`) instead. ``crossing``: ``off``, ``on`` or ``any`` (drawn next, not with psrl): groups failed
     at a publication (``fail_on_version_crossing``, `draw_crossing`), with whatever budget and cache were
-    drawn. Last, a fifth of the cases but psrl's replay the drawn policy's record with a ship barrier
-    (``admit_max_ship_lag`` 0..2)."""
+    drawn. Then a fifth of the cases but psrl's replay the drawn policy's record with a ship barrier
+    (``admit_max_ship_lag`` 0..2). Last, with ``crossing`` on, 40% of them abort running groups past the
+    staleness bound at each publication (`draw_stale_abort`)."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -187,6 +188,28 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
             lag = int(rng.integers(0, 3))
             case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(attrs.evolve(rec, admit_max_ship_lag=lag)))
             case.label += f" ship_lag={lag}"
+    if crossing == "on" and not psrl_drawn and rng.random() < 0.4:
+        case = draw_stale_abort(rng, case, n, K)
+    return case
+
+
+def draw_stale_abort(rng: np.random.Generator, case: Case, n: int, K: int) -> Case:
+    """Drawn last (with ``crossing`` on): the drawn policy's record with running groups past the staleness bound
+    aborted at each publication (``abort_stale_on_publish``, prime-rl's ``max_off_policy_steps``) when its in-flight
+    rule pauses every instance (a bound 0..2, counted only, where the record has none)."""
+    from simrl.policy.rules import Enforcement, InflightRule, code
+
+    rec = case.cfg.policy.lower(LoweringContext(group_size=n, instances=K))
+    paused = rec.colocated or rec.inflight_rule in (code(InflightRule.KEEP_PAUSE), code(InflightRule.ABORT_RESUME),
+                                                    code(InflightRule.ABORT_RESTART), code(InflightRule.DRAIN))
+    if not paused or rec.admit_count_since_publish or rec.sync_per_instance or not rec.fast_path_exact:
+        return case
+    extra = {}
+    if rec.staleness_bound < 0:
+        extra = dict(staleness_bound=int(rng.integers(0, 3)), staleness_enforcement=code(Enforcement.COUNTED))
+    rec = attrs.evolve(rec, abort_stale_on_publish=1, **extra)
+    case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+    case.label += f" abort_stale(bound={rec.staleness_bound})"
     return case
 
 def draw_psrl(rng: np.random.Generator, entries: int) -> list[str]:

@@ -32,7 +32,9 @@ A case draws, independently:
   (with whatever token budget and prefix cache were drawn above); then a ship
   barrier (``admit_max_ship_lag`` 0..2) on a record with fixed-size batches; last, per-instance
   weight sync (disaggregated): a record with the sync shape's admission made per-instance (no ship
-  barrier), or psrl with small knobs (one of them staleness 1, refused by its lowering).
+  barrier), or psrl with small knobs (one of them staleness 1, refused by its lowering); after everything
+  (the case's costs included), ``abort_stale_on_publish`` on a third of the records that pause every
+  instance at a publication (a counted bound 0..2 where the record has none).
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -371,6 +373,19 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
         case.label = case.label.replace("offload=0 ", "offload=built ")
     else:
         case.costs = Costs(rollout, training, sync, offload_s=offload or 0.0)
+    # drawn last of all (so every draw above keeps a seed's values): running groups past the staleness bound aborted
+    # at each publication (abort_stale_on_publish, prime-rl's max_off_policy_steps) on a record that pauses every
+    # instance at a publication (a bound 0..2, counted only, where the record has none)
+    if kind == "record" and rng.random() < 0.3:
+        rec = case.cfg.policy.params_record
+        paused = rec.colocated or (colocated and not rec.disaggregated) or rec.inflight_rule in PAUSING
+        if paused and not rec.admit_count_since_publish and not rec.sync_per_instance:
+            extra = {}
+            if rec.staleness_bound < 0:
+                extra = dict(staleness_bound=int(rng.integers(0, 3)), staleness_enforcement=code(Enforcement.COUNTED))
+            rec = attrs.evolve(rec, abort_stale_on_publish=1, **extra)
+            case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+            case.label += f" abort_stale(bound={rec.staleness_bound})"
     return case
 
 
