@@ -47,7 +47,32 @@ def _run_simpy(case: Case) -> list[dict]:
     return sim.recorder.events
 
 
-def test_running_groups_past_the_bound_are_aborted_at_the_publication():
+# name -> (record, extra overrides); every case runs in one vmapped fast batch (one compile)
+CASES = {
+    "bound1": (dict(bound=1), ()),
+    "bound2": (dict(bound=2), ()),
+    "crossed": (dict(bound=1, fail_on_version_crossing=1), ()),
+    "crossed_tight": (dict(bound=0, fail_on_version_crossing=1), ()),
+    "queued": (dict(bound=0), ("deployment.rollout.max_num_seqs=2",)),
+}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """{name: (case with its SimPy report, SimPy's events, index in the fast results)}, fast results."""
+    out = {}
+    for m, (name, (rec, extra)) in enumerate(CASES.items()):
+        case = _hand_case(_record(**rec), extra)
+        out[name] = (case, _run_simpy(case), m)
+    res = run_fast([c for c, _, _ in out.values()])
+    return out, res
+
+
+def _aborts(events):
+    return [(e["gid"], e["t"]) for e in events if e["kind"] == "group_abort"]
+
+
+def test_running_groups_past_the_bound_are_aborted_at_the_publication(runs):
     """One instance, two groups in flight, batches of one group, bound 1, keep_pause. A call admitted at boundary
     b (t = b * 0.01) with L tokens finishes at boundary b + L.
 
@@ -63,52 +88,49 @@ def test_running_groups_past_the_bound_are_aborted_at_the_publication():
             prompts 4 and 5 (L=2), admitted at once, done at 0.36; step 3 takes g4 (0.36 .. 0.415).
     0.42    pause; published at 0.52.
     """
-    case = _hand_case(_record())
-    events = _run_simpy(case)
+    got, res = runs
+    case, events, m = got["bound1"]
     rep = case.report
     assert [s.gids for s in rep.steps] == [(0,), (2,), (4,)]
     want = [(0.0, 0.02, 0.075, 0.18), (0.18, 0.18, 0.235, 0.34), (0.34, 0.36, 0.415, 0.52)]
     for s, (ws, br, te, pe) in zip(rep.steps, want, strict=True):
         assert (s.wait_start, s.batch_ready, s.train_end, s.publish_end) == pytest.approx((ws, br, te, pe), abs=1e-12)
-    aborts = [(e["gid"], e["t"]) for e in events if e["kind"] == "group_abort"]
+    aborts = _aborts(events)
     assert [g for g, _ in aborts] == [1, 3] and [t for _, t in aborts] == pytest.approx([0.34, 0.34], abs=1e-12)
     assert rep.totals["groups_retried"] == 0
     # (1 + 2) x 14 + 7 x 2 = 42 generated tokens of the aborted groups are wasted
     assert rep.totals["tokens_wasted_abort"] == 2 * 14 + 2 * 7
 
-    # bound 2: nobody is aborted before the end (g1 and g3 would be at v3); step 3 then waits for g3 (L=30):
-    # admitted at 0.07, 1 + 6 tokens by the pause at 0.24, on at 0.34: 23 more, done at 0.57
-    loose = _hand_case(_record(bound=2))
-    _run_simpy(loose)
-    assert not [e for e in loose.report.steps if e.gids == (4,)]
-    res = run_fast([case, loose])
-    compare(case, res, 0)  # every step and call, times equal
-    compare(loose, res, 1)
-    assert int(res.completion_tokens[0, 2]) == 4  # g4: prompt 4's 2 + 2 tokens
+    # bound 2: at 0.34 g1 and g3 are 2 - 0 = 2 stale, not past it, and run on; step 3 waits for g3 (L=30):
+    # admitted at 0.07, 1 + 6 tokens by the pause at 0.24, on from 0.34: 23 more, done at 0.57 (g1, 26 left, at
+    # 0.60, 2 stale: kept); the groups dispatched after it (under v2) are at most 1 stale at v3: nothing aborted
+    loose, loose_events, m2 = got["bound2"]
+    assert not _aborts(loose_events) and loose.report.steps[2].batch_ready == pytest.approx(0.57, abs=1e-12)
+    compare(case, res, m)  # every step and call, times equal
+    compare(loose, res, m2)
+    assert int(res.completion_tokens[m, 2]) == 4  # g4: prompt 4's 2 + 2 tokens
 
 
-def test_crossed_and_stale_groups_together():
+def test_crossed_and_stale_groups_together(runs):
     """fail_on_version_crossing = 1 with the bound 1: at 0.18 (v1) g1 and g3 are crossed (a call admitted under v0,
     unfinished), not stale (1 - 0 = 1): re-dispatched as g4 (prompt 1, retries 1, L=40) and g5 (prompt 3, L=30),
     dispatched under v1 and admitted at once (min_version 1). At 0.34 (v2) they are crossed with no retry left
     and stale 2 - 1 = 1, not past the bound: aborted by the crossing rule; the new groups take prompts 4 and 5.
     With bound 0 instead, g1 and g3 are stale at 0.18 (1 - 0 > 0) and aborted there, never re-dispatched."""
-    case = _hand_case(_record(bound=1, fail_on_version_crossing=1))
-    events = _run_simpy(case)
-    aborts = [(e["gid"], e["t"]) for e in events if e["kind"] == "group_abort"][:4]
+    got, res = runs
+    case, events, m = got["crossed"]
+    aborts = _aborts(events)[:4]
     assert [g for g, _ in aborts] == [1, 3, 4, 5]
     assert [t for _, t in aborts] == pytest.approx([0.18, 0.18, 0.34, 0.34], abs=1e-12)
-    tight = _hand_case(_record(bound=0, fail_on_version_crossing=1))
-    events = _run_simpy(tight)
-    first = [(e["gid"], e["t"]) for e in events if e["kind"] == "group_abort"][:2]
+    tight, events, m2 = got["crossed_tight"]
+    first = _aborts(events)[:2]
     assert [g for g, _ in first] == [1, 3] and [t for _, t in first] == pytest.approx([0.18, 0.18], abs=1e-12)
     assert tight.report.totals["groups_retried"] == 0
-    res = run_fast([case, tight])
-    compare(case, res, 0)
-    compare(tight, res, 1)
+    compare(case, res, m)
+    compare(tight, res, m2)
 
 
-def test_a_group_still_queued_is_aged_from_its_dispatch_version():
+def test_a_group_still_queued_is_aged_from_its_dispatch_version(runs):
     """max_num_seqs=2 (one group at a time), concurrency 2, bound 0, keep_pause: the group waiting in the queue
     has no admitted call, so its staleness counts from its dispatch version (`GroupRecord.min_version`).
 
@@ -118,12 +140,11 @@ def test_a_group_still_queued_is_aged_from_its_dispatch_version():
     0.075   pause at 0.08, published 0.18 (v1): g1 (admitted under v0) and g2 (dispatched under v0, never
             admitted) are both 1 > 0 stale: aborted; g3, g4 (prompts 3, 4) dispatched under v1.
     """
-    case = _hand_case(_record(bound=0), extra=("deployment.rollout.max_num_seqs=2",))
-    events = _run_simpy(case)
-    first = [(e["gid"], e["t"]) for e in events if e["kind"] == "group_abort"][:2]
+    got, res = runs
+    case, events, m = got["queued"]
+    first = _aborts(events)[:2]
     assert [g for g, _ in first] == [1, 2] and [t for _, t in first] == pytest.approx([0.18, 0.18], abs=1e-12)
-    res = run_fast([case])
-    compare(case, res, 0)
+    compare(case, res, m)
 
 
 def test_refused_where_rollout_runs_through_a_publication_and_without_a_bound():
