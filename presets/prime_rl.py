@@ -57,8 +57,9 @@ engine takes whole groups, ceil(batch_size / group size) of them, in completion 
 
 Fast path: the record of `lower` holds the batch size, the ship barrier (``admit_max_ship_lag`` =
 ``TARGET_LAG``) and ``max_off_policy_steps`` (drop at completion, eviction and ``abort_stale_on_publish``
-at publications); the controller, the admission window and the slot-holding zero-advantage drops have
-no record fields (`fast_path_gaps` names them), so simrl_fast refuses the
+at publications) and the slot-holding zero-advantage drops (``zero_variance_holds_slot``); the
+controller, the admission window, and the zero-advantage threshold (std <= 1e-12, the record's is 0) and
+stop (10 x batch in a row) have no record fields (`fast_path_gaps` names them), so simrl_fast refuses the
 preset (``fast_path_exact=0``) rather than approximate it.
 
 Approximations: the engine dispatches a group's episodes together (upstream schedules them one
@@ -475,6 +476,8 @@ class PrimeRLPolicy(Policy):
             # publication (`on_publish`: abort_running, drop_buffered)
             staleness_enforcement=code(Enforcement.DROP_AT_COMPLETION), evict_stale_on_publish=1,
             abort_stale_on_publish=1,
+            # filter_zero_advantages: a zero-advantage group keeps its place in the batch (`form_batch`)
+            zero_variance_holds_slot=1 if self.filter_zero_advantages else 0,
             fast_path_exact=0,  # the rules of `fast_path_gaps` have no fields
         )
 
@@ -495,5 +498,7 @@ class PrimeRLPolicy(Policy):
             f"a {ADMISSION_WINDOW_S:g} s admission window reopened by time (recheck_in)",
         ]
         if self.filter_zero_advantages:
-            gaps.append("zero-advantage groups holding batch slots (policy.filter_zero_advantages=true)")
+            # the slots themselves are in the record (zero_variance_holds_slot); its guard and threshold are not
+            gaps.append("zero-advantage groups counted at reward std <= 1e-12 and a stop after 10 x batch of them "
+                        "in a row (policy.filter_zero_advantages=true)")
         return tuple(gaps)

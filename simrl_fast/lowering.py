@@ -79,6 +79,9 @@ FEATURES = {
                                       "drain) or colocated placement: at each publication the running groups "
                                       "staler than the bound (from the dispatch version while no call was "
                                       "admitted) are aborted and dropped (simrl_fast.crossing)",
+    "policy.zero_variance_holds_slot": "0 or 1 (zero-variance drops hold their place in fixed-size FIFO batches; "
+                                        "after a batch of placeholders alone the trainer waits for the next "
+                                        "group completion); not with per-instance sync",
     "policy.max_dispatch_age": "any: a group whose version - dispatch version exceeds it is dropped when it "
                                "finishes and evicted from the buffer at each publication",
     "policy.admit_max_ship_lag": "any (a ship barrier: batches taken - version + buffered // batch <= the lag) with "
@@ -221,6 +224,8 @@ class Params(NamedTuple):
     return_evicted: np.ndarray  # int32: admit_return_evicted (count = accepted + running - groups evicted)
     # record extension abort_stale_on_publish (simrl_fast.crossing.fail_crossed)
     stale_abort: np.ndarray  # int32: 1 = running groups staler than stale_bound are aborted at each publication
+    # record extension zero_variance_holds_slot (instance: completion; trainer: batch_ready, trainer_react)
+    zslot: np.ndarray  # int32: 1 = a zero-variance drop keeps its place in the FIFO batch order (a placeholder)
 
 
 class WorkloadArrays(NamedTuple):
@@ -385,6 +390,8 @@ def perinst_rejections(pp: PolicyParams, name: str) -> list[str]:
         out.append(_feature(f"{what} with fail_on_version_crossing", name))
     if pp.abort_stale_on_publish:
         out.append(_feature(f"{what} with abort_stale_on_publish", name))
+    if pp.zero_variance_holds_slot:
+        out.append(_feature(f"{what} with zero_variance_holds_slot", name))
     # not drawn together with per-instance sync by the differential generators: refused until they are
     if pp.admit_max_ship_lag >= 0:
         out.append(_feature(f"{what} with a ship barrier (admit_max_ship_lag)", name))
@@ -722,6 +729,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         ship_lag=np.int32(pp.admit_max_ship_lag),
         age=np.int32(pp.max_dispatch_age + 1), batch_oldest=np.int32(pp.batch_order == 2),
         return_evicted=np.int32(pp.admit_return_evicted), stale_abort=np.int32(pp.abort_stale_on_publish),
+        zslot=np.int32(pp.zero_variance_holds_slot),
     )
     static = static_for([params], wa)
     return static, params, wa
