@@ -105,7 +105,8 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     at a publication (``fail_on_version_crossing``, `draw_crossing`), with whatever budget and cache were
     drawn. Then a fifth of the cases but psrl's replay the drawn policy's record with a ship barrier
     (``admit_max_ship_lag`` 0..2). Last, with ``crossing`` on, 40% of them abort running groups past the
-    staleness bound at each publication (`draw_stale_abort`)."""
+    staleness bound at each publication (`draw_stale_abort`); and a quarter of the cases but psrl's hold the places
+    of zero-variance drops in fixed-size FIFO batches (`draw_zero_slots`)."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -190,6 +191,27 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
             case.label += f" ship_lag={lag}"
     if crossing == "on" and not psrl_drawn and rng.random() < 0.4:
         case = draw_stale_abort(rng, case, n, K)
+    if not psrl_drawn and rng.random() < 0.25:  # drawn last of all: zero-variance drops holding their batch places
+        case = draw_zero_slots(case, n, K)
+    return case
+
+
+def zero_slots_record(rec):
+    """``rec`` with zero-variance groups dropped and holding their place in the batch (``zero_variance_holds_slot``,
+    prime-rl's ``filter_zero_advantages``) where its batches allow it (fixed-size FIFO), else None."""
+    if (rec.batch_order != 0 or rec.batch_min_groups != rec.batch_max_groups or rec.batch_shrink_by_drops
+            or rec.collapse_zero_variance_groups or rec.sync_per_instance or rec.drop_zero_variance == 2
+            or not rec.fast_path_exact):
+        return None
+    return attrs.evolve(rec, drop_zero_variance=1, zero_variance_holds_slot=1)
+
+
+def draw_zero_slots(case: Case, n: int, K: int) -> Case:
+    """The drawn policy's record with `zero_slots_record` (unchanged where its batches do not allow it)."""
+    rec = zero_slots_record(case.cfg.policy.lower(LoweringContext(group_size=n, instances=K)))
+    if rec is not None:
+        case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+        case.label += " zero_slots"
     return case
 
 

@@ -34,7 +34,8 @@ A case draws, independently:
   weight sync (disaggregated): a record with the sync shape's admission made per-instance (no ship
   barrier), or psrl with small knobs (one of them staleness 1, refused by its lowering); after everything
   (the case's costs included), ``abort_stale_on_publish`` on a third of the records that pause every
-  instance at a publication (a counted bound 0..2 where the record has none).
+  instance at a publication (a counted bound 0..2 where the record has none); then zero-variance drops holding
+  their batch places (``zero_variance_holds_slot``) on a quarter of the records with fixed-size FIFO batches.
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -46,7 +47,7 @@ from importlib.resources import files
 
 import attrs
 import numpy as np
-from diffcases import BASE, Case, draw_token_budget, shared_prompts
+from diffcases import BASE, Case, draw_token_budget, shared_prompts, zero_slots_record
 from simhelpers import random_workload
 
 from simrl.config import load_config
@@ -386,6 +387,12 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
             rec = attrs.evolve(rec, abort_stale_on_publish=1, **extra)
             case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
             case.label += f" abort_stale(bound={rec.staleness_bound})"
+    # then: zero-variance drops holding their batch places (zero_variance_holds_slot) on a quarter of the records
+    if kind == "record" and rng.random() < 0.25:
+        rec = zero_slots_record(case.cfg.policy.params_record)
+        if rec is not None:
+            case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+            case.label += " zero_slots"
     return case
 
 
