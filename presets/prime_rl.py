@@ -55,9 +55,11 @@ its slot in the batch but is dropped (its tokens count as filtered).
 Units: ``batch_size`` is samples per step (256 = the default scenario's 32 groups of 8); the
 engine takes whole groups, ceil(batch_size / group size) of them, in completion order.
 
-Fast path: the record of `lower` holds the batch size and the ship barrier (``admit_max_ship_lag`` =
-``TARGET_LAG``); the controller, the admission window, the aborts at publication and the slot-holding
-zero-advantage drops have no record fields (`fast_path_gaps` names them), so simrl_fast refuses the
+Fast path: the record of `lower` holds the batch size, the ship barrier (``admit_max_ship_lag`` =
+``TARGET_LAG``) and ``max_off_policy_steps`` (drop at completion, eviction and ``abort_stale_on_publish``
+at publications) and the slot-holding zero-advantage drops (``zero_variance_holds_slot``); the
+controller, the admission window, and the zero-advantage threshold (std <= 1e-12, the record's is 0) and
+stop (10 x batch in a row) have no record fields (`fast_path_gaps` names them), so simrl_fast refuses the
 preset (``fast_path_exact=0``) rather than approximate it.
 
 Approximations: the engine dispatches a group's episodes together (upstream schedules them one
@@ -80,7 +82,7 @@ from simrl.policy.base import GroupRecord, InstanceLoad, PipelineState, Policy, 
 from simrl.policy.errors import PolicyError
 from simrl.policy.params import LoweringContext, PolicyParams
 from simrl.policy.registry import register
-from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync
+from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync, code
 
 TARGET_LAG = 1  # orchestrator.py:104
 CONTROLS = ("aimd", "kappa_ewma")
@@ -469,13 +471,22 @@ class PrimeRLPolicy(Policy):
             super().lower(ctx), batch_min_groups=b, batch_max_groups=b,
             drop_zero_variance=1 if self.filter_zero_advantages else 0,
             admit_max_ship_lag=TARGET_LAG,  # the ship barrier (a record extension)
+            # max_off_policy_steps: a finished group past it is dropped (before the zero-advantage filter, as
+            # `on_group_done` checks it first), buffered ones are evicted and running ones aborted at every
+            # publication (`on_publish`: abort_running, drop_buffered)
+            staleness_enforcement=code(Enforcement.DROP_AT_COMPLETION), evict_stale_on_publish=1,
+            abort_stale_on_publish=1,
+            # filter_zero_advantages: a zero-advantage group keeps its place in the batch (`form_batch`)
+            zero_variance_holds_slot=1 if self.filter_zero_advantages else 0,
             fast_path_exact=0,  # the rules of `fast_path_gaps` have no fields
         )
 
     @property
     def fast_path_gaps(self) -> tuple[str, ...]:
         """What the record of `lower` cannot hold, each named with its knob (simrl_fast names them when it
-        refuses this policy). The ship barrier is in the record (``admit_max_ship_lag``)."""
+        refuses this policy). The ship barrier is in the record (``admit_max_ship_lag``), and so is
+        ``max_off_policy_steps`` (dropped at completion, evicted and aborted at publications:
+        ``abort_stale_on_publish``)."""
         if self.aimd:
             control = ("AIMD permits from instance-load polls (policy.concurrency_control=aimd, every "
                        "policy.poll_interval_s; cuts cancel the youngest groups)")
@@ -485,8 +496,9 @@ class PrimeRLPolicy(Policy):
             "episode permits read when the dispatcher wakes (policy.min_inflight..policy.max_inflight)",
             control,
             f"a {ADMISSION_WINDOW_S:g} s admission window reopened by time (recheck_in)",
-            "running groups aborted at a publication past policy.max_off_policy_steps",
         ]
         if self.filter_zero_advantages:
-            gaps.append("zero-advantage groups holding batch slots (policy.filter_zero_advantages=true)")
+            # the slots themselves are in the record (zero_variance_holds_slot); its guard and threshold are not
+            gaps.append("zero-advantage groups counted at reward std <= 1e-12 and a stop after 10 x batch of them "
+                        "in a row (policy.filter_zero_advantages=true)")
         return tuple(gaps)

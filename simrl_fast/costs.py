@@ -34,7 +34,8 @@ def check_static(static, params) -> None:
     gated = (("on_demand", np.asarray(params.od) == 1, "kv_policy=on_demand"),
              ("chunked_prefill", np.asarray(params.token_budget) > 0, "max_num_batched_tokens > 0"),
              ("prefix", np.asarray(params.pc) == 1, "shared prompt prefixes (prefix_caching)"),
-             ("crossing", np.asarray(params.cross) > 0, "groups failed at a publication (fail_on_version_crossing)"))
+             ("crossing", (np.asarray(params.cross) > 0) | (np.asarray(params.stale_abort) > 0),
+              "groups failed at a publication (fail_on_version_crossing, abort_stale_on_publish)"))
     for flag, need, what in gated:
         if not getattr(static, flag) and np.any(need):
             raise ValueError(f"simrl_fast: Static.{flag}=False but some configuration of the batch has {what}; "

@@ -7,6 +7,11 @@ queues, its tokens are wasted) and, while its retries are below k, its prompt jo
 (`GroupBook.retry`), which the dispatcher serves before new prompts: a new group (the next gid) with the
 same workload group and ``retries + 1``. Dressage without partial rollout (k = ``rollout_max_retries``).
 
+The record extension ``abort_stale_on_publish`` (``Params.stale_abort``) takes the same path: at each
+publication the running groups staler than the bound (`stale_running`) are aborted, with no retry (a group
+both stale and crossed is aborted: `RecordPolicy.on_publish` lists every aborted group in gid order, then the
+re-queued ones, as `_release_entries` orders them). prime-rl's ``max_off_policy_steps`` check of in-flight groups.
+
 Here (``Params.cross`` = k + 1, traced when ``Static.crossing``):
 
 - `note_admitted`: a call's first admission counts for its group (`CrossState.started`); a group is
@@ -42,6 +47,7 @@ from simrl_fast.instance import call_lengths, kv_need
 from simrl_fast.lowering import RULE_ABORT_RESTART, RULE_ABORT_RESUME, with_group_map
 from simrl_fast.prefix import SH_NONE, call_shared, entry_tokens
 from simrl_fast.state import (
+    BIG,
     G_DROPPED,
     G_RUNNING,
     KEY_EMPTY,
@@ -109,8 +115,11 @@ def fail_crossed(st, p, w, static, pub):
     G, X, ins, C = st.groups, st.cross, st.inst, st.calls
     Gm, n, K, S, NG = static.max_groups, static.group_size, static.instances, static.slots, static.groups
     i32, i64 = jnp.int32, jnp.int64
-    crossed = pub & (p.cross > 0) & (G.status == G_RUNNING) & (X.started > G.done)
-    requeue = crossed & (X.retries < p.cross - 1)
+    running = G.status == G_RUNNING
+    stale = pub & (p.stale_abort > 0) & running & stale_running(G.minv, st, p, Gm)
+    vcross = pub & (p.cross > 0) & running & (X.started > G.done)
+    crossed = stale | vcross  # every group leaving: RecordPolicy.on_publish's abort_running + requeue_running
+    requeue = vcross & ~stale & (X.retries < p.cross - 1)
     at = X.rq_tail + jnp.cumsum(requeue.astype(i32)) - 1
     rq = X.rq.at[jnp.where(requeue, at, Gm)].set(jnp.arange(Gm, dtype=i32), mode="drop")
     n_fail = jnp.sum(crossed.astype(i32))
@@ -191,9 +200,20 @@ def fail_crossed(st, p, w, static, pub):
     return st._replace(
         inst=inst, calls=calls, groups=G._replace(status=jnp.where(crossed, G_DROPPED, G.status)),
         n_running=st.n_running - n_fail,
-        overflow=st.overflow | (pub & (p.cross > 0) & jnp.any(ins.wq_len > W)),  # never, by the bound (a safety net)
+        overflow=st.overflow | (pub & ((p.cross > 0) | (p.stale_abort > 0)) & jnp.any(ins.wq_len > W)),  # never, by the bound (a safety net)
         cross=X._replace(rq=rq, rq_tail=X.rq_tail + jnp.sum(requeue.astype(i32))),
     )
+
+
+def stale_running(minv, st, p, Gm):
+    """[Gm] the groups whose staleness at the new version ``st.version`` exceeds the bound (`GroupRecord.staleness`):
+    version - min_version > bound for a group with an admitted call, else its dispatch version is below
+    version - bound, i.e. its gid below ``pub_disp[version - bound]`` (none when version - bound <= 0; gids go in
+    dispatch order, `trainer.age_cut`). ``abort_stale_on_publish`` (prime-rl's ``max_off_policy_steps``)."""
+    v = st.version - p.stale_bound
+    cut = jnp.where(v > 0, st.pub_disp[jnp.clip(v, 0, st.pub_disp.shape[0] - 1)], 0)
+    admitted = minv < BIG
+    return jnp.where(admitted, st.version - minv > p.stale_bound, jnp.arange(Gm, dtype=jnp.int32) < cut)
 
 
 def clears_at_publication(p):
@@ -201,7 +221,7 @@ def clears_at_publication(p):
     than at each instance's resume entry: under a pausing rule that aborts nothing (keep_pause, colocated
     without an abort rule), where SimPy clears the caches in `pause_all`, before the failed groups' entries
     join them. (Under abort_resume/abort_restart the resume entry releases the aborted requests first.)"""
-    return (p.cross > 0) & (p.pc_clear == 1) & (p.rule != RULE_ABORT_RESUME) & (p.rule != RULE_ABORT_RESTART)
+    return ((p.cross > 0) | (p.stale_abort > 0)) & (p.pc_clear == 1) & (p.rule != RULE_ABORT_RESUME) & (p.rule != RULE_ABORT_RESTART)
 
 
 def _release_entries(ins, p, w, static, pub, crossed, requeue, occ, g_s):
@@ -228,7 +248,7 @@ def _release_entries(ins, p, w, static, pub, crossed, requeue, occ, g_s):
     ent = ref & crossed[None, :]  # a failed group's entry on the instance
     freed = jnp.sum(jnp.where(ent, tokg[None, :], 0), axis=1)
     abort_rule = (p.rule == RULE_ABORT_RESUME) | (p.rule == RULE_ABORT_RESTART)
-    on = pub & (p.pc == 1) & (p.cross > 0)
+    on = pub & (p.pc == 1) & ((p.cross > 0) | (p.stale_abort > 0))
     put, ab_on = on & ~abort_rule, on & abort_rule
     clr = pub & clears_at_publication(p) & (ins.phase == RESUME)
     c_floor = jnp.where(clr, ins.c_next, ins.c_floor)

@@ -214,7 +214,8 @@ def instance_action(st, p, w, static, on, i, new_now):
         # Instance.clear_cache after pause_all's aborts (every pausing rule, colocated steps)
         clr = res_entry & pcx & (p.pc_clear == 1)
         if static.crossing:  # crossing.fail_crossed clears it at the publication, before failed groups' entries join
-            clr = clr & ~((p.cross > 0) & (p.rule != RULE_ABORT_RESUME) & (p.rule != RULE_ABORT_RESTART))
+            clr = clr & ~(((p.cross > 0) | (p.stale_abort > 0)) & (p.rule != RULE_ABORT_RESUME)
+                          & (p.rule != RULE_ABORT_RESTART))
         c_floor = jnp.where(clr, c_next, c_floor)
         cache = jnp.where(clr, 0, cache)
         running = running - rq_n
@@ -525,10 +526,16 @@ def instance_action(st, p, w, static, on, i, new_now):
     done_f, minv_f = Gs.done[g_f], Gs.minv[g_f]
     complete = fin_on & (done_f + 1 == n)
     stale = st.version - minv_f
-    drop = ((p.drop_stale == 1) & (stale > p.stale_bound)) | ((p.drop_zero_var == 1) & w.zero_var[workload_group(w, g_f, G)])
+    stale_drop = (p.drop_stale == 1) & (stale > p.stale_bound)
+    zero = (p.drop_zero_var == 1) & w.zero_var[workload_group(w, g_f, G)]
+    drop = stale_drop | zero
     if static.dispatch_age:  # past the record's max_dispatch_age (traced only when a configuration has one)
         drop = drop | (g_f < age_cut(st, p))
     acc = complete & ~drop
+    # zero_variance_holds_slot: a zero-variance drop (the engine's staleness drop comes first) keeps its place in
+    # the FIFO as a placeholder (status G_DROPPED in the buffer: `trainer.trainer_react`)
+    zs = complete & (p.zslot == 1) & zero & ~stale_drop
+    put = acc | zs
     # batch_order 1: buffer positions are laid out by dispatch window (window k at k*batch ..), in
     # acceptance order within it, so the trainer's FIFO pop takes step k's window in buffer order
     win = (g_f // p.batch) * p.batch
@@ -538,14 +545,15 @@ def instance_action(st, p, w, static, on, i, new_now):
         done=Gs.done.at[tie(jnp.where(fin_on, g_f, Gm), Gm, done_f)].add(1, mode="drop"),
         status=Gs.status.at[jnp.where(complete, g_f, Gm)].set(jnp.where(drop, G_DROPPED, G_BUFFERED), mode="drop"),
         minv=Gs.minv.at[tie(g_h, Gm, minv_f)].min(st.version, mode="drop"),
-        buf=Gs.buf.at[jnp.where(acc, slot, Gm)].set(g_f, mode="drop"),
+        buf=Gs.buf.at[jnp.where(put, slot, Gm)].set(g_f, mode="drop"),
     )
     trainer, publish = pause_acked(tr, p, new_now, seq, on & do_pause)
     return st._replace(
         inst=inst, calls=calls, groups=groups, trainer=trainer,
         out=st.out._replace(fin_rid=jnp.where(fin_on, r_f, st.out.fin_rid), fin_group=st.out.fin_group | complete,
                             fin_t=jnp.where(fin_on, new_now, st.out.fin_t)), seq=seq + publish,
-        accepted=st.accepted + acc, n_running=st.n_running - complete, buf_tail=st.buf_tail + acc,
+        accepted=st.accepted + acc, n_running=st.n_running - complete, buf_tail=st.buf_tail + put,
+        zs_live=st.zs_live + zs, zs_wait=st.zs_wait & ~complete,  # a completion notifies the waiting trainer
         buf_live=st.buf_live + acc,
         buf_minv=st.buf_minv.at[jnp.where(acc, minv_f, st.buf_minv.shape[0])].add(1, mode="drop"), cur=jnp.where(on, jnp.where(more, i, -1), st.cur),
     )

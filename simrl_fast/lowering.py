@@ -78,6 +78,13 @@ FEATURES = {
                                        "admitted and not finished are aborted, and re-dispatched (retries first, "
                                        "their prompt again) while their retries < k; with chunked prefill and "
                                        "the prefix cache; not with the collapse failsafe when k > 0",
+    "policy.abort_stale_on_publish": "0, or 1 under a pausing rule (keep_pause, abort_resume, abort_restart, "
+                                      "drain) or colocated placement: at each publication the running groups "
+                                      "staler than the bound (from the dispatch version while no call was "
+                                      "admitted) are aborted and dropped (simrl_fast.crossing)",
+    "policy.zero_variance_holds_slot": "0 or 1 (zero-variance drops hold their place in fixed-size FIFO batches; "
+                                        "after a batch of placeholders alone the trainer waits for the next "
+                                        "group completion); not with per-instance sync",
     "policy.max_dispatch_age": "any: a group whose version - dispatch version exceeds it is dropped when it "
                                "finishes and evicted from the buffer at each publication",
     "policy.admit_max_ship_lag": "any (a ship barrier: batches taken - version + buffered // batch <= the lag) with "
@@ -146,7 +153,8 @@ class Static(NamedTuple):
     on_demand: bool = True  # some configuration of the batch has kv_policy=on_demand (else its code is not traced)
     chunked_prefill: bool = True  # some configuration has max_num_batched_tokens > 0 (else its code is not traced)
     prefix: bool = False  # some configuration of the batch shares prompt prefixes (Params.pc; else not traced)
-    crossing: bool = False  # some configuration fails groups at a publication (Params.cross > 0; else not traced)
+    crossing: bool = False  # some configuration fails groups at a publication (Params.cross > 0 or Params.stale_abort
+    #                         > 0; else not traced)
     perinst: bool = False  # some configuration syncs weights per instance (Params.pull_s > 0; else not traced)
     cross_window: int = 1  # waiting-queue entries a publication's failure looks at per instance (>= any wq_len then)
     dispatch_age: bool = False  # some configuration drops by dispatch age (Params.age > 0; else not traced)
@@ -220,6 +228,10 @@ class Params(NamedTuple):
     # the router (simrl_fast.router): Router.eligible's cap and dp_shard's slice
     cap: np.ndarray  # int32: router.active_cap (0: no cap)
     shard: np.ndarray  # int32: dp_shard's calls per contiguous slice (simrl.engine.router.dp_shard_calls; 0: other routers)
+    # record extension abort_stale_on_publish (simrl_fast.crossing.fail_crossed)
+    stale_abort: np.ndarray  # int32: 1 = running groups staler than stale_bound are aborted at each publication
+    # record extension zero_variance_holds_slot (instance: completion; trainer: batch_ready, trainer_react)
+    zslot: np.ndarray  # int32: 1 = a zero-variance drop keeps its place in the FIFO batch order (a placeholder)
 
 
 class WorkloadArrays(NamedTuple):
@@ -382,6 +394,10 @@ def perinst_rejections(pp: PolicyParams, name: str) -> list[str]:
                             f"{name}: calls would be routed to instances that are pulling"))
     if pp.fail_on_version_crossing >= 0:
         out.append(_feature(f"{what} with fail_on_version_crossing", name))
+    if pp.abort_stale_on_publish:
+        out.append(_feature(f"{what} with abort_stale_on_publish", name))
+    if pp.zero_variance_holds_slot:
+        out.append(_feature(f"{what} with zero_variance_holds_slot", name))
     # not drawn together with per-instance sync by the differential generators: refused until they are
     if pp.admit_max_ship_lag >= 0:
         out.append(_feature(f"{what} with a ship barrier (admit_max_ship_lag)", name))
@@ -696,6 +712,11 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         _crossing_checks(rule)
         if cfg.router.active_cap:  # a failed group's calls may wait in the router queue (not modelled there)
             _reject(f"router.active_cap={cfg.router.active_cap} with fail_on_version_crossing")
+    if pp.abort_stale_on_publish:
+        _crossing_checks(rule, "running groups aborted at a publication past the staleness bound "
+                               "(abort_stale_on_publish)")
+        if cfg.router.active_cap:  # an aborted group's calls may wait in the router queue (not modelled there)
+            _reject(f"router.active_cap={cfg.router.active_cap} with abort_stale_on_publish")
     stale_bound = int(pp.staleness_bound)
     params = Params(
         n_inst=np.int32(r.instances), max_seqs=np.int32(r.max_num_seqs),
@@ -715,7 +736,8 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         **prefix_fields(cfg, wa, pp, bool(cf["colocated"])), cross=np.int32(pp.fail_on_version_crossing + 1), **cf,
         ship_lag=np.int32(pp.admit_max_ship_lag),
         age=np.int32(pp.max_dispatch_age + 1), batch_oldest=np.int32(pp.batch_order == 2),
-        return_evicted=np.int32(pp.admit_return_evicted),
+        return_evicted=np.int32(pp.admit_return_evicted), stale_abort=np.int32(pp.abort_stale_on_publish),
+        zslot=np.int32(pp.zero_variance_holds_slot),
         cap=np.int32(cfg.router.active_cap), shard=np.int32(_shard_calls(cfg, pp, wa)),
     )
     static = static_for([params], wa)
@@ -734,11 +756,10 @@ def _shard_calls(cfg, pp: PolicyParams, wa: WorkloadArrays) -> int:
         _reject("router.name=dp_shard without a slice", str(exc))
 
 
-def _crossing_checks(rule: int) -> None:
+def _crossing_checks(rule: int, what: str = "groups failed at a publication (fail_on_version_crossing)") -> None:
     """``fail_on_version_crossing`` is exact in the kernel where every instance is paused at a publication
     (the failed groups' requests leave paused batches: decoding, or part-way through chunked prefill, holding
     shared prefixes by reference; `simrl_fast.crossing`) or nothing runs then (drain)."""
-    what = "groups failed at a publication (fail_on_version_crossing)"
     if rule == RULE_CONTINUE:
         _reject(f"{what} under inflight_rule continue or swap_in_place",
                 "rollout runs through the publication: the groups would leave batches mid-iteration")
@@ -754,9 +775,15 @@ def group_bound(p: Params) -> int:
     if math.isinf(budget):
         budget = float(p.conc) + 2 * steps * batch
     extra = 0.0
-    if int(p.cross) > 0:  # each publication re-dispatches at most the groups then running
+    if fails_groups(p):  # each publication re-dispatches (or aborts, freeing their slots) at most the groups running
         extra = min(float(p.conc), budget) * steps
     return int(math.ceil(budget + extra)) + batch
+
+
+def fails_groups(p: Params) -> bool:
+    """Whether a publication may remove running groups (``fail_on_version_crossing`` or
+    ``abort_stale_on_publish``: `simrl_fast.crossing.fail_crossed`, traced under ``Static.crossing``)."""
+    return int(p.cross) > 0 or int(getattr(p, "stale_abort", 0)) > 0
 
 
 def running_bound(p: Params) -> float:
@@ -788,7 +815,7 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
         on_demand=any(int(p.od) == 1 for p in params),
         chunked_prefill=any(int(p.token_budget) > 0 for p in params),
         prefix=any(int(p.pc) == 1 for p in params),
-        crossing=any(int(p.cross) > 0 for p in params),
+        crossing=any(fails_groups(p) for p in params),
         perinst=any(float(p.pull_s) > 0 for p in params),
         cross_window=_cross_window(params, mg, n),
         dispatch_age=any(int(p.age) > 0 for p in params),
@@ -799,7 +826,7 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
 def _cross_window(params: list[Params], mg: int, n: int) -> int:
     """A bound on any instance's waiting queue at a publication that fails groups: its calls belong to
     running groups (`running_bound` of them, n calls each); the whole call range when unbounded."""
-    bound = max((running_bound(p) for p in params if int(p.cross) > 0), default=0.0)
+    bound = max((running_bound(p) for p in params if fails_groups(p)), default=0.0)
     return int(min(mg, math.ceil(bound)) * n) if math.isfinite(bound) else mg * n
 
 

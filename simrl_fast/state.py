@@ -233,6 +233,11 @@ class SimState(NamedTuple):
     evicted_n: jnp.ndarray  # int32: buffered groups dropped at publications so far (accepted, then evicted)
     pub_disp: jnp.ndarray  # [P + 1] int32: groups dispatched when version v was published (v >= 1; 0 at v = 0):
     #                        GroupRecord.dispatch_version < v exactly for gids < pub_disp[v] (gids go in order)
+    # -- record extension zero_variance_holds_slot (Params.zslot; simrl_fast.trainer.trainer_react) --
+    zs_live: jnp.ndarray  # int32: zero-variance placeholders in the buffer FIFO not yet consumed by a batch
+    zs_real: jnp.ndarray  # int32: buffered groups taken so far by the batch being formed (its places: taken)
+    zs_wait: jnp.ndarray  # bool: a batch of placeholders alone was consumed (form_batch returned None): the trainer
+    #                       waits for the next `changed.notify()`, which while it waits is a group's completion
 
 
 def serials(static) -> bool:
@@ -293,6 +298,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         rr_next=i32(0), dispatch_paused=jnp.array(False), cur=i32(-1), buf_head=i32(0), buf_tail=i32(0),
         buf_live=i32(0), buf_minv=i32(0, P + 1), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
         count_off=i32(0), cross=init_cross(static), pi=init_perinst(static), evicted_n=i32(0), pub_disp=i32(0, P + 1),
+        zs_live=i32(0), zs_real=i32(0), zs_wait=jnp.array(False),
     )
 
 

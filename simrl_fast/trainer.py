@@ -39,6 +39,7 @@ from simrl_fast.state import (
     BIG,
     BUSY,
     G_BUFFERED,
+    G_DROPPED,
     G_EVICTED,
     G_TRAINED,
     IDLE,
@@ -108,7 +109,9 @@ def window_buffered(status, start, p, static):
 def batch_ready(st, p, static):
     """A batch can be taken: ``batch`` groups buffered (FIFO), or every group of the step's dispatch
     window (gids step*batch .. step*batch + batch - 1) buffered (batch_order 1)."""
-    fifo = st.buf_live >= p.batch
+    # zero_variance_holds_slot: placeholders are places too, and after a batch of placeholders alone the trainer
+    # waits for the next group completion (`SimState.zs_wait`)
+    fifo = (st.buf_live + st.zs_live >= p.batch) & ~st.zs_wait
     window = window_buffered(st.groups.status, st.trainer.step * p.batch, p, static) == p.batch
     return jnp.where(p.batch_window == 1, window, fifo)
 
@@ -258,15 +261,28 @@ def trainer_react(st, p, w, static, on, pub):
     if static.oldest_first:
         live = jnp.where(oldest, forming & (gid >= 0), live)
     k = tr.taken
+    # zero_variance_holds_slot (fixed-size FIFO batches): a placeholder (a zero-variance drop in the buffer, status
+    # G_DROPPED) takes a place of the batch and is consumed with it, untrained; ``taken`` counts places, zs_real the
+    # buffered groups among them
+    zslot = p.zslot == 1
+    zs = zslot & forming & (pos >= st.buf_head) & (pos < st.buf_tail) & (status == G_DROPPED)
+    place = live | zs
     # FIFO takes every buffered group up to batch_max (batch_min = batch were buffered): buf_live + taken
     # is the buffer when forming began (nothing else acts until the batch is formed)
-    target = jnp.where(p.batch_window == 1, p.batch, jnp.minimum(st.buf_live + k, p.batch_max))
-    rank = k + jnp.cumsum(live.astype(i32), dtype=i32) - 1  # batch position of each live entry
-    take = live & (rank < target)
+    target = jnp.where((p.batch_window == 1) | zslot, p.batch, jnp.minimum(st.buf_live + k, p.batch_max))
+    prank = k + jnp.cumsum(place.astype(i32), dtype=i32) - 1  # batch place of each entry
+    inb = place & (prank < target)
+    take = live & inb
     n_take = jnp.sum(take.astype(i32), dtype=i32)
-    full = forming & (k + n_take == target)
-    # the next entry: after the batch's last group when it is complete, else after the window
-    head = jnp.where(full, jnp.max(jnp.where(take, pos, -1)) + 1, start + W)
+    n_place = jnp.sum(inb.astype(i32), dtype=i32)
+    real0 = jnp.where(zslot, st.zs_real, k)  # buffered groups taken before this step
+    rank = real0 + jnp.cumsum(take.astype(i32), dtype=i32) - 1  # batch position of each taken group
+    n_real = real0 + n_take
+    full = forming & (k + n_place == target)
+    empty = full & (n_real == 0)  # placeholders alone: consumed, no batch (PrimeRLPolicy.form_batch returns None)
+    n_zs = n_place - n_take
+    # the next entry: after the batch's last place when it is complete, else after the window
+    head = jnp.where(full, jnp.max(jnp.where(inb, pos, -1)) + 1, start + W)
     wg = workload_group(w, g0, ng)
     comp = log.completion_tokens[step] + jnp.sum(jnp.where(take, w.completion_sum[wg], 0), dtype=jnp.int64)
     seqtok = log.seq_tokens[step] + jnp.sum(jnp.where(take, w.seq_tokens[wg], 0), dtype=jnp.int64)
@@ -278,14 +294,15 @@ def trainer_react(st, p, w, static, on, pub):
         fwd = jnp.where(take[:, None], fwd, 0.0)
         fwd_sum = jax.lax.scan(lambda c, x: (c + x, None), fwd_sum, fwd.reshape(-1))[0]
         fwd_max = jnp.maximum(fwd_max, jnp.max(fwd))
-    dur = train_time(p, static, target * static.group_size, seqtok, fwd_sum, fwd_max)
+    dur = train_time(p, static, n_real * static.group_size, seqtok, fwd_sum, fwd_max)
     # colocated: the batch taken, every instance pauses (the trainer was woken after every event of
     # this instant, so a busy instance pauses at its first boundary after now); training waits for
     # the acknowledgements, then offload_before_s (at once when no instance is busy)
     col = p.colocated == 1
-    colo = full & col
+    formed = full & ~empty
+    colo = formed & col
     inst, n_busy = request_pause(st.inst, p, static, colo, now, now, BIG)
-    train = full & ~col
+    train = formed & ~col
     offload = colo & (n_busy == 0)
     go = drain_go | train | offload
     trainer = tr._replace(
@@ -294,14 +311,14 @@ def trainer_react(st, p, w, static, on, pub):
         timer_t=jnp.where(train, now + dur, jnp.where(drain_go, now + p.sync_s,
                                                       jnp.where(offload, now + p.off_before, tr.timer_t))),
         timer_prev=jnp.where(go, now, tr.timer_prev), timer_seq=jnp.where(go, st.seq, tr.timer_seq),
-        taken=jnp.where(full, 0, k + n_take), acks=jnp.where(colo, n_busy, tr.acks), dur=jnp.where(full, dur, tr.dur),
+        taken=jnp.where(full, 0, k + n_place), acks=jnp.where(colo, n_busy, tr.acks), dur=jnp.where(formed, dur, tr.dur),
     )
     P, B = static.steps, static.max_batch
     row = jnp.where(take, step, P)
     col = jnp.where(take, rank, B)
     any_take = n_take > 0
     log = log._replace(
-        batch_ready=_set(log.batch_ready, step, now, full), train_start=_set(log.train_start, step, now, train),
+        batch_ready=_set(log.batch_ready, step, now, formed), train_start=_set(log.train_start, step, now, train),
         offload_s=_set(log.offload_s, step, p.offload_s, colo),
         gids=log.gids.at[row, col].set(gid, mode="drop"),
         stale=log.stale.at[row, col].set(st.version - minv, mode="drop"),
@@ -312,7 +329,8 @@ def trainer_react(st, p, w, static, on, pub):
     status = G.status.at[jnp.where(take, g0, Gm)].set(G_TRAINED, mode="drop")
     return st._replace(
         inst=inst, trainer=trainer, log=log, groups=G._replace(status=status), seq=st.seq + go,
-        training=st.training | full, buf_head=jnp.where(forming & (p.batch_oldest == 0), head, st.buf_head),
+        training=st.training | formed, buf_head=jnp.where(forming & (p.batch_oldest == 0), head, st.buf_head),
         buf_live=st.buf_live - n_take,
         buf_minv=st.buf_minv.at[jnp.where(take, minv, st.buf_minv.shape[0])].add(-1, mode="drop"),
+        zs_live=st.zs_live - n_zs, zs_real=jnp.where(full, 0, n_real), zs_wait=st.zs_wait | empty,
     )

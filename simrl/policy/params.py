@@ -36,7 +36,10 @@ per-instance pulls; a no-op under global sync, where every instance holds the pu
 ``fail_on_version_crossing`` = k >= 0: at each publication every running group with an unfinished
 trajectory that already generated under an older version fails, and is dispatched again from
 scratch (ahead of new prompts) while its retries < k, else aborted and dropped (Dressage without
-partial rollout; -1: never).
+partial rollout; -1: never); ``abort_stale_on_publish`` (0/1): at each publication every running
+group staler than ``staleness_bound`` (the new version minus its oldest token's version, its dispatch
+version while no call was admitted) is aborted and dropped (prime-rl's ``max_off_policy_steps`` check
+of in-flight groups; needs a bound).
 
 filtering: ``staleness_bound`` (-1: none), ``staleness_enforcement`` (`code` of an `Enforcement`;
 ``drop_at_completion``: a group staler than the bound when it finishes is dropped and returns
@@ -48,6 +51,11 @@ staler than the bound are dropped; they keep counting as accepted),
 when it finishes and evicted from the buffer at each publication: the age is counted from the
 dispatch stamp, not from the oldest token as ``staleness_bound`` is; verl V1's span check, TRL
 async's sample age). The record's filter checks zero variance first, then the dispatch age.
+``zero_variance_holds_slot`` (0/1, with ``drop_zero_variance`` = 1 and fixed-size FIFO batches): a group
+dropped for zero reward variance keeps its place in the batch order (completion order): a batch takes the
+first ``batch_min_groups`` places, buffered groups and such placeholders, and trains its buffered groups
+only; a batch of placeholders alone is consumed and not taken (the trainer waits for the next change;
+prime-rl's ``filter_zero_advantages`` without backfill).
 ``collapse_zero_variance_groups`` = n > 0 (with ``drop_zero_variance``): the run stops with an
 error when the n-th group since the last batch is dropped for zero reward variance (ART's
 "MODEL COLLAPSE DETECTED" failsafe); 0: never.
@@ -119,6 +127,8 @@ class PolicyParams:
     route_needs_dispatch_version: int = 0
     disaggregated: int = 0
     admit_max_ship_lag: int = -1
+    abort_stale_on_publish: int = 0
+    zero_variance_holds_slot: int = 0
 
     def __attrs_post_init__(self):
         if self.admit_count_since_publish and not self.admit_count_dispatched:
@@ -140,6 +150,20 @@ class PolicyParams:
             raise ValueError(f"admit_max_ship_lag={self.admit_max_ship_lag}: expected -1 (none) or a lag >= 0")
         if self.fail_on_version_crossing >= 0 and self.admit_count_since_publish:
             raise ValueError("fail_on_version_crossing >= 0 cannot be combined with admit_count_since_publish=1")
+        if self.abort_stale_on_publish not in (0, 1):
+            raise ValueError(f"abort_stale_on_publish={self.abort_stale_on_publish}: expected 0 or 1")
+        if self.abort_stale_on_publish and self.staleness_bound < 0:
+            raise ValueError("abort_stale_on_publish=1 needs a staleness_bound >= 0")
+        if self.abort_stale_on_publish and self.admit_count_since_publish:
+            raise ValueError("abort_stale_on_publish=1 cannot be combined with admit_count_since_publish=1")
+        if self.zero_variance_holds_slot not in (0, 1):
+            raise ValueError(f"zero_variance_holds_slot={self.zero_variance_holds_slot}: expected 0 or 1")
+        if self.zero_variance_holds_slot and not (
+                self.drop_zero_variance == 1 and self.batch_order == 0 and not self.batch_shrink_by_drops
+                and self.batch_min_groups == self.batch_max_groups and not self.collapse_zero_variance_groups):
+            raise ValueError("zero_variance_holds_slot=1 needs drop_zero_variance=1, FIFO batches (batch_order=0, no "
+                             "batch_shrink_by_drops) of fixed size (batch_min_groups == batch_max_groups) and no "
+                             "collapse_zero_variance_groups")
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in attrs.asdict(self).items()}

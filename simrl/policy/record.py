@@ -39,6 +39,8 @@ class RecordState:
     dropped_since_batch: int = 0  # groups the record's filter dropped since the last batch (batch_shrink_by_drops)
     publications: int = 0  # publications whose on_publish ran (admit_max_batches_ahead)
     zero_variance_since_batch: int = 0  # zero-variance drops since the last batch (collapse_zero_variance_groups)
+    places: int = 0  # groups the record's filter has seen, in completion order (zero_variance_holds_slot)
+    zero_places: list[int] = attrs.field(factory=list)  # places held by zero-variance drops, not yet consumed
 
 
 _NO_STATE = RecordState()
@@ -117,7 +119,7 @@ class RecordPolicy(Policy):
         batches taken or the batch is not the FIFO head (only `form_batch` knows them)."""
         p = self.params
         return (not p.admit_budget_per_batch_groups and p.batch_order == 0 and not p.batch_shrink_by_drops
-                and p.admit_max_ship_lag < 0)
+                and p.admit_max_ship_lag < 0 and not p.zero_variance_holds_slot)
 
     def admit(self, st: PipelineState) -> bool:
         return admits(self.params, st, st.policy_state)
@@ -136,18 +138,29 @@ class RecordPolicy(Policy):
             verdict = Verdict.DROP
         if verdict is not Verdict.ACCEPT:
             st.policy_state.dropped_since_batch += 1
+        if p.zero_variance_holds_slot:
+            rs = st.policy_state
+            rs.places += 1
+            group.tag["place"] = rs.places
+            if verdict is not Verdict.ACCEPT and p.drop_zero_variance and group.reward_std() == 0.0:
+                rs.zero_places.append(rs.places)
         return verdict
 
     def on_publish(self, st: PipelineState) -> PublishActions:
         p = self.params
         st.policy_state.publications += 1
         aged = tuple(g.gid for g in st.buffer if dispatch_aged(p, g, st.version))
-        if p.fail_on_version_crossing >= 0:
-            failed = [g for g in st.running.values() if crossed(g, st.version)]
+        if p.fail_on_version_crossing >= 0 or p.abort_stale_on_publish:
+            # aborted (in st.running's order, gids ascending): stale ones, and crossed ones without retries left;
+            # re-dispatched: crossed ones, not stale, with retries left
             k = p.fail_on_version_crossing
-            return PublishActions(abort_running=tuple(g.gid for g in failed if g.retries >= k),
-                                  requeue_running=tuple(g.gid for g in failed if g.retries < k),
-                                  drop_buffered=aged)
+            abort, requeue = [], []
+            for g in st.running.values():
+                if p.abort_stale_on_publish and g.staleness(st.version) > p.staleness_bound:
+                    abort.append(g.gid)
+                elif k >= 0 and crossed(g, st.version):
+                    (abort if g.retries >= k else requeue).append(g.gid)
+            return PublishActions(abort_running=tuple(abort), requeue_running=tuple(requeue), drop_buffered=aged)
         if p.admit_count_since_publish:
             # the engine's staleness evictions of this publication are applied after this hook
             evict = p.evict_stale_on_publish and p.staleness_bound >= 0
@@ -170,6 +183,17 @@ class RecordPolicy(Policy):
             window = set(oldest)
             batch = [g for g in buf if g.gid in window]
             if len(oldest) < p.batch_max_groups or len(batch) < len(oldest):
+                return None
+        elif p.zero_variance_holds_slot:
+            places = sorted([(g.tag["place"], g) for g in buf] + [(z, None) for z in rs.zero_places],
+                            key=lambda x: x[0])
+            if len(places) < p.batch_min_groups:
+                return None
+            chosen = places[: p.batch_min_groups]
+            used = {z for z, g in chosen if g is None}
+            rs.zero_places = [z for z in rs.zero_places if z not in used]
+            batch = [g for _, g in chosen if g is not None]
+            if not batch:  # only placeholders: consumed, nothing to train
                 return None
         elif len(buf) >= p.batch_min_groups:
             batch = sorted(buf, key=lambda g: g.gid) if p.batch_order == 2 else buf

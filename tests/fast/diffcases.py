@@ -105,8 +105,11 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     `draw_psrl`) instead. ``crossing``: ``off``, ``on`` or ``any`` (drawn next, not with psrl): groups failed
     at a publication (``fail_on_version_crossing``, `draw_crossing`), with whatever budget and cache were
     drawn. Then a fifth of the cases but psrl's replay the drawn policy's record with a ship barrier
-    (``admit_max_ship_lag`` 0..2). ``router``: ``two`` (least_requests or round_robin, drawn with the
-    deployment) or ``any`` (after everything else, `draw_router`: dp_shard too, and an active_cap)."""
+    (``admit_max_ship_lag`` 0..2). Last, with ``crossing`` on, 40% of them abort running groups past the
+    staleness bound at each publication (`draw_stale_abort`); and a quarter of the cases but psrl's hold the places
+    of zero-variance drops in fixed-size FIFO batches (`draw_zero_slots`). ``router``: ``two``
+    (least_requests or round_robin, drawn with the deployment) or ``any`` (after everything else,
+    `draw_router`: dp_shard too, and an active_cap)."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -189,8 +192,51 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
             lag = int(rng.integers(0, 3))
             case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(attrs.evolve(rec, admit_max_ship_lag=lag)))
             case.label += f" ship_lag={lag}"
+    if crossing == "on" and not psrl_drawn and rng.random() < 0.4:
+        case = draw_stale_abort(rng, case, n, K)
+    if not psrl_drawn and rng.random() < 0.25:  # drawn last of all: zero-variance drops holding their batch places
+        case = draw_zero_slots(case, n, K)
     if router == "any":
         draw_router(rng, case, n, K)
+    return case
+
+
+def zero_slots_record(rec):
+    """``rec`` with zero-variance groups dropped and holding their place in the batch (``zero_variance_holds_slot``,
+    prime-rl's ``filter_zero_advantages``) where its batches allow it (fixed-size FIFO), else None."""
+    if (rec.batch_order != 0 or rec.batch_min_groups != rec.batch_max_groups or rec.batch_shrink_by_drops
+            or rec.collapse_zero_variance_groups or rec.sync_per_instance or rec.drop_zero_variance == 2
+            or not rec.fast_path_exact):
+        return None
+    return attrs.evolve(rec, drop_zero_variance=1, zero_variance_holds_slot=1)
+
+
+def draw_zero_slots(case: Case, n: int, K: int) -> Case:
+    """The drawn policy's record with `zero_slots_record` (unchanged where its batches do not allow it)."""
+    rec = zero_slots_record(case.cfg.policy.lower(LoweringContext(group_size=n, instances=K)))
+    if rec is not None:
+        case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+        case.label += " zero_slots"
+    return case
+
+
+def draw_stale_abort(rng: np.random.Generator, case: Case, n: int, K: int) -> Case:
+    """Drawn last (with ``crossing`` on): the drawn policy's record with running groups past the staleness bound
+    aborted at each publication (``abort_stale_on_publish``, prime-rl's ``max_off_policy_steps``) when its in-flight
+    rule pauses every instance (a bound 0..2, counted only, where the record has none)."""
+    from simrl.policy.rules import Enforcement, InflightRule, code
+
+    rec = case.cfg.policy.lower(LoweringContext(group_size=n, instances=K))
+    paused = rec.colocated or rec.inflight_rule in (code(InflightRule.KEEP_PAUSE), code(InflightRule.ABORT_RESUME),
+                                                    code(InflightRule.ABORT_RESTART), code(InflightRule.DRAIN))
+    if not paused or rec.admit_count_since_publish or rec.sync_per_instance or not rec.fast_path_exact:
+        return case
+    extra = {}
+    if rec.staleness_bound < 0:
+        extra = dict(staleness_bound=int(rng.integers(0, 3)), staleness_enforcement=code(Enforcement.COUNTED))
+    rec = attrs.evolve(rec, abort_stale_on_publish=1, **extra)
+    case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+    case.label += f" abort_stale(bound={rec.staleness_bound})"
     return case
 
 
@@ -198,7 +244,7 @@ def draw_router(rng: np.random.Generator, case: Case, n: int, K: int) -> None:
     """Redraw ``case``'s router in place (after every other draw): least_requests, round_robin or dp_shard
     (router.shard_calls 0 where the policy's record has a fixed batch, else 1..2n), and half the time a
     router.active_cap of 1..n + 1 (group size n: small enough to hold calls in the router queue; none with
-    fail_on_version_crossing, which the fast path refuses with a cap)."""
+    fail_on_version_crossing or abort_stale_on_publish, which the fast path refuses with a cap)."""
     from simrl.policy.errors import PolicyError
 
     try:
@@ -211,7 +257,7 @@ def draw_router(rng: np.random.Generator, case: Case, n: int, K: int) -> None:
         if rec is None or rec.batch_min_groups != rec.batch_max_groups or rng.random() < 0.3:
             shard = int(rng.integers(1, 2 * n + 1))
     cap = int(rng.integers(1, n + 2)) if rng.random() < 0.5 else 0
-    if cap and (rec is None or rec.fail_on_version_crossing >= 0):
+    if cap and (rec is None or rec.fail_on_version_crossing >= 0 or rec.abort_stale_on_publish):
         cap = 0
     case.cfg = attrs.evolve(case.cfg, router=attrs.evolve(case.cfg.router, name=name, shard_calls=shard,
                                                           active_cap=cap))

@@ -102,5 +102,7 @@ def test_prime_rl_lowers_its_ship_barrier_and_names_what_the_record_cannot_hold(
         lower_policy(pol, LoweringContext(group_size=8, instances=4))
     msg = str(exc.value)
     for knob in ("policy.concurrency_control=aimd", "policy.poll_interval_s", "policy.min_inflight",
-                 "policy.max_off_policy_steps", "policy.filter_zero_advantages=true", "recheck_in"):
+                 "policy.filter_zero_advantages=true", "recheck_in"):
         assert knob in msg, knob
+    # max_off_policy_steps is in the record (abort_stale_on_publish; tests/fast/test_prime_stale_abort.py)
+    assert rec.abort_stale_on_publish == 1 and "max_off_policy_steps" not in msg

@@ -32,8 +32,12 @@ A case draws, independently:
   (with whatever token budget and prefix cache were drawn above); then a ship
   barrier (``admit_max_ship_lag`` 0..2) on a record with fixed-size batches; last, per-instance
   weight sync (disaggregated): a record with the sync shape's admission made per-instance (no ship
-  barrier), or psrl with small knobs (one of them staleness 1, refused by its lowering); after everything,
-  half the time, the router redrawn (`diffcases.draw_router`: dp_shard too, and a router.active_cap).
+  barrier), or psrl with small knobs (one of them staleness 1, refused by its lowering); after everything
+  (the case's costs included), ``abort_stale_on_publish`` on a third of the records that pause every
+  instance at a publication (a counted bound 0..2 where the record has none); then zero-variance drops holding
+  their batch places (``zero_variance_holds_slot``) on a quarter of the records with fixed-size FIFO batches.
+  After everything, half the time, the router redrawn (`diffcases.draw_router`: dp_shard too, and a
+  router.active_cap).
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -45,7 +49,7 @@ from importlib.resources import files
 
 import attrs
 import numpy as np
-from diffcases import BASE, Case, draw_router, draw_token_budget, shared_prompts
+from diffcases import BASE, Case, draw_router, draw_token_budget, shared_prompts, zero_slots_record
 from simhelpers import random_workload
 
 from simrl.config import load_config
@@ -372,6 +376,25 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
         case.label = case.label.replace("offload=0 ", "offload=built ")
     else:
         case.costs = Costs(rollout, training, sync, offload_s=offload or 0.0)
+    # drawn last of all (so every draw above keeps a seed's values): running groups past the staleness bound aborted
+    # at each publication (abort_stale_on_publish, prime-rl's max_off_policy_steps) on a record that pauses every
+    # instance at a publication (a bound 0..2, counted only, where the record has none)
+    if kind == "record" and rng.random() < 0.3:
+        rec = case.cfg.policy.params_record
+        paused = rec.colocated or (colocated and not rec.disaggregated) or rec.inflight_rule in PAUSING
+        if paused and not rec.admit_count_since_publish and not rec.sync_per_instance:
+            extra = {}
+            if rec.staleness_bound < 0:
+                extra = dict(staleness_bound=int(rng.integers(0, 3)), staleness_enforcement=code(Enforcement.COUNTED))
+            rec = attrs.evolve(rec, abort_stale_on_publish=1, **extra)
+            case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+            case.label += f" abort_stale(bound={rec.staleness_bound})"
+    # then: zero-variance drops holding their batch places (zero_variance_holds_slot) on a quarter of the records
+    if kind == "record" and rng.random() < 0.25:
+        rec = zero_slots_record(case.cfg.policy.params_record)
+        if rec is not None:
+            case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+            case.label += " zero_slots"
     if rng.random() < 0.5:  # drawn last: the router redrawn (dp_shard, router.active_cap: diffcases.draw_router)
         draw_router(rng, case, n, case.cfg.deployment.rollout.instances)
     return case
