@@ -203,7 +203,8 @@ def _program(name: str, key: tuple, build, devices) -> object:
     """The compiled program ``name`` for ``key``: built in this process, else loaded from `program_dir()`,
     else ``build()`` (a `jax.stages.Traced`), lowered, compiled (jax's persistent cache applies) and stored.
 
-    A file that does not load (another jax, a partial write) is compiled again and replaced. Loading a
+    A file that does not load (another jax, a partial write) is removed and the program compiled again.
+    Only a program compiled in this process is stored (not one jax loaded from its own cache). Loading a
     program is loading code: the directory is the user's own cache, as jax's compilation cache is."""
     import time
 
@@ -226,8 +227,21 @@ def _program(name: str, key: tuple, build, devices) -> object:
             LOADED[name] += 1
             mon.record_event_duration_secs("/simrl_fast/program/load", time.perf_counter() - t0)
     if got is None:
-        got = build().lower().compile()
-        if path:
+        hits: list[str] = []
+
+        def on_event(event: str, **kwargs) -> None:
+            if event == "/jax/compilation_cache/cache_hits":
+                hits.append(event)
+
+        mon.register_event_listener(on_event)
+        try:
+            got = build().lower().compile()
+        finally:
+            mon.unregister_event_listener(on_event)
+        # only a program compiled here is stored: an executable jax loaded from its own persistent cache
+        # serialises without its kernels on CPU (jax 0.10.2: "NOT_FOUND: Function wrapped_broadcast.N not
+        # found" when the stored copy runs), so such a program is compiled by jax again on the next start
+        if path and not hits:
             t0 = time.perf_counter()
             _store_program(path, got)
             mon.record_event_duration_secs("/simrl_fast/program/store", time.perf_counter() - t0)
@@ -246,7 +260,11 @@ def _load_program(path: str, devices):
         return deserialize_and_load(payload, in_tree, out_tree, execution_devices=devices)
     except FileNotFoundError:
         return None
-    except Exception:  # noqa: BLE001  (another jax's file, a truncated one: compiled again and replaced)
+    except Exception:  # noqa: BLE001  (another jax's file, a truncated one: removed, compiled again)
+        try:
+            os.remove(path)
+        except OSError:
+            pass
         return None
 
 

@@ -126,8 +126,11 @@ def test_device_count_env(monkeypatch):
 
 def test_program_cache_stores_loads_and_replaces_a_bad_file(tmp_path, monkeypatch):
     """`engine._program`: compiled once and stored; a fresh process (the in-process table cleared)
-    loads it without building it and gets the same bytes; a file that does not load is compiled
-    again and replaced; another key (shapes) is another file."""
+    loads it without building it and gets the same bytes; a file that does not load is removed and
+    the program compiled again (stored again only when XLA compiled it: not when jax's own cache
+    served it, whose executables do not serialise whole); another key (shapes) is another file."""
+    import time
+
     import jax
     import jax.numpy as jnp
 
@@ -135,14 +138,15 @@ def test_program_cache_stores_loads_and_replaces_a_bad_file(tmp_path, monkeypatc
 
     monkeypatch.setattr(engine, "_CACHE", str(tmp_path))
     monkeypatch.setattr(engine, "_PROGRAMS", {})
-    f = jax.jit(lambda x: jnp.cumsum(x * 3.0 + 1.0))
+    k = float(time.time_ns() % 1_000_003 + 2)  # a program jax's persistent cache has not seen
+    f = jax.jit(lambda x: jnp.cumsum(x * k + 1.0))
     builds = []
 
     def get(arg):
         return engine._program("t", engine._shapes(arg), lambda: builds.append(1) or f.trace(arg), jax.devices()[:1])
 
     x = jnp.arange(5.0)
-    want = np.cumsum(np.arange(5.0) * 3.0 + 1.0)  # 1, 5, 12, 22, 35
+    want = np.cumsum(np.arange(5.0) * k + 1.0)
     loaded0 = engine.LOADED["t"]
     assert np.asarray(get(x)(x)).tobytes() == want.tobytes()
     assert len(builds) == 1 and engine.LOADED["t"] == loaded0
@@ -154,7 +158,10 @@ def test_program_cache_stores_loads_and_replaces_a_bad_file(tmp_path, monkeypatc
     engine._PROGRAMS.clear()
     path.write_bytes(b"not a program")
     assert np.asarray(get(x)(x)).tobytes() == want.tobytes()
-    assert len(builds) == 2 and path.stat().st_size > 100  # compiled again and replaced
+    assert len(builds) == 2
+    # removed, then stored again unless jax's persistent cache served the compile (in one process jax
+    # reuses its own fresh executable, which is stored)
+    assert not path.exists() or path.stat().st_size > 100
     engine._PROGRAMS.clear()
     get(jnp.arange(6.0))
-    assert len(builds) == 3 and len(list((tmp_path / "simrl-programs").iterdir())) == 2
+    assert len(builds) == 3 and len(list((tmp_path / "simrl-programs").iterdir())) == 1 + path.exists()
