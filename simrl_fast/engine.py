@@ -21,6 +21,8 @@ the configurations that take one in that step (``RARE_WIDTH``, ``ROUTE_WIDTH``).
 
 The persistent compilation cache is on by default (`cache_dir()`: ``$SIMRL_FAST_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/simrl/jax`` or ``~/.cache/simrl/jax``; ``SIMRL_FAST_CACHE=0`` turns it off).
+The compiled chunk and init programs themselves are kept there too (`program_dir()`, `_program`):
+a later process loads them without tracing or lowering (docs/fastpath.md, "srl-sweep", session 8).
 """
 
 from __future__ import annotations
