@@ -212,6 +212,12 @@ def _program(name: str, key: tuple, build, devices) -> object:
 
     import jax.monitoring as mon
 
+    from simrl_fast import state as _state
+    from simrl_fast import step as _step
+
+    # module values read while tracing (tests and benchmarks/fast.py change LOCAL_ROUNDS and then
+    # call jax.clear_caches(), which this table does not see): part of the key
+    key = (key, _state.LOCAL_ROUNDS, _step.WALK_BLOCK)
     got = _PROGRAMS.get((name, key))
     if got is not None:
         return got
