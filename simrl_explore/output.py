@@ -250,6 +250,9 @@ def report_md(res: SweepResult) -> str:
 
 
 def write_outputs(res: SweepResult, out: str) -> list[str]:
+    import time
+
+    t0 = time.perf_counter()
     os.makedirs(out, exist_ok=True)
     cols = res.columns
     written = []
@@ -266,7 +269,9 @@ def write_outputs(res: SweepResult, out: str) -> list[str]:
     written += write_plots(res, out)
     atomic_write(os.path.join(out, "report.md"), report_md(res))
     written.append("report.md")
-    atomic_write(os.path.join(out, "timing.json"), json.dumps({k: _fmt(v) for k, v in res.timings.items()},
+    # output_s: every file above (the tables, plots and report), timing.json itself excepted
+    timings = {**res.timings, "output_s": time.perf_counter() - t0}
+    atomic_write(os.path.join(out, "timing.json"), json.dumps({k: _fmt(v) for k, v in timings.items()},
                                                               indent=1, sort_keys=True) + "\n")
     written.append("timing.json")
     return written

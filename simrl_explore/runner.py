@@ -448,14 +448,16 @@ def _fill(items: list[tuple[Job, Any, Any]], res) -> None:
 
 class CompileClock:
     """Seconds jax spends tracing, lowering and compiling (or loading compiled programs from the
-    persistent cache) while the block runs: the ``/jax/core/compile/*`` duration events."""
+    persistent cache) while the block runs: the ``/jax/core/compile/*`` duration events, and the
+    fast path's loading and storing of whole compiled programs (``/simrl_fast/program/*``,
+    `simrl_fast.engine.program_dir`)."""
 
     def __init__(self):
         self.seconds = 0.0
         self._listener = None
 
     def _on(self, event: str, duration: float, **kwargs) -> None:
-        if event.startswith("/jax/core/compile/"):
+        if event.startswith(("/jax/core/compile/", "/simrl_fast/program/")):
             self.seconds += duration
 
     def __enter__(self):

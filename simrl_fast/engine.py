@@ -21,10 +21,13 @@ the configurations that take one in that step (``RARE_WIDTH``, ``ROUTE_WIDTH``).
 
 The persistent compilation cache is on by default (`cache_dir()`: ``$SIMRL_FAST_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/simrl/jax`` or ``~/.cache/simrl/jax``; ``SIMRL_FAST_CACHE=0`` turns it off).
+The compiled chunk and init programs themselves are kept there too (`program_dir()`, `_program`):
+a later process loads them without tracing or lowering (docs/fastpath.md, "srl-sweep", session 8).
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 
@@ -70,6 +73,8 @@ from simrl_fast.state import T_DONE, SimState, StepOut, init_state  # noqa: E402
 from simrl_fast.step import make_batch_step, make_step  # noqa: E402
 
 TRACE_COUNT = {"run": 0}
+#: compiled programs loaded from `program_dir()` in this process, by name ("chunk", "sharded", "init")
+LOADED: collections.Counter = collections.Counter()
 
 #: group slots never grow beyond this multiple of the first bound (a backstop under the progress test)
 MAX_GROWTH = 64
@@ -148,6 +153,166 @@ def _run_chunk(static: Static, st: SimState, params: Params, w, per_config_workl
     st, out = _chunk(st, params, w, static, per_config_workload, width, routes)
     live = jnp.any((st.trainer.phase != T_DONE) & ~st.stuck & ~st.overflow)
     return st, out, live
+
+
+# -- compiled programs, kept on disk -------------------------------------------------------------------
+#
+# jax's persistent cache keeps the compiled executable, but it is looked up by the lowered module: every
+# process start still traces `_run_chunk` and lowers it to MLIR (on the 2-core machine ~10-20 s for the
+# sweep10k program) before the cache is asked. Here the compiled program itself is kept, keyed by what
+# decides it (the Static, the argument shapes and dtypes, the widths, the devices, the jax version and
+# the source of the packages traced), and loaded without tracing on the next start.
+
+#: programs built in this process: key -> jax.stages.Compiled
+_PROGRAMS: dict[tuple, object] = {}
+
+
+def program_dir() -> str | None:
+    """Where compiled chunk programs are kept (``<cache_dir()>/simrl-programs``; None: the cache is off)."""
+    return os.path.join(_CACHE, "simrl-programs") if _CACHE else None
+
+
+@functools.cache
+def _fingerprint() -> str:
+    """What a compiled program depends on besides its key: jax and jaxlib versions, the backend and its
+    devices, XLA flags, the host CPU's features and every source file of simrl_fast and simrl (the
+    code traced)."""
+    import hashlib
+    import platform
+
+    import jaxlib
+
+    h = hashlib.sha256()
+    dev = jax.devices()[0]
+    h.update(repr((jax.__version__, jaxlib.__version__, dev.platform, dev.client.platform_version,
+                   [d.device_kind for d in jax.devices()], os.environ.get("XLA_FLAGS", ""),
+                   bool(jax.config.jax_enable_x64), platform.machine())).encode())
+    try:  # a program compiled for one CPU's instruction set is not loaded on another
+        with open("/proc/cpuinfo") as f:
+            h.update(next((ln for ln in f if ln.startswith(("flags", "Features"))), "").encode())
+    except OSError:
+        pass
+    here = os.path.dirname(os.path.abspath(__file__))
+    for root in (here, os.path.join(os.path.dirname(here), "simrl")):
+        for dirpath, dirnames, files in os.walk(root):
+            dirnames.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    with open(os.path.join(dirpath, name), "rb") as f:
+                        h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()
+
+
+def _shapes(tree) -> tuple:
+    """The tree structure and every leaf's shape and dtype (what a compiled program is specialised to)."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return (str(treedef), tuple((tuple(np.shape(x)), str(np.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype),
+                                 bool(getattr(x, "weak_type", False))) for x in leaves))
+
+
+def _program(name: str, key: tuple, build, devices) -> object:
+    """The compiled program ``name`` for ``key``: built in this process, else loaded from `program_dir()`,
+    else ``build()`` (a `jax.stages.Traced`), lowered, compiled (jax's persistent cache applies) and stored.
+
+    A file that does not load (another jax, a partial write) is removed and the program compiled again.
+    Only a program compiled in this process is stored (not one jax loaded from its own cache). Loading a
+    program is loading code: the directory is the user's own cache, as jax's compilation cache is."""
+    import time
+
+    import jax.monitoring as mon
+
+
+    # module values read while tracing (tests and benchmarks/fast.py change LOCAL_ROUNDS and then
+    # call jax.clear_caches(), which this table does not see): part of the key
+    key = (key, _traced(), _step.WALK_BLOCK)
+    got = _PROGRAMS.get((name, key))
+    if got is not None:
+        return got
+    folder = program_dir()
+    path = None
+    if folder:
+        import hashlib
+
+        digest = hashlib.sha256(repr((name, key, _fingerprint())).encode()).hexdigest()[:40]
+        path = os.path.join(folder, f"{name}-{digest}.bin")
+        t0 = time.perf_counter()
+        got = _load_program(path, devices)
+        if got is not None:
+            TRACE_COUNT["run"] += name != "init"  # a chunk program obtained: traced (counted there) or loaded
+            LOADED[name] += 1
+            mon.record_event_duration_secs("/simrl_fast/program/load", time.perf_counter() - t0)
+    if got is None:
+        hits: list[str] = []
+
+        def on_event(event: str, **kwargs) -> None:
+            if event == "/jax/compilation_cache/cache_hits":
+                hits.append(event)
+
+        mon.register_event_listener(on_event)
+        try:
+            got = build().lower().compile()
+        finally:
+            mon.unregister_event_listener(on_event)
+        # only a program compiled here is stored: an executable jax loaded from its own persistent cache
+        # serialises without its kernels on CPU (jax 0.10.2: "NOT_FOUND: Function wrapped_broadcast.N not
+        # found" when the stored copy runs), so such a program is compiled by jax again on the next start
+        if path and not hits:
+            t0 = time.perf_counter()
+            _store_program(path, got)
+            mon.record_event_duration_secs("/simrl_fast/program/store", time.perf_counter() - t0)
+    _PROGRAMS[(name, key)] = got
+    return got
+
+
+def _load_program(path: str, devices):
+    import pickle
+
+    from jax.experimental.serialize_executable import deserialize_and_load
+
+    try:
+        with open(path, "rb") as f:
+            payload, in_tree, out_tree = pickle.load(f)
+        return deserialize_and_load(payload, in_tree, out_tree, execution_devices=devices)
+    except FileNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001  (another jax's file, a truncated one: removed, compiled again)
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+        return None
+
+
+def _store_program(path: str, compiled) -> None:
+    import pickle
+    import tempfile
+
+    from jax.experimental.serialize_executable import serialize
+
+    try:
+        blob = pickle.dumps(serialize(compiled), protocol=pickle.HIGHEST_PROTOCOL)
+    except (ValueError, NotImplementedError, TypeError, pickle.PicklingError):
+        return  # a program jax cannot serialise is compiled on every start, as before
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, path)  # whole or not at all, also with several processes writing the same key
+    except OSError:
+        return
+
+
+def _chunk_program(static: Static, st, params, w, per: bool, width, routes):
+    """`_run_chunk` for these arguments, compiled (called as ``prog(st, params, w)``)."""
+    key = (static, per, width, routes, _shapes((st, params, w)))
+    return _program("chunk", key, lambda: _run_chunk.trace(static, st, params, w, per, width, routes, _traced()),
+                    jax.devices()[:1])
+
+
+def _init_program(static: Static, m: int):
+    """`_init_batch` (the initial state of m configurations), compiled (called with no arguments)."""
+    return _program("init", (static, m), lambda: _init_batch.trace(static, m, _traced()), jax.devices()[:1])
 
 
 def device_count() -> int:
@@ -240,10 +405,11 @@ def run(static: Static, params_batch: Params, workload, per_config_workload: boo
         return _run_sharded(static, params_batch, workload, per_config_workload, m, ndev)
     params = jax.tree_util.tree_map(jnp.asarray, params_batch)
     w = jax.tree_util.tree_map(jnp.asarray, workload)
-    st = _init_batch(static, m, _traced())
+    st = _init_program(static, m)()
+    prog = _chunk_program(static, st, params, w, per_config_workload, RARE_WIDTH, ROUTE_WIDTH)
     outs = []
     for _ in range(static.max_chunks):
-        st, out, live = _run_chunk(static, st, params, w, per_config_workload, RARE_WIDTH, ROUTE_WIDTH, _traced())
+        st, out, live = prog(st, params, w)
         outs.append(out)
         if not bool(live):
             break
@@ -256,10 +422,12 @@ def _run_sharded(static: Static, params_batch: Params, workload, per: bool, m: i
     idx = np.concatenate([np.arange(m), np.zeros(pad, np.int64)])
     params = jax.device_put(_take(params_batch, idx) if pad else params_batch, shard)
     w = jax.device_put(_take(workload, idx) if per and pad else workload, shard if per else repl)
-    st = jax.device_put(_init_batch(static, m + pad, _traced()), shard)
+    st = jax.device_put(_init_program(static, m + pad)(), shard)
+    key = (static, per, ndev, RARE_WIDTH, ROUTE_WIDTH, _shapes((st, params, w)))
+    prog = _program("sharded", key, lambda: fn.trace(st, params, w), jax.local_devices()[:ndev])
     outs = []
     for _ in range(static.max_chunks):
-        st, out, live = fn(st, params, w)
+        st, out, live = prog(st, params, w)
         outs.append(out)
         if not np.any(np.asarray(live)):
             break
@@ -351,15 +519,19 @@ def run_params(params: list[Params] | Params, wa, chunk: int | None = None, max_
     w0 = wa[0] if per else wa
     total = _count(params)
     order = None
+    rows = None  # a list of Params stacked once (the batches are cut from it, not stacked again each)
     if sort and total > 1:
         stacked = params if isinstance(params, Params) else stack_params(params)
         order = work_order(stacked, int(w0.prompt.shape[1]))
         if np.array_equal(order, np.arange(total)):
             order = None
+            rows = None if isinstance(params, Params) else stacked
         else:
+            if not isinstance(params, Params):
+                rows = _take(stacked, order)
             params = _take(stacked, order) if isinstance(params, Params) else [params[i] for i in order]
             wa = [wa[i] for i in order] if per else wa
-    res = _run_growing(params, wa, per, w0, chunk, max_groups, static, on_chunk, devices, order)
+    res = _run_growing(params, wa, per, w0, chunk, max_groups, static, on_chunk, devices, order, rows)
     _check_collapse(params, wa, res, order)
     if order is None:
         return res
@@ -386,7 +558,8 @@ def _check_collapse(params, wa, res: FastResults, order) -> None:
                 "groups with zero reward variance finished in the run); use the SimPy engine")
 
 
-def _run_growing(params, wa, per: bool, w0, chunk, max_groups, static, on_chunk, devices, order) -> FastResults:
+def _run_growing(params, wa, per: bool, w0, chunk, max_groups, static, on_chunk, devices, order,
+                 rows: Params | None = None) -> FastResults:
     from simrl_fast.grid import static_for_stacked
 
     if isinstance(params, Params):
@@ -396,7 +569,8 @@ def _run_growing(params, wa, per: bool, w0, chunk, max_groups, static, on_chunk,
     first_bound = static.max_groups
     prev = None
     while True:
-        res = _run_chunks(params, wa, per, static, chunk or _count(params), on_chunk, devices)
+        res = _run_chunks(params if rows is None else rows, wa, per, static, chunk or _count(params), on_chunk,
+                          devices)
         if not res.overflow.any():
             return res
         over = np.nonzero(res.overflow)[0]

@@ -87,14 +87,15 @@ def test_sharded_over_two_host_devices_is_identical(tmp_path):
         "import json, sys\nimport numpy as np\nimport jax\n"
         "sys.path[:0] = [sys.argv[2], sys.argv[3]]\n"
         "from test_driver import grid, dump\n"
-        "from simrl_fast.engine import device_count, run_params\n"
+        "from simrl_fast.engine import LOADED, device_count, run_params\n"
         "names = []\n"
         "jax.monitoring.register_event_duration_secs_listener(lambda e, d, fun_name='', **k: names.append(fun_name)"
         " if e == '/jax/core/compile/backend_compile_duration' else None)\n"
         "static, params, wa = grid()\n"
         "res = dump(run_params(params, wa, chunk=5, static=static))\n"  # 2 batches of 5: odd, padded to 6
         "np.savez(sys.argv[1], **res)\n"
-        "print(json.dumps({'devices': device_count(), 'n': len(jax.local_devices()), 'compiles': names}))\n")
+        "print(json.dumps({'devices': device_count(), 'n': len(jax.local_devices()), 'compiles': names,"
+        " 'loaded': LOADED['sharded']}))\n")
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
     env.pop("SIMRL_FAST_DEVICES", None)
     here = Path(__file__).resolve().parent
@@ -106,8 +107,9 @@ def test_sharded_over_two_host_devices_is_identical(tmp_path):
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (info["devices"], info["n"]) == (2, 2)
     # one compile per program: the sharded chunk is not compiled again for the state it returned itself
-    # (it was, before the chunk's jit named its input and output shardings)
-    assert info["compiles"].count("jit(body)") == 1, info["compiles"]
+    # (it was, before the chunk's jit named its input and output shardings); or, from the second run on,
+    # none: the compiled program is loaded from the program cache (`engine.program_dir`)
+    assert info["compiles"].count("jit(body)") + info["loaded"] == 1, info
     got = dict(np.load(out))
     assert_identical(ref, got)
 
@@ -120,3 +122,46 @@ def test_device_count_env(monkeypatch):
     monkeypatch.setenv("SIMRL_FAST_DEVICES", "two")
     with pytest.raises(ValueError, match="SIMRL_FAST_DEVICES='two': expected a whole number >= 1"):
         device_count()
+
+
+def test_program_cache_stores_loads_and_replaces_a_bad_file(tmp_path, monkeypatch):
+    """`engine._program`: compiled once and stored; a fresh process (the in-process table cleared)
+    loads it without building it and gets the same bytes; a file that does not load is removed and
+    the program compiled again (stored again only when XLA compiled it: not when jax's own cache
+    served it, whose executables do not serialise whole); another key (shapes) is another file."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from simrl_fast import engine
+
+    monkeypatch.setattr(engine, "_CACHE", str(tmp_path))
+    monkeypatch.setattr(engine, "_PROGRAMS", {})
+    k = float(time.time_ns() % 1_000_003 + 2)  # a program jax's persistent cache has not seen
+    f = jax.jit(lambda x: jnp.cumsum(x * k + 1.0))
+    builds = []
+
+    def get(arg):
+        return engine._program("t", engine._shapes(arg), lambda: builds.append(1) or f.trace(arg), jax.devices()[:1])
+
+    x = jnp.arange(5.0)
+    want = np.cumsum(np.arange(5.0) * k + 1.0)
+    loaded0 = engine.LOADED["t"]
+    assert np.asarray(get(x)(x)).tobytes() == want.tobytes()
+    assert len(builds) == 1 and engine.LOADED["t"] == loaded0
+    (path,) = list((tmp_path / "simrl-programs").iterdir())
+    assert path.name.startswith("t-") and path.suffix == ".bin"
+    engine._PROGRAMS.clear()
+    assert np.asarray(get(x)(x)).tobytes() == want.tobytes()
+    assert len(builds) == 1 and engine.LOADED["t"] == loaded0 + 1  # loaded, not built
+    engine._PROGRAMS.clear()
+    path.write_bytes(b"not a program")
+    assert np.asarray(get(x)(x)).tobytes() == want.tobytes()
+    assert len(builds) == 2
+    # removed, then stored again unless jax's persistent cache served the compile (in one process jax
+    # reuses its own fresh executable, which is stored)
+    assert not path.exists() or path.stat().st_size > 100
+    engine._PROGRAMS.clear()
+    get(jnp.arange(6.0))
+    assert len(builds) == 3 and len(list((tmp_path / "simrl-programs").iterdir())) == 1 + path.exists()
