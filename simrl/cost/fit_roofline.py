@@ -34,7 +34,7 @@ from simrl.cost.observations import Observation
 from simrl.cost.roofline import RooflineRollout
 
 DEFAULTS = {"compute_efficiency": 0.6, "bandwidth_efficiency": 0.8, "comm_efficiency": 0.8,
-            "allreduce_latency_s": 10e-6, "overhead_s": 0.003, "overhead_per_seq_s": 1e-5}
+            "allreduce_latency_s": 10e-6, "overhead_s": 0.003, "overhead_per_seq_s": 30e-6}
 
 
 def _sigmoid(x: float) -> float:
