@@ -367,7 +367,11 @@ def evaluate(cards: list[dict], progress=None) -> dict:
                            "MBS-1 pretraining row, not a card; "
                            "one in-process-engine constant (inprocess_s_per_seq, 20 us of serial host time per "
                            "sequence per iteration, engines with engine_core=inprocess only) from vLLM PR 10241's "
-                           "published multiprocess-vs-in-process V1 throughput A/B, not a card"}
+                           "published multiprocess-vs-in-process V1 throughput A/B, not a card; "
+                           "one rollout-engine constant (overhead_per_seq_s, 30 us of engine time per decoding "
+                           "sequence per iteration, every roofline rollout) fitted to ML.ENERGY's published "
+                           "dense large-batch decode rows (Qwen3-32B, vLLM v0.11.1, 1 x B200 and 2 x H100 TP 2, "
+                           "median inter-token latency), not a card"}
 
 
 def render(result: dict) -> str:
