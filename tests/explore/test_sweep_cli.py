@@ -33,13 +33,13 @@ def test_grid_mode_simpy_writes_one_row_per_configuration(tmp_path):
 
 def test_unsupported_points_error_on_fast_and_fall_back_on_auto(tmp_path):
     out = tmp_path / "s.csv"
-    args = [*BASE, "--grid", "router.active_cap=2", "-o", str(out)]
+    args = [*BASE, "--grid", "router.name=throughput_balance", "-o", str(out)]
     r = CliRunner().invoke(main, [*args, "--engine", "fast"])
-    assert r.exit_code == 2 and "router.active_cap=2" in r.output and not out.exists()
+    assert r.exit_code == 2 and "router.name=throughput_balance" in r.output and not out.exists()
     r = CliRunner().invoke(main, args)  # auto
     assert r.exit_code == 0, r.output
     row = next(csv.DictReader(out.open()))
-    assert row["engine"] == "simpy" and "router.active_cap=2" in row["fallback"]
+    assert row["engine"] == "simpy" and "router.name=throughput_balance" in row["fallback"]
     assert "simpy fallback x1" in r.output
 
 
