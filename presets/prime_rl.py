@@ -478,6 +478,9 @@ class PrimeRLPolicy(Policy):
             abort_stale_on_publish=1,
             # filter_zero_advantages: a zero-advantage group keeps its place in the batch (`form_batch`)
             zero_variance_holds_slot=1 if self.filter_zero_advantages else 0,
+            # the episode permits, read when the dispatcher wakes, at the cap the controller starts from
+            # (`init_state`); the controller that moves it has no field
+            admit_episode_cap=int(self._clamp(self.initial_inflight or self.min_inflight)),
             fast_path_exact=0,  # the rules of `fast_path_gaps` have no fields
         )
 
@@ -493,7 +496,6 @@ class PrimeRLPolicy(Policy):
         else:
             control = "kappa-EWMA permits from instance-load polls (policy.concurrency_control=kappa_ewma)"
         gaps = [
-            "episode permits read when the dispatcher wakes (policy.min_inflight..policy.max_inflight)",
             control,
             f"a {ADMISSION_WINDOW_S:g} s admission window reopened by time (recheck_in)",
         ]
