@@ -57,7 +57,8 @@ engine takes whole groups, ceil(batch_size / group size) of them, in completion 
 
 Fast path: the record of `lower` holds the batch size, the ship barrier (``admit_max_ship_lag`` =
 ``TARGET_LAG``) and ``max_off_policy_steps`` (drop at completion, eviction and ``abort_stale_on_publish``
-at publications) and the slot-holding zero-advantage drops (``zero_variance_holds_slot``); the
+at publications), the slot-holding zero-advantage drops (``zero_variance_holds_slot``) and the episode
+permits read when the dispatcher wakes (``admit_episode_cap``, at the cap the controller starts from); the
 controller, the admission window, and the zero-advantage threshold (std <= 1e-12, the record's is 0) and
 stop (10 x batch in a row) have no record fields (`fast_path_gaps` names them), so simrl_fast refuses the
 preset (``fast_path_exact=0``) rather than approximate it.
@@ -487,9 +488,10 @@ class PrimeRLPolicy(Policy):
     @property
     def fast_path_gaps(self) -> tuple[str, ...]:
         """What the record of `lower` cannot hold, each named with its knob (simrl_fast names them when it
-        refuses this policy). The ship barrier is in the record (``admit_max_ship_lag``), and so is
+        refuses this policy). The ship barrier is in the record (``admit_max_ship_lag``), and so are
         ``max_off_policy_steps`` (dropped at completion, evicted and aborted at publications:
-        ``abort_stale_on_publish``)."""
+        ``abort_stale_on_publish``) and the episode permits read when the dispatcher wakes
+        (``admit_episode_cap``, the controller's starting cap: the controller is the gap)."""
         if self.aimd:
             control = ("AIMD permits from instance-load polls (policy.concurrency_control=aimd, every "
                        "policy.poll_interval_s; cuts cancel the youngest groups)")
