@@ -9,6 +9,7 @@ with one workload per configuration.
 from __future__ import annotations
 
 import math
+import zlib
 
 import attrs
 import numpy as np
@@ -110,7 +111,8 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     of zero-variance drops in fixed-size FIFO batches (`draw_zero_slots`). ``router``: ``two``
     (least_requests or round_robin, drawn with the deployment) or ``any`` (after everything else,
     `draw_router`: dp_shard too, and an active_cap). Last of all, a quarter of the cases but psrl's cap the
-    unfinished trajectories, read when the dispatcher wakes (`draw_episode_cap`, prime-rl's permits)."""
+    unfinished trajectories, read when the dispatcher wakes (`draw_episode_cap`, prime-rl's permits), drawn from
+    a generator seeded by the case's label: ``rng`` is not advanced, so later cases keep their values."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -199,8 +201,11 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
         case = draw_zero_slots(case, n, K)
     if router == "any":
         draw_router(rng, case, n, K)
-    if not psrl_drawn and rng.random() < 0.25:  # drawn last of all (after the router): prime-rl's episode permits
-        case = draw_episode_cap(rng, case, n, K)
+    # last of all, from a generator of its own seeded by the case's label (so the cases drawn after this one from
+    # ``rng`` keep their values): prime-rl's episode permits on a quarter of the cases but psrl's
+    own = np.random.default_rng(zlib.crc32(case.label.encode()))
+    if not psrl_drawn and own.random() < 0.25:
+        case = draw_episode_cap(own, case, n, K)
     return case
 
 

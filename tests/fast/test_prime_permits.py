@@ -91,3 +91,13 @@ def test_prime_rl_lowers_its_starting_permits():
     assert pol.lower(ctx).admit_episode_cap == pol.min_inflight  # no initial_inflight: the controller starts there
     assert attrs.evolve(pol, initial_inflight=64).lower(ctx).admit_episode_cap == 64
     assert not any("permits read when the dispatcher wakes" in g for g in pol.fast_path_gaps)
+
+
+def test_per_instance_sync_with_a_cap_is_refused_by_name():
+    from simrl_fast.lowering import FastPathUnsupported, lower
+
+    case = _case(4)
+    rec = attrs.evolve(case.cfg.policy.params_record, sync_per_instance=1, route_needs_dispatch_version=1)
+    case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+    with pytest.raises(FastPathUnsupported, match="admit_episode_cap"):
+        lower(case.cfg, case.workload, case.costs)
