@@ -97,7 +97,9 @@ def test_per_instance_sync_with_a_cap_is_refused_by_name():
     from simrl_fast.lowering import FastPathUnsupported, lower
 
     case = _case(4)
-    rec = attrs.evolve(case.cfg.policy.params_record, sync_per_instance=1, route_needs_dispatch_version=1)
+    # the sync shape's admission (budget (version + 1) x batch), which per-instance sync needs, and a cap
+    rec = attrs.evolve(case.cfg.policy.params_record, sync_per_instance=1, route_needs_dispatch_version=1,
+                       admit_budget_base_groups=2.0, admit_budget_per_version_groups=2.0)
     case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
     with pytest.raises(FastPathUnsupported, match="admit_episode_cap"):
         lower(case.cfg, case.workload, case.costs)
