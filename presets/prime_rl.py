@@ -57,7 +57,8 @@ engine takes whole groups, ceil(batch_size / group size) of them, in completion 
 
 Fast path: the record of `lower` holds the batch size, the ship barrier (``admit_max_ship_lag`` =
 ``TARGET_LAG``) and ``max_off_policy_steps`` (drop at completion, eviction and ``abort_stale_on_publish``
-at publications) and the slot-holding zero-advantage drops (``zero_variance_holds_slot``); the
+at publications), the slot-holding zero-advantage drops (``zero_variance_holds_slot``) and the episode
+permits read when the dispatcher wakes (``admit_episode_cap``, at the cap the controller starts from); the
 controller, the admission window, and the zero-advantage threshold (std <= 1e-12, the record's is 0) and
 stop (10 x batch in a row) have no record fields (`fast_path_gaps` names them), so simrl_fast refuses the
 preset (``fast_path_exact=0``) rather than approximate it.
@@ -478,22 +479,25 @@ class PrimeRLPolicy(Policy):
             abort_stale_on_publish=1,
             # filter_zero_advantages: a zero-advantage group keeps its place in the batch (`form_batch`)
             zero_variance_holds_slot=1 if self.filter_zero_advantages else 0,
+            # the episode permits, read when the dispatcher wakes, at the cap the controller starts from
+            # (`init_state`); the controller that moves it has no field
+            admit_episode_cap=int(self._clamp(self.initial_inflight or self.min_inflight)),
             fast_path_exact=0,  # the rules of `fast_path_gaps` have no fields
         )
 
     @property
     def fast_path_gaps(self) -> tuple[str, ...]:
         """What the record of `lower` cannot hold, each named with its knob (simrl_fast names them when it
-        refuses this policy). The ship barrier is in the record (``admit_max_ship_lag``), and so is
+        refuses this policy). The ship barrier is in the record (``admit_max_ship_lag``), and so are
         ``max_off_policy_steps`` (dropped at completion, evicted and aborted at publications:
-        ``abort_stale_on_publish``)."""
+        ``abort_stale_on_publish``) and the episode permits read when the dispatcher wakes
+        (``admit_episode_cap``, the controller's starting cap: the controller is the gap)."""
         if self.aimd:
             control = ("AIMD permits from instance-load polls (policy.concurrency_control=aimd, every "
                        "policy.poll_interval_s; cuts cancel the youngest groups)")
         else:
             control = "kappa-EWMA permits from instance-load polls (policy.concurrency_control=kappa_ewma)"
         gaps = [
-            "episode permits read when the dispatcher wakes (policy.min_inflight..policy.max_inflight)",
             control,
             f"a {ADMISSION_WINDOW_S:g} s admission window reopened by time (recheck_in)",
         ]

@@ -554,6 +554,7 @@ def instance_action(st, p, w, static, on, i, new_now):
                             fin_t=jnp.where(fin_on, new_now, st.out.fin_t)), seq=seq + publish,
         accepted=st.accepted + acc, n_running=st.n_running - complete, buf_tail=st.buf_tail + put,
         zs_live=st.zs_live + zs, zs_wait=st.zs_wait & ~complete,  # a completion notifies the waiting trainer
+        wake=st.wake | complete,  # GroupBook.finish_group: changed.notify() (admit_episode_cap)
         buf_live=st.buf_live + acc,
         buf_minv=st.buf_minv.at[jnp.where(acc, minv_f, st.buf_minv.shape[0])].add(1, mode="drop"), cur=jnp.where(on, jnp.where(more, i, -1), st.cur),
     )

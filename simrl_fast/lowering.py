@@ -85,6 +85,9 @@ FEATURES = {
     "policy.zero_variance_holds_slot": "0 or 1 (zero-variance drops hold their place in fixed-size FIFO batches; "
                                         "after a batch of placeholders alone the trainer waits for the next "
                                         "group completion); not with per-instance sync",
+    "policy.admit_episode_cap": "any (unfinished trajectories of running groups < the cap, read only where SimPy "
+                                 "wakes the dispatcher: a group completion, a batch taken, a publication); not "
+                                 "with per-instance sync",
     "policy.max_dispatch_age": "any: a group whose version - dispatch version exceeds it is dropped when it "
                                "finishes and evicted from the buffer at each publication",
     "policy.admit_max_ship_lag": "any (a ship barrier: batches taken - version + buffered // batch <= the lag) with "
@@ -159,6 +162,7 @@ class Static(NamedTuple):
     cross_window: int = 1  # waiting-queue entries a publication's failure looks at per instance (>= any wq_len then)
     dispatch_age: bool = False  # some configuration drops by dispatch age (Params.age > 0; else not traced)
     oldest_first: bool = False  # some configuration forms oldest-dispatch-first batches (Params.batch_oldest)
+    episode_cap: bool = False  # some configuration caps unfinished trajectories (Params.ep_cap > 0; else not traced)
 
     @property
     def max_calls(self) -> int:
@@ -232,6 +236,8 @@ class Params(NamedTuple):
     stale_abort: np.ndarray  # int32: 1 = running groups staler than stale_bound are aborted at each publication
     # record extension zero_variance_holds_slot (instance: completion; trainer: batch_ready, trainer_react)
     zslot: np.ndarray  # int32: 1 = a zero-variance drop keeps its place in the FIFO batch order (a placeholder)
+    # record extension admit_episode_cap (step.can_dispatch, chain_due; SimState.wake)
+    ep_cap: np.ndarray  # int32: admission holds while unfinished trajectories >= it, read at wake-ups (-1: none)
 
 
 class WorkloadArrays(NamedTuple):
@@ -398,6 +404,8 @@ def perinst_rejections(pp: PolicyParams, name: str) -> list[str]:
         out.append(_feature(f"{what} with abort_stale_on_publish", name))
     if pp.zero_variance_holds_slot:
         out.append(_feature(f"{what} with zero_variance_holds_slot", name))
+    if pp.admit_episode_cap >= 0:
+        out.append(_feature(f"{what} with admit_episode_cap", name))
     # not drawn together with per-instance sync by the differential generators: refused until they are
     if pp.admit_max_ship_lag >= 0:
         out.append(_feature(f"{what} with a ship barrier (admit_max_ship_lag)", name))
@@ -737,7 +745,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         ship_lag=np.int32(pp.admit_max_ship_lag),
         age=np.int32(pp.max_dispatch_age + 1), batch_oldest=np.int32(pp.batch_order == 2),
         return_evicted=np.int32(pp.admit_return_evicted), stale_abort=np.int32(pp.abort_stale_on_publish),
-        zslot=np.int32(pp.zero_variance_holds_slot),
+        zslot=np.int32(pp.zero_variance_holds_slot), ep_cap=np.int32(pp.admit_episode_cap),
         cap=np.int32(cfg.router.active_cap), shard=np.int32(_shard_calls(cfg, pp, wa)),
     )
     static = static_for([params], wa)
@@ -820,6 +828,7 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
         cross_window=_cross_window(params, mg, n),
         dispatch_age=any(int(p.age) > 0 for p in params),
         oldest_first=any(int(p.batch_oldest) == 1 for p in params),
+        episode_cap=any(int(getattr(p, "ep_cap", -1)) > 0 for p in params),
     )
 
 

@@ -238,6 +238,9 @@ class SimState(NamedTuple):
     zs_real: jnp.ndarray  # int32: buffered groups taken so far by the batch being formed (its places: taken)
     zs_wait: jnp.ndarray  # bool: a batch of placeholders alone was consumed (form_batch returned None): the trainer
     #                       waits for the next `changed.notify()`, which while it waits is a group's completion
+    # -- record extension admit_episode_cap (Params.ep_cap; simrl_fast.step.chain_due) --
+    wake: jnp.ndarray  # bool: GroupBook.changed notified and the dispatcher not yet run since (set at a group
+    #                    completion, a batch taken, a publication; the start): admission is read only then
 
 
 def serials(static) -> bool:
@@ -299,6 +302,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         buf_live=i32(0), buf_minv=i32(0, P + 1), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
         count_off=i32(0), cross=init_cross(static), pi=init_perinst(static), evicted_n=i32(0), pub_disp=i32(0, P + 1),
         zs_live=i32(0), zs_real=i32(0), zs_wait=jnp.array(False),
+        wake=jnp.array(True),
     )
 
 

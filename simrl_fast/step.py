@@ -183,12 +183,27 @@ def can_dispatch(st, p):
     )
 
 
+def episode_permit(st, p, static):
+    """The record's ``admit_episode_cap`` (``Params.ep_cap``; always true where it is -1 or not traced): the
+    dispatcher is awake (`SimState.wake`: GroupBook.changed was notified since it last ran) and the unfinished
+    trajectories of running groups (single-call trajectories: ``group_size`` per running group less their
+    finished calls, `GroupState.done`) are fewer than the cap. SimPy's dispatcher reads its condition only when
+    it wakes, and a trajectory's finish does not wake it, so a permit freed by a finish waits for the next
+    wake-up (a group completion, a batch taken, a publication)."""
+    if not static.episode_cap:
+        return jnp.asarray(True)
+    G = st.groups
+    done = jnp.sum(jnp.where(G.status == G_RUNNING, G.done, 0), dtype=jnp.int32)
+    unfinished = st.n_running * static.group_size - done
+    return (p.ep_cap <= 0) | (st.wake & (unfinished < p.ep_cap))
+
+
 def chain_due(st, p, static):
     """(trainer reaction, dispatch, routing) due in this instant, after every timeout due now."""
     tr = st.trainer
     forming = (tr.phase == T_WAIT) & ((tr.taken > 0) | batch_ready(st, p, static))
     react = forming | ((tr.phase == T_DRAIN) & (st.n_running == 0))
-    disp = can_dispatch(st, p)
+    disp = can_dispatch(st, p) & episode_permit(st, p, static)
     route = (st.routed < st.dispatched * static.group_size) & routable(st, p, static) & _router.head_ok(st, p, static)
     return react, disp, route
 
@@ -287,8 +302,10 @@ def local_phase(st, p, w, static, rounds):
     woken = active & ((st.inst.phase == START) | (st.inst.phase == RESUME))
     if static.perinst:  # a pending pull (simrl_fast.perinst) is a global event
         woken = woken | (active & (st.inst.phase == _state.PULL))
+    # (admit_episode_cap: a pending wake-up is due now; the dispatcher reads the count before any later finish)
+    woke = (st.wake & (p.ep_cap > 0)) if static.episode_cap else jnp.asarray(False)
     fixed_h = jnp.minimum(jnp.where(timer_on, tr.timer_t, jnp.inf),
-                          jnp.minimum(jnp.where(react | disp | route, st.now, jnp.inf),
+                          jnp.minimum(jnp.where(react | disp | route | woke, st.now, jnp.inf),
                                       jnp.min(jnp.where(woken, st.inst.ev_t, jnp.inf))))
     rows = jnp.arange(K, dtype=i32)
     any_go = jnp.asarray(False)
@@ -558,6 +575,16 @@ def prepare(st0, p, w, static):
     local = rounds and not static.chunked_prefill
     st, par = local_phase(st, p, with_map(w, st, static), static, rounds) if local else (st, jnp.asarray(False))
     act, i, new_now = select(st, p, static)
+    if static.episode_cap:
+        # admit_episode_cap: the dispatcher has run in this instant (and, admitting nothing more, slept) once the
+        # step takes an action after its place in SimPy's order (tie rules 1-3): anything but an instance's
+        # boundary in progress or due now, the trainer's timer due now, its reaction or a dispatch. A wake-up that
+        # this step's own action sets (a group completion, a batch taken, a publication) is added after it.
+        tr, ins = st.trainer, st.inst
+        due = (((act == A_TIMER) & (tr.timer_t <= st.now))
+               | ((act == A_INST) & (ins.phase[i] != START) & (ins.ev_t[i] <= st.now)))
+        before = (st.cur >= 0) | (tr.taken > 0) | (act == A_REACT) | (act == A_DISPATCH) | due
+        st = st._replace(wake=st.wake & before)
     return st, par, act, i, new_now
 
 

@@ -219,6 +219,7 @@ def timer_action(st, p, static, on):
         # the count of admit_count_since_publish restarts from the groups running or buffered now
         count_off=jnp.where(pub, st.n_running + st.buf_live - n_evict - st.dispatched, st.count_off),
         buf_minv=jnp.where(ev_v, 0, st.buf_minv), evicted_n=st.evicted_n + n_evict, pub_disp=pub_disp,
+        wake=st.wake | pub,  # Weights.resume_all and Trainer.finish_step notify (admit_episode_cap)
     )
 
 
@@ -333,4 +334,5 @@ def trainer_react(st, p, w, static, on, pub):
         buf_live=st.buf_live - n_take,
         buf_minv=st.buf_minv.at[jnp.where(take, minv, st.buf_minv.shape[0])].add(-1, mode="drop"),
         zs_live=st.zs_live - n_zs, zs_real=jnp.where(full, 0, n_real), zs_wait=st.zs_wait | empty,
+        wake=st.wake | formed,  # Trainer.run: a batch taken notifies (admit_episode_cap)
     )

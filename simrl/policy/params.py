@@ -26,6 +26,11 @@ admission (a group may start when all hold):
     batches taken by the trainer - version + floor(buffered / ``batch_min_groups``) <= L: the
     batches shipped to the trainer or waiting complete in the buffer run at most L ahead of the
     published weights (prime-rl's dispatcher pause, ``TARGET_LAG`` = 1; -1: none).
+    With ``admit_episode_cap`` = E >= 1 (-1: none), a group may start only while the unfinished
+    trajectories of running groups (episodes holding a permit) number fewer than E. A trajectory
+    finishing does not wake the dispatcher: the count is read only when it wakes (a group
+    completion, a batch taken, a publication), so a permit freed by a finish is used at the next
+    wake-up (prime-rl's episode permits, ``min_inflight..max_inflight``).
 
 in flight: ``inflight_rule`` (`code` of an `InflightRule`), ``sync_per_instance`` (0/1),
 ``clear_cache_on_sync`` (0/1), ``colocated`` (0/1), ``disaggregated`` (0/1: the policy itself
@@ -129,6 +134,7 @@ class PolicyParams:
     admit_max_ship_lag: int = -1
     abort_stale_on_publish: int = 0
     zero_variance_holds_slot: int = 0
+    admit_episode_cap: int = -1
 
     def __attrs_post_init__(self):
         if self.admit_count_since_publish and not self.admit_count_dispatched:
@@ -164,6 +170,9 @@ class PolicyParams:
             raise ValueError("zero_variance_holds_slot=1 needs drop_zero_variance=1, FIFO batches (batch_order=0, no "
                              "batch_shrink_by_drops) of fixed size (batch_min_groups == batch_max_groups) and no "
                              "collapse_zero_variance_groups")
+        if self.admit_episode_cap == 0 or self.admit_episode_cap < -1:
+            raise ValueError(f"admit_episode_cap={self.admit_episode_cap}: expected -1 (none) or a cap >= 1 "
+                             "(0 would never admit a group)")
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in attrs.asdict(self).items()}

@@ -62,11 +62,18 @@ def admits(p: PolicyParams, st: PipelineState, rs: RecordState | None = None) ->
     if p.admit_max_ship_lag >= 0 and (rs.batches_taken - st.version + len(st.buffer) // p.batch_min_groups
                                       > p.admit_max_ship_lag):
         return False  # the ship barrier
+    if p.admit_episode_cap >= 0 and unfinished_trajectories(st) >= p.admit_episode_cap:
+        return False  # the episode permits (read only when the dispatcher wakes: SimPy's dispatcher loop)
     budget = (p.admit_budget_base_groups + p.admit_budget_per_version_groups * st.version
               + p.admit_budget_per_batch_groups * rs.batches_taken)
     blocked = max(0, len(st.buffer) - p.admit_queue_blocks_groups)  # 0 when the queue is unbounded (inf)
     return (st.n_running + blocked < p.admit_concurrency_groups and count < budget
             and len(st.buffer) < p.admit_buffer_cap_groups)
+
+
+def unfinished_trajectories(st: PipelineState) -> int:
+    """Trajectories of running groups that have not finished (``admit_episode_cap``'s count)."""
+    return sum(1 for g in st.running.values() for t in g.trajs if t.finish_time is None)
 
 
 def collapse_message(limit: int) -> str:

@@ -9,6 +9,7 @@ with one workload per configuration.
 from __future__ import annotations
 
 import math
+import zlib
 
 import attrs
 import numpy as np
@@ -109,7 +110,9 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     staleness bound at each publication (`draw_stale_abort`); and a quarter of the cases but psrl's hold the places
     of zero-variance drops in fixed-size FIFO batches (`draw_zero_slots`). ``router``: ``two``
     (least_requests or round_robin, drawn with the deployment) or ``any`` (after everything else,
-    `draw_router`: dp_shard too, and an active_cap)."""
+    `draw_router`: dp_shard too, and an active_cap). Last of all, a quarter of the cases but psrl's cap the
+    unfinished trajectories, read when the dispatcher wakes (`draw_episode_cap`, prime-rl's permits), drawn from
+    a generator seeded by the case's label: ``rng`` is not advanced, so later cases keep their values."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -198,6 +201,35 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
         case = draw_zero_slots(case, n, K)
     if router == "any":
         draw_router(rng, case, n, K)
+    # last of all, from a generator of its own seeded by the case's label (so the cases drawn after this one from
+    # ``rng`` keep their values): prime-rl's episode permits on a quarter of the cases but psrl's
+    own = np.random.default_rng(zlib.crc32(case.label.encode()))
+    if not psrl_drawn and own.random() < 0.25:
+        case = draw_episode_cap(own, case, n, K)
+    return case
+
+
+def episode_cap_record(rng: np.random.Generator, rec, n: int):
+    """``rec`` with an episode cap of 1..3n unfinished trajectories, read when the dispatcher wakes
+    (``admit_episode_cap``, prime-rl's permits), or None where the fast path would refuse it (per-instance sync,
+    an inexact lowering)."""
+    if rec is None or rec.sync_per_instance or not rec.fast_path_exact:
+        return None
+    return attrs.evolve(rec, admit_episode_cap=int(rng.integers(1, 3 * n + 1)))
+
+
+def draw_episode_cap(rng: np.random.Generator, case: Case, n: int, K: int) -> Case:
+    """The drawn policy's record with `episode_cap_record` (unchanged where the fast path would refuse it)."""
+    from simrl.policy.errors import PolicyError
+
+    try:
+        rec = case.cfg.policy.lower(LoweringContext(group_size=n, instances=K))
+    except PolicyError:  # (a policy without a record: the fast path refuses it anyway)
+        return case
+    rec = episode_cap_record(rng, rec, n)
+    if rec is not None:
+        case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+        case.label += f" episode_cap={rec.admit_episode_cap}"
     return case
 
 

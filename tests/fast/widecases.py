@@ -37,7 +37,8 @@ A case draws, independently:
   instance at a publication (a counted bound 0..2 where the record has none); then zero-variance drops holding
   their batch places (``zero_variance_holds_slot``) on a quarter of the records with fixed-size FIFO batches.
   After everything, half the time, the router redrawn (`diffcases.draw_router`: dp_shard too, and a
-  router.active_cap).
+  router.active_cap); last of all, an episode cap of 1..3n unfinished trajectories read when the dispatcher wakes
+  (``admit_episode_cap``, prime-rl's permits) on a quarter of the records.
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -49,7 +50,15 @@ from importlib.resources import files
 
 import attrs
 import numpy as np
-from diffcases import BASE, Case, draw_router, draw_token_budget, shared_prompts, zero_slots_record
+from diffcases import (
+    BASE,
+    Case,
+    draw_router,
+    draw_token_budget,
+    episode_cap_record,
+    shared_prompts,
+    zero_slots_record,
+)
 from simhelpers import random_workload
 
 from simrl.config import load_config
@@ -397,6 +406,13 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
             case.label += " zero_slots"
     if rng.random() < 0.5:  # drawn last: the router redrawn (dp_shard, router.active_cap: diffcases.draw_router)
         draw_router(rng, case, n, case.cfg.deployment.rollout.instances)
+    # last of all: prime-rl's episode permits (admit_episode_cap, read when the dispatcher wakes) on a quarter of the
+    # records
+    if kind == "record" and rng.random() < 0.25:
+        rec = episode_cap_record(rng, case.cfg.policy.params_record, n)
+        if rec is not None:
+            case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+            case.label += f" episode_cap={rec.admit_episode_cap}"
     return case
 
 
