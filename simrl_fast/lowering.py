@@ -370,6 +370,10 @@ def policy_rejections(pp: PolicyParams, name: str, gaps: tuple[str, ...] = ()) -
         # dispatcher in an instant would matter
         out.append(_feature("a ship barrier (admit_max_ship_lag) with variable batch sizes (batch_min_groups != "
                             "batch_max_groups)", name))
+    if pp.admit_max_ship_lag >= 0 and pp.zero_variance_holds_slot:
+        # a batch with placeholders takes fewer than batch_max_groups buffered groups, so the barrier's sum
+        # moves by another amount when it is taken and the order of trainer and dispatcher in an instant matters
+        out.append(_feature("a ship barrier (admit_max_ship_lag) with zero_variance_holds_slot", name))
     if pp.evict_stale_on_publish and pp.staleness_bound < 0:
         out.append(_feature("eviction at publication without a staleness bound", name))
     return out

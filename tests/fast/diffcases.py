@@ -238,7 +238,7 @@ def zero_slots_record(rec):
     prime-rl's ``filter_zero_advantages``) where its batches allow it (fixed-size FIFO), else None."""
     if (rec.batch_order != 0 or rec.batch_min_groups != rec.batch_max_groups or rec.batch_shrink_by_drops
             or rec.collapse_zero_variance_groups or rec.sync_per_instance or rec.drop_zero_variance == 2
-            or not rec.fast_path_exact):
+            or not rec.fast_path_exact or rec.admit_max_ship_lag >= 0):  # (refused with a ship barrier)
         return None
     return attrs.evolve(rec, drop_zero_variance=1, zero_variance_holds_slot=1)
 
