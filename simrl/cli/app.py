@@ -313,3 +313,11 @@ class AppCommand(_AppMixin, click.Command):
 
 class AppGroup(_AppMixin, click.Group):
     """A CLI with subcommands; subcommands inherit -h/--help."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        # every subcommand carries -h/--help itself: click (8.2+) builds a command's help option once, from
+        # the first context it sees, so a subcommand first shown on its own (a docs generator, a test
+        # resolving `cli.commands[...]`) would otherwise keep only --help for every later call
+        for k, val in CONTEXT_SETTINGS.items():
+            cmd.context_settings.setdefault(k, val)
+        super().add_command(cmd, name)

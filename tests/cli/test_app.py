@@ -149,3 +149,16 @@ def test_sigterm_leaves_no_temporary_files(tmp_path):
     assert proc.returncode == 143, err.decode()
     assert "terminated" in err.decode() and "Traceback" not in err.decode()
     assert list(tmp_path.rglob("*")) == []
+
+
+@pytest.mark.parametrize("cli, sub", [(c, s) for c, s in COMMANDS if s],
+                         ids=[" ".join([c.name or "", *s]) for c, s in COMMANDS if s])
+def test_h_survives_a_subcommand_shown_on_its_own_first(cli, sub):
+    # click builds a command's help option once, from the first context it sees: a subcommand first shown
+    # without its group (a docs generator, tests/test_docs_commands.py) kept only --help for every later call
+    cmd = cli
+    for name in sub:
+        cmd = cmd.commands[name]
+    assert CliRunner().invoke(cmd, ["--help"]).exit_code == 0
+    res = CliRunner().invoke(cli, [*sub, "-h"])
+    assert res.exit_code == 0 and "-h, --help" in res.output, res.output
