@@ -89,7 +89,7 @@ def _check_wide(seed: int) -> None:
     assert not out["failures"], out["failures"]
 
 
-@settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=2, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**31 - 1))
 def test_hypothesis_wide_feature_set_matches_simpy(seed):
     _check_wide(seed)
