@@ -8,10 +8,9 @@ import pytest
 pytest.importorskip("jax")
 
 import attrs  # noqa: E402
-from diffcases import BASE, Case, compare, preemptions_until_done, run_fast  # noqa: E402
+from diffcases import BASE, Case, compare, run_fast  # noqa: E402
 from simhelpers import linear_costs  # noqa: E402
 
-from simrl.engine.sim import build_simulation, summarise  # noqa: E402
 from simrl.policy.params import LoweringContext, PolicyParams  # noqa: E402
 from simrl.policy.record import ParamsPolicy  # noqa: E402
 from simrl.policy.rules import InflightRule, code  # noqa: E402
@@ -32,12 +31,6 @@ def _case(cap: int) -> Case:
     case = Case(ov, wl, costs, label=f"episode cap {cap}")
     case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
     return case
-
-
-def _run_simpy(case: Case) -> None:
-    sim = build_simulation(case.cfg, case.workload, case.costs)
-    sim.run()
-    case.report, case.preemptions = summarise(sim), preemptions_until_done(sim)
 
 
 def _dispatch_times(case: Case) -> dict[int, float]:
@@ -63,7 +56,7 @@ def test_a_finished_trajectory_frees_its_permit_at_the_next_wake_up():
     Without the cap-at-wake-ups rule (the cap read after every finish) g2 would start at 0.01.
     """
     case = _case(4)
-    _run_simpy(case)
+    case.run_simpy()
     disp = _dispatch_times(case)
     want = {0: 0.0, 1: 0.0, 2: 0.03, 3: 0.03, 4: 0.05, 5: 0.07, 6: 0.08, 7: 0.09}
     assert {g: disp[g] for g in want} == pytest.approx(want, abs=1e-12)
@@ -72,7 +65,7 @@ def test_a_finished_trajectory_frees_its_permit_at_the_next_wake_up():
     assert [t for _, t, _ in got] == pytest.approx([0.05, 0.205], abs=1e-12)
     assert [t for _, _, t in got] == pytest.approx([0.205, 0.36], abs=1e-12)
     free = _case(-1)
-    _run_simpy(free)
+    free.run_simpy()
     res = run_fast([case, free])
     compare(case, res, 0)  # every step and call, times equal
     compare(free, res, 1)

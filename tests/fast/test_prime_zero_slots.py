@@ -8,10 +8,9 @@ import pytest
 pytest.importorskip("jax")
 
 import attrs  # noqa: E402
-from diffcases import BASE, Case, compare, preemptions_until_done, run_fast  # noqa: E402
+from diffcases import BASE, Case, compare, run_fast  # noqa: E402
 from simhelpers import linear_costs  # noqa: E402
 
-from simrl.engine.sim import build_simulation, summarise  # noqa: E402
 from simrl.policy.params import LoweringContext, PolicyParams  # noqa: E402
 from simrl.policy.record import ParamsPolicy  # noqa: E402
 from simrl.policy.rules import InflightRule, code  # noqa: E402
@@ -35,12 +34,6 @@ def _case(holds: int) -> Case:
     return case
 
 
-def _run_simpy(case: Case) -> None:
-    sim = build_simulation(case.cfg, case.workload, case.costs)
-    sim.run()
-    case.report, case.preemptions = summarise(sim), preemptions_until_done(sim)
-
-
 def test_zero_variance_groups_hold_their_place_and_a_batch_of_placeholders_waits_for_a_completion():
     """One instance, at most 3 groups running, batches of 2 places, continue (rollout runs through publications).
     The instance is never idle (g0, L=100, runs throughout), so a call admitted at boundary b (t = b * 0.01) with L
@@ -61,8 +54,8 @@ def test_zero_variance_groups_hold_their_place_and_a_batch_of_placeholders_waits
     Without the field the zero-variance groups are simply dropped: step 1 is the same, step 2 takes g7, g8 at 0.215.
     """
     holds, drops = _case(1), _case(0)
-    _run_simpy(holds)
-    _run_simpy(drops)
+    holds.run_simpy()
+    drops.run_simpy()
     want = {holds: [((3, 4), 0.06, 0.215), ((7, 8), 0.30, 0.455)],
             drops: [((3, 4), 0.06, 0.215), ((7, 8), 0.215, 0.37)]}
     for case, steps in want.items():
