@@ -28,6 +28,7 @@ a later process loads them without tracing or lowering (docs/fastpath.md, "srl-s
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import os
 
@@ -187,11 +188,9 @@ def _fingerprint() -> str:
     h.update(repr((jax.__version__, jaxlib.__version__, dev.platform, dev.client.platform_version,
                    [d.device_kind for d in jax.devices()], os.environ.get("XLA_FLAGS", ""),
                    bool(jax.config.jax_enable_x64), platform.machine())).encode())
-    try:  # a program compiled for one CPU's instruction set is not loaded on another
+    with contextlib.suppress(OSError):  # a program compiled for one CPU's instruction set is not loaded on another
         with open("/proc/cpuinfo") as f:
             h.update(next((ln for ln in f if ln.startswith(("flags", "Features"))), "").encode())
-    except OSError:
-        pass
     here = os.path.dirname(os.path.abspath(__file__))
     for root in (here, os.path.join(os.path.dirname(here), "simrl")):
         for dirpath, dirnames, files in os.walk(root):
@@ -276,10 +275,8 @@ def _load_program(path: str, devices):
     except FileNotFoundError:
         return None
     except Exception:  # noqa: BLE001  (another jax's file, a truncated one: removed, compiled again)
-        try:
+        with contextlib.suppress(OSError):
             os.remove(path)
-        except OSError:
-            pass
         return None
 
 

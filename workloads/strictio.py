@@ -56,7 +56,8 @@ def check_fields(obj: dict, known: Iterable[str], prefix: str = "") -> None:
         raise StrictInputError(unknown_field_message(extra[0], known), prefix + str(extra[0]))
 
 
-def _pairs_hook(pairs: list[tuple[str, Any]]) -> dict:
+def unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    """A JSON ``object_pairs_hook``: the object as a dict, `StrictInputError` on a repeated key."""
     d = dict(pairs)
     if len(d) != len(pairs):
         seen: set[str] = set()
@@ -127,10 +128,10 @@ def _int(text: str) -> int:
     return x
 
 
-_STRICT = json.JSONDecoder(object_pairs_hook=_pairs_hook, parse_constant=_constant, parse_float=_float,
+_STRICT = json.JSONDecoder(object_pairs_hook=unique_pairs, parse_constant=_constant, parse_float=_float,
                            parse_int=_int)
-_FAST = json.JSONDecoder(object_pairs_hook=_pairs_hook, parse_constant=_constant)
-_LOCATE = json.JSONDecoder(object_pairs_hook=_pairs_hook, parse_constant=_bad_constant, parse_float=_bad_float,
+_FAST = json.JSONDecoder(object_pairs_hook=unique_pairs, parse_constant=_constant)
+_LOCATE = json.JSONDecoder(object_pairs_hook=unique_pairs, parse_constant=_bad_constant, parse_float=_bad_float,
                            parse_int=_bad_int)
 # A number can leave the 64-bit / finite range only with a run of 19+ digits or a 3-digit exponent;
 # digits are mapped to "0" and the runs found by substring search (a regex is 6x slower here).

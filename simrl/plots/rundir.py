@@ -13,6 +13,7 @@ from pathlib import Path
 
 from simrl.output import TELEMETRY_SCHEMA
 from simrl.report import REPORT_SCHEMA
+from workloads.strictio import StrictInputError, unique_pairs
 
 
 class RunDirError(ValueError):
@@ -24,27 +25,14 @@ def _not_utf8(path: Path, exc: UnicodeDecodeError) -> RunDirError:
     return RunDirError(f"{path}:{line}: corrupt, not UTF-8 text (byte 0x{exc.object[exc.start:exc.start + 1].hex()})")
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique(pairs: list) -> dict:
-    d = dict(pairs)
-    if len(d) != len(pairs):
-        seen: set = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise _DuplicateKey(f"corrupt, duplicate key {dup!r} in one object (readers disagree on which value wins)")
-    return d
-
-
 def _loads(path: Path, text: str, line: int | None = None):
     """JSON as the run wrote it (NaN stands for an undefined metric, so it is kept), but a repeated
     key or nesting too deep is a corrupt file, not a traceback or a silently dropped value."""
     where = f"{path}:{line}" if line else str(path)
     try:
-        return json.loads(text, object_pairs_hook=_unique)
-    except _DuplicateKey as exc:
-        raise RunDirError(f"{where}: {exc}") from None
+        return json.loads(text, object_pairs_hook=unique_pairs)
+    except StrictInputError as exc:
+        raise RunDirError(f"{where}: corrupt, {exc.message}") from None
     except RecursionError:
         raise RunDirError(f"{where}: corrupt, JSON nested too deeply") from None
 

@@ -256,20 +256,27 @@ def draw_stale_abort(rng: np.random.Generator, case: Case, n: int, K: int) -> Ca
     """Drawn last (with ``crossing`` on): the drawn policy's record with running groups past the staleness bound
     aborted at each publication (``abort_stale_on_publish``, prime-rl's ``max_off_policy_steps``) when its in-flight
     rule pauses every instance (a bound 0..2, counted only, where the record has none)."""
-    from simrl.policy.rules import Enforcement, InflightRule, code
+    from simrl.policy.rules import InflightRule, code
 
     rec = case.cfg.policy.lower(LoweringContext(group_size=n, instances=K))
     paused = rec.colocated or rec.inflight_rule in (code(InflightRule.KEEP_PAUSE), code(InflightRule.ABORT_RESUME),
                                                     code(InflightRule.ABORT_RESTART), code(InflightRule.DRAIN))
     if not paused or rec.admit_count_since_publish or rec.sync_per_instance or not rec.fast_path_exact:
         return case
+    set_stale_abort(rng, case, rec)
+    return case
+
+
+def set_stale_abort(rng: np.random.Generator, case: Case, rec) -> None:
+    """``case`` replays ``rec`` with ``abort_stale_on_publish`` (a counted bound 0..2 where it has none)."""
+    from simrl.policy.rules import Enforcement, code
+
     extra = {}
     if rec.staleness_bound < 0:
         extra = dict(staleness_bound=int(rng.integers(0, 3)), staleness_enforcement=code(Enforcement.COUNTED))
     rec = attrs.evolve(rec, abort_stale_on_publish=1, **extra)
     case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
     case.label += f" abort_stale(bound={rec.staleness_bound})"
-    return case
 
 
 def draw_router(rng: np.random.Generator, case: Case, n: int, K: int) -> None:

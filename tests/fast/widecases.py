@@ -56,6 +56,7 @@ from diffcases import (
     draw_router,
     draw_token_budget,
     episode_cap_record,
+    set_stale_abort,
     shared_prompts,
     zero_slots_record,
 )
@@ -392,12 +393,7 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
         rec = case.cfg.policy.params_record
         paused = rec.colocated or (colocated and not rec.disaggregated) or rec.inflight_rule in PAUSING
         if paused and not rec.admit_count_since_publish and not rec.sync_per_instance:
-            extra = {}
-            if rec.staleness_bound < 0:
-                extra = dict(staleness_bound=int(rng.integers(0, 3)), staleness_enforcement=code(Enforcement.COUNTED))
-            rec = attrs.evolve(rec, abort_stale_on_publish=1, **extra)
-            case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
-            case.label += f" abort_stale(bound={rec.staleness_bound})"
+            set_stale_abort(rng, case, rec)
     # then: zero-variance drops holding their batch places (zero_variance_holds_slot) on a quarter of the records
     if kind == "record" and rng.random() < 0.25:
         rec = zero_slots_record(case.cfg.policy.params_record)
