@@ -343,16 +343,17 @@ def check_context(run_dir: Path, man: dict) -> list[str]:
              ("inference_uuids", "hardware.inference_uuids", hw.get("inference_uuids"))]
     if ident.get("backend") == "skyrl":
         pairs.append(("skyrl_batch_size", "identity.skyrl_batch_size", ident.get("skyrl_batch_size")))
+    got = dict(ctx)  # context values by the dotted name the messages use
     settings = ctx.get("settings") if isinstance(ctx.get("settings"), dict) else {}
     for key, val in settings.items():  # the pipeline adds what the backend reported (native_config)
         pairs.append((f"settings.{key}", f"pipeline.{key}", man["pipeline"].get(key)))
-        ctx = {**ctx, f"settings.{key}": val}
+        got[f"settings.{key}"] = val
     params = ctx.get("workload_params")
     if isinstance(params, dict):
         pairs.append(("workload_params.groups", "workload.groups", wl.get("groups")))
-        ctx = {**ctx, "workload_params.groups": params.get("groups")}
-    return [f"manifest {mkey} is {mval!r:.80}, but the run was started with {key} = {ctx.get(key)!r:.80} "
-            "(context.json)" for key, mkey, mval in pairs if ctx.get(key) != mval]
+        got["workload_params.groups"] = params.get("groups")
+    return [f"manifest {mkey} is {mval!r:.80}, but the run was started with {key} = {got.get(key)!r:.80} "
+            "(context.json)" for key, mkey, mval in pairs if got.get(key) != mval]
 
 
 def check_schedule(man: dict, turns: list[dict], workload) -> list[str]:
