@@ -312,12 +312,21 @@ class AppCommand(_AppMixin, click.Command):
 
 
 class AppGroup(_AppMixin, click.Group):
-    """A CLI with subcommands; subcommands inherit -h/--help."""
+    """A CLI with subcommands; subcommands (and theirs, at any depth) inherit -h/--help."""
+
+    group_class = type  # click: `@app.group()` makes another AppGroup, so nested groups keep the rule below
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         # every subcommand carries -h/--help itself: click (8.2+) builds a command's help option once, from
         # the first context it sees, so a subcommand first shown on its own (a docs generator, a test
         # resolving `cli.commands[...]`) would otherwise keep only --help for every later call
-        for k, val in CONTEXT_SETTINGS.items():
-            cmd.context_settings.setdefault(k, val)
+        _give_help_names(cmd)
         super().add_command(cmd, name)
+
+
+def _give_help_names(cmd: click.Command) -> None:
+    for k, val in CONTEXT_SETTINGS.items():
+        cmd.context_settings.setdefault(k, val)
+    if isinstance(cmd, click.Group):  # a plain click group added whole: its commands too
+        for sub in cmd.commands.values():
+            _give_help_names(sub)

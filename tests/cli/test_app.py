@@ -162,3 +162,35 @@ def test_h_survives_a_subcommand_shown_on_its_own_first(cli, sub):
     assert CliRunner().invoke(cmd, ["--help"]).exit_code == 0
     res = CliRunner().invoke(cli, [*sub, "-h"])
     assert res.exit_code == 0 and "-h, --help" in res.output, res.output
+
+
+def _scripts():
+    import importlib
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    for name, target in sorted(scripts.items()):
+        mod = importlib.import_module(target.split(":")[0])
+        root = getattr(mod, "cli", None)
+        if not isinstance(root, click.Command):
+            root = getattr(mod, target.split(":")[1])
+        assert isinstance(root, click.Command), (name, target)
+        yield name, root
+
+
+def _leaves(cmd, path=()):
+    if isinstance(cmd, click.Group):
+        for name, sub in sorted(cmd.commands.items()):
+            yield from _leaves(sub, (*path, name))
+    elif path:
+        yield path, cmd
+
+
+@pytest.mark.parametrize("script, root", list(_scripts()), ids=[n for n, _ in _scripts()])
+def test_h_survives_on_every_nested_subcommand_of_every_script(script, root):
+    # the class of the bug above, on every console script at any depth: `srl-profile import vidur -h` failed
+    # in CI when `import vidur` had been shown alone first (a nested group made by `@cli.group()`)
+    for path, leaf in _leaves(root):
+        assert CliRunner().invoke(leaf, ["--help"]).exit_code == 0, (script, path)
+        res = CliRunner().invoke(root, [*path, "-h"])
+        assert res.exit_code == 0 and "-h, --help" in res.output, (script, path, res.output)
