@@ -50,9 +50,9 @@ PYTEST_WORKERS ?= 2
 
 test: setup-test $(VENV)/.torch
 ifeq ($(PYTEST_WORKERS),0)
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=25
 else
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 endif
 
 lint: setup-test
