@@ -3,6 +3,7 @@ that were also scheduled at the same instant (instances in lockstep)."""
 
 import pytest
 
+jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
 import simrl_fast.engine  # noqa: E402, F401  (turns on float64, as every fast-path run does)
@@ -118,6 +119,10 @@ def test_walk_block_by_block_is_the_one_pass_walk():
     from simrl_fast.closed_form import WALK
     from simrl_fast.step import _walk_ties
 
+    # jitted once per tied-set size (2..5): eager, every call dispatched each of the walk's ops one by one
+    # (about eight minutes of a loaded CI worker for the 600 calls)
+    arr_form = jax.jit(_walk_ties)
+    fn_form = jax.jit(lambda c2, arr: _walk_ties(c2, lambda d0, w: dynamic_slice_in_dim(arr, d0, w, 1)))
     rng = np.random.default_rng(7)
     for _ in range(300):
         n = int(rng.integers(2, 6))
@@ -132,9 +137,8 @@ def test_walk_block_by_block_is_the_one_pass_walk():
                     walk[r, d] = np.nextafter(walk[r, d], np.inf if rng.random() < 0.5 else -np.inf)
         c2 = rng.random(n) < 0.8
         want = _walk_reference(c2, walk)
-        got = np.asarray(_walk_ties(jnp.asarray(c2), jnp.asarray(walk)))
-        arr = jnp.asarray(walk)
-        got_fn = np.asarray(_walk_ties(jnp.asarray(c2), lambda d0, w, arr=arr: dynamic_slice_in_dim(arr, d0, w, 1)))
+        got = np.asarray(arr_form(jnp.asarray(c2), jnp.asarray(walk)))
+        got_fn = np.asarray(fn_form(jnp.asarray(c2), jnp.asarray(walk)))
         assert got.tolist() == want.tolist() == got_fn.tolist(), (c2, walk)
 
 
