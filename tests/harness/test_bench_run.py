@@ -32,5 +32,7 @@ def test_run_makes_a_valid_results_dir(fake_smi, synthetic, tmp_path):
     # the lease is gone after the run, and the history shows acquire then release
     store = LeaseStore()
     assert store.records() == []
-    assert [e["event"] for e in store.history_events()] == ["acquire", "release"]
+    events = store.history_events()
+    assert [e["event"] for e in events] == ["acquire", "evidence", "release"]
+    assert events[1]["evidence"] == man["evidence"]  # the witness outside the results dir
     assert json.loads((valid_run / "summary.json").read_text())["verdict"] == "VALID"
