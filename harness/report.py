@@ -68,12 +68,16 @@ def load_summaries(dirs: list[Path]) -> list[dict]:
     from harness import manifest as M
     from harness.validate import validate
 
-    out = []
+    out, seen = [], {}
     for d in dirs:
         path = Path(d) / "manifest.json"
         if not path.exists():
             raise BenchError(f"{d}: not a results directory (no manifest.json)")
         man = M.load(path)
+        run_id = man.get("identity", {}).get("run_id")
+        if run_id in seen:  # a copy of a run would count it twice in the comparison
+            raise BenchError(f"{d}: run {run_id} is already in this report (from {seen[run_id]})")
+        seen[run_id] = d
         try:
             out.append(summary(man, validate(Path(d))))
         except (ValueError, KeyError, TypeError) as exc:

@@ -287,6 +287,11 @@ def check_timestamps(man: dict, updates: list[dict], turns: list[dict]) -> list[
         for u in updates:
             if origin + float(u["c_k"]) > float(u["wall_time_unix"]) + WALL_SLACK_S:
                 out.append(f"update {u['k']}: c_k lies after its evidence line was written")
+        for t in turns:  # a call's line is written when it finishes
+            if t.get("finish") is not None and origin + float(t["finish"]) > float(t["wall_time_unix"]) + WALL_SLACK_S:
+                out.append(f"trajectory {t['trajectory']} turn {t['turn']}: finish {t['finish']} lies after its "
+                           f"evidence line was written ({t['wall_time_unix']})")
+                break
     elif kind == "simulated":
         horizon = clock.get("end_s")
         if not isinstance(horizon, int | float):
@@ -527,6 +532,11 @@ def check_container(man: dict) -> list[str]:
         out.append("baked recipe hash differs from requested_recipe_sha256")
     if not ident.get("container_image_digest"):
         out.append("container image digest not recorded")
+    pre = (man.get("provenance") or {}).get("container_preflight") or {}
+    if pre.get("image_id") != ident.get("container_image_digest") or (pre.get("baked") or {}).get(
+            "recipe") != ident.get("recipe_sha256_baked"):
+        out.append("identity's image digest or baked recipe hash differs from provenance.container_preflight "
+                   "(what the preflight read from the image)")
     return out
 
 
@@ -925,7 +935,8 @@ EVIDENCE_SCHEMA = {
         "k": _INT, "d_k": _NUM, "c_k": _NUM, "train_end": _NUM, "publish_end": _NUM, "policy_version": _INT,
         "groups": _INT, "trajectories": _INT, "tokens": _INT, "group_ids": "list of integers",
         "staleness": "list of integers", "rank_intervals": "intervals", "seq": _INT, "run_id": _STR,
-        "lease_id": _STR + "?", "wall_time_unix": _NUM, "eval": "boolean", "checkpoint": "boolean"}),
+        "lease_id": _STR + "?", "wall_time_unix": _NUM, "eval": "boolean", "checkpoint": "boolean",
+        "rank_intervals_native": "boolean", "discards": "object of integers", "native": "object"}),
     "turns.jsonl": ({"trajectory", "turn", "forced_tokens", "completion_tokens", "prompt_tokens", "arrival"}, {
         "group": _INT, "trajectory": _INT, "turn": _INT, "forced_tokens": _INT, "completion_tokens": _INT,
         "finish_reason": _STR + "?", "prompt_tokens": _INT, "scheduled_prompt_tokens": _INT, "arrival": _NUM,
@@ -936,7 +947,7 @@ EVIDENCE_SCHEMA = {
 
 
 _KIND_TEXT = {_INT: "an integer", _NUM: "a finite number", "intervals": "an object {rank: [[start, end], ...]}",
-              "boolean": "true or false"}
+              "boolean": "true or false", "object": "a JSON object", "object of integers": "an object of integers"}
 
 
 def _is(kind: str, v) -> bool:
@@ -948,6 +959,10 @@ def _is(kind: str, v) -> bool:
         return isinstance(v, int | float) and math.isfinite(v)
     if kind == _STR:
         return isinstance(v, str)
+    if kind == "object":
+        return isinstance(v, dict)
+    if kind == "object of integers":
+        return isinstance(v, dict) and all(_is(_INT, x) for x in v.values())
     if kind == "list of integers":
         return isinstance(v, list) and all(_is(_INT, x) for x in v)
     if kind == "intervals":  # {"rank": [[start, end], ...]}
