@@ -223,6 +223,7 @@ class _Run:
                               on_start=self.worker_started)
         finally:
             self.man["identity"]["backend_finished_unix"] = time.time()
+        self.log.info(f"backend exited {outcome.exit_code}, version {outcome.backend_version}")
         self.man["clock"] = outcome.clock
         self.man["backend_outcome"] = outcome.to_dict()
         self.man["pipeline"]["native_config"] = outcome.native_config

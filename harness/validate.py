@@ -486,13 +486,15 @@ def check_hygiene(man: dict) -> list[str]:
     return out
 
 
-def check_lease(man: dict) -> list[str]:
+def check_lease(man: dict, final: bool = True) -> list[str]:
     lease = man.get("lease", {})
     end = lease.get("verified_at_end") or {}
     if lease.get("run_id") != man["identity"].get("run_id") or not lease.get("lease_id"):
         return ["lease record does not name this run"]
     if not end.get("held"):
         return ["lease not held by this run at the end: " + "; ".join(end.get("problems", ["not verified"]))]
+    if final and lease.get("released") is not True:
+        return ["the run did not release its lease (lease.released)"]
     return []
 
 
@@ -545,6 +547,9 @@ LOG_UPDATE = re.compile(r"\bupdate (\d+): c_k=(\S+) groups=(\d+) trajectories=(\
 LOG_CLOSED = re.compile(r"\bevidence closed: updates=(\d+) updates_sha256=([0-9a-f]{64}) turns=(\d+) "
                         r"turns_sha256=([0-9a-f]{64})")
 LOG_LEASE = re.compile(r"\blease (\S+) on (GPU-\S+(?:, GPU-\S+)*)\s*$", re.M)
+LOG_BACKEND = re.compile(r"\bbackend (\S+) \((\S+)\) on workload (\S+), (\d+) groups, schedule ([0-9a-f]{12})")
+LOG_EXITED = re.compile(r"\bbackend exited (-?\d+), version (.*?)\s*$", re.M)
+LOG_STATUS = re.compile(r"\bstatus (\S+); verdict (\S+)\s*$", re.M)
 
 
 def _raw_lines(path: Path) -> list[bytes]:
@@ -562,7 +567,7 @@ def _prefix_digests(lines: list[bytes], wanted: set[int]) -> dict[int, str]:
     return out
 
 
-def check_log(run_dir: Path, man: dict, updates: list[dict] | None = None) -> list[str]:
+def check_log(run_dir: Path, man: dict, updates: list[dict] | None = None, final: bool = True) -> list[str]:
     """No error in run.log, and run.log is a second witness of the evidence as it was written.
 
     EvidenceSink logged, for each update as it happened, its c_k, groups, trajectories and tokens,
@@ -587,6 +592,18 @@ def check_log(run_dir: Path, man: dict, updates: list[dict] | None = None) -> li
     if lease.get("lease_id") and said != [(lease.get("lease_id"), want_uuids)]:
         out.append(f"run.log: lease line(s) {said!r:.200} do not name the manifest's lease {lease.get('lease_id')} "
                    f"on {', '.join(want_uuids)}")
+    ident, wl, outcome = man["identity"], man.get("workload") or {}, man.get("backend_outcome") or {}
+    copies = [("backend line", LOG_BACKEND.findall(text), [(
+        ident.get("backend"), ident.get("runtime"), ident.get("workload"), str(wl.get("groups")),
+        str(wl.get("schedule_sha256"))[:12])], "identity.backend/runtime/workload, workload.groups/schedule_sha256"),
+        ("backend exit line", LOG_EXITED.findall(text), [(str(outcome.get("exit_code")), str(
+            ident.get("backend_version")))], "backend_outcome.exit_code, identity.backend_version")]
+    if final:
+        copies.append(("final status line", LOG_STATUS.findall(text), [(
+            man.get("status"), (man.get("validation") or {}).get("verdict"))], "status, validation.verdict"))
+    for what, got, want, keys in copies:
+        if got != want:
+            out.append(f"run.log: {what} says {got!r:.160}; the manifest's {keys} say {want!r:.160}")
     if updates is not None:
         raw_u, raw_t = _raw_lines(run_dir / "updates.jsonl"), _raw_lines(run_dir / "turns.jsonl")
         logged: dict[int, list[tuple]] = {}
@@ -713,6 +730,7 @@ def _first_difference(got, want) -> str:
     return diffs[0] if diffs else f"{got!r:.80}"
 
 
+CREATED_AFTER_ID_S = 300.0
 RUN_ID = re.compile(r"^(\d{8}-\d{6})-([a-z]+)-([a-z_]+)-r(\d+)-[0-9a-f]{6}$")
 # bench run flags whose value the manifest must repeat: flag -> (what, the manifest's value)
 _ARGV_FLAGS = ("--backend", "--workload", "--runtime", "--rank", "--seed", "--skyrl-batch-size", "--gpus", "--suite")
@@ -750,15 +768,17 @@ def check_identity(run_dir: Path, man: dict, final: bool = True) -> list[str]:
         if (b, w, r) != (backend, ident.get("workload"), str(rank)):
             out.append(f"identity.run_id {ident['run_id']} names backend {b}, workload {w}, rank {r}; the manifest "
                        f"says {backend}, {ident.get('workload')}, {rank}")
+        # the manifest is created right after the run id (git and the recipe hashes in between)
         t0 = calendar.timegm(_time.strptime(stamp, "%Y%m%d-%H%M%S"))
         created = ident.get("created_at_unix")
-        if not isinstance(created, int | float) or abs(created - t0) > 5 * WALL_SLACK_S:
+        if not isinstance(created, int | float) or not 0 <= created - t0 <= CREATED_AFTER_ID_S:
             out.append(f"identity.created_at_unix {created} is not the time the run id was made ({stamp} UTC)")
         try:
             t1 = calendar.timegm(_time.strptime(str(ident.get("created_at")), "%Y-%m-%dT%H:%M:%SZ"))
         except ValueError:
             t1 = None
-        if t1 is None or abs(t1 - t0) > 5 * WALL_SLACK_S:
+        if t1 is None or not 0 <= t1 - t0 <= CREATED_AFTER_ID_S or (
+                isinstance(created, int | float) and not 0 <= int(created) - t1 <= 1):
             out.append(f"identity.created_at {ident.get('created_at')!r} is not the time the run id was made "
                        f"({stamp} UTC)")
     if backend in P.BACKENDS and ident.get("backend_commit") != P.source_id(backend):
@@ -774,6 +794,8 @@ def check_identity(run_dir: Path, man: dict, final: bool = True) -> list[str]:
             "--rank": str(rank), "--seed": str(ctx_seed), "--skyrl-batch-size": str(ident.get("skyrl_batch_size")),
             "--gpus": (man.get("hardware") or {}).get("requested"), "--suite": ident.get("suite")}
     for flag, val in _argv_values(argv).items():
+        if flag == "--skyrl-batch-size" and backend != "skyrl":
+            continue  # a suite's ART runs ignore it
         if val != said[flag]:
             out.append(f"identity.argv gives {flag} {val}, but the manifest says {said[flag]}")
     for key, mine in (("backend_version", ident.get("backend_version")),
@@ -1053,10 +1075,10 @@ def validate(run_dir: Path, workload_loader=None, final: bool = True) -> dict:
         _check("staleness", check_staleness(man["identity"]["backend"], updates, int(settings["staleness_bound"]))),
         _check("gpu_hygiene", check_hygiene(man)),
         _check("hardware", check_hardware(man)),
-        _check("lease_held", check_lease(man) + check_lease_history(man, final)),
+        _check("lease_held", check_lease(man, final) + check_lease_history(man, final)),
         _check("results_recomputed", check_results(man, recomputed)),
         _check("container_preflight", check_container(man)),
-        _check("run_log", check_log(run_dir, man, lines["updates.jsonl"])),
+        _check("run_log", check_log(run_dir, man, lines["updates.jsonl"], final)),
     ]
     return _verdict(checks, recomputed)
 

@@ -97,6 +97,19 @@ def _symlink_outside(d):
     (d / "turns.jsonl").symlink_to(outside)
 
 
+def _retarget_model(d):
+    """A native run's model link, pointed at another directory named like the pinned snapshot."""
+    from harness import pins as P
+
+    snap = d.parent / "hf" / "hub" / f"models--{P.MODEL.replace('/', '--')}" / "snapshots" / P.MODEL_REVISION
+    other = d.parent / "elsewhere" / P.MODEL_REVISION
+    for p in (snap, other):
+        p.mkdir(parents=True)
+    (d / "model").symlink_to(other, target_is_directory=True)
+    _edit_manifest(d, lambda m: m["model"].update(snapshot={"link": str(d / "model"), "target": str(snap),
+                                                            "revision": P.MODEL_REVISION, "model": P.MODEL}))
+
+
 def _container_mismatch(m):
     m["identity"].update(runtime="container", recipe_sha256_baked="a", requested_recipe_sha256="a",
                          container_image_digest="sha256:x")
@@ -307,6 +320,10 @@ TAMPERS = {
         backend_commit="0" * 40)), False, "identity"),
     "manifest claims another backend version than the backend reported": (lambda d: _edit_manifest(
         d, lambda m: m["identity"].update(backend_version="skyrl 0.9")), False, "identity"),
+    "manifest and backend_outcome claim a version run.log does not record": (lambda d: _edit_manifest(d, lambda m: (
+        m["identity"].update(backend_version="skyrl 0.9"), m["backend_outcome"].update(backend_version="skyrl 0.9"))),
+        False, "run_log"),
+    "model link retargeted to another snapshot": (_retarget_model, False, "pinned_settings"),
     "model dtype edited": (lambda d: _edit_manifest(d, lambda m: m["model"].update(dtype="fp8")), False,
                            "identity"),
     "run recorded invalid, status flipped": (lambda d: _edit_manifest(d, lambda m: m["validation"].update(
