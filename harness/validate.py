@@ -549,6 +549,8 @@ LOG_CLOSED = re.compile(r"\bevidence closed: updates=(\d+) updates_sha256=([0-9a
 LOG_LEASE = re.compile(r"\blease (\S+) on (GPU-\S+(?:, GPU-\S+)*)\s*$", re.M)
 LOG_BACKEND = re.compile(r"\bbackend (\S+) \((\S+)\) on workload (\S+), (\d+) groups, schedule ([0-9a-f]{12})")
 LOG_EXITED = re.compile(r"\bbackend exited (-?\d+), version (.*?)\s*$", re.M)
+LOG_WORKER = re.compile(r"\bworker pid (\d+) in its own process group (\d+)\s*$", re.M)
+LOG_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) INFO (backend \S+ \(|backend exited )", re.M)
 LOG_STATUS = re.compile(r"\bstatus (\S+); verdict (\S+)\s*$", re.M)
 
 
@@ -564,6 +566,25 @@ def _prefix_digests(lines: list[bytes], wanted: set[int]) -> dict[int, str]:
             out[n] = h.hexdigest()
         if n < len(lines):
             h.update(lines[n])
+    return out
+
+
+def _check_log_times(text: str, ident: dict) -> list[str]:
+    """The controller logged the backend line just before the backend started and the exit line
+    just after it finished (one-second stamps): the manifest's start/finish times agree."""
+    import calendar
+    import time as _time
+
+    stamps = {m.group(2).startswith("backend exited"): calendar.timegm(_time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%SZ"))
+              for m in LOG_STAMP.finditer(text)}
+    out = []
+    for finished, key in ((False, "backend_started_unix"), (True, "backend_finished_unix")):
+        t, logged = ident.get(key), stamps.get(finished)
+        if logged is None or not isinstance(t, int | float):
+            continue  # a missing line is reported by the copies check
+        if not logged - WALL_SLACK_S <= t <= logged + 1 + WALL_SLACK_S:
+            out.append(f"identity.{key} {t} is not when run.log logged the backend "
+                       f"{'exiting' if finished else 'starting'} ({_time.strftime('%Y-%m-%dT%H:%M:%SZ', _time.gmtime(logged))})")
     return out
 
 
@@ -598,12 +619,17 @@ def check_log(run_dir: Path, man: dict, updates: list[dict] | None = None, final
         str(wl.get("schedule_sha256"))[:12])], "identity.backend/runtime/workload, workload.groups/schedule_sha256"),
         ("backend exit line", LOG_EXITED.findall(text), [(str(outcome.get("exit_code")), str(
             ident.get("backend_version")))], "backend_outcome.exit_code, identity.backend_version")]
+    if ident.get("runtime") in ("native", "container"):
+        w = man.get("worker") or {}
+        copies.append(("worker line", LOG_WORKER.findall(text), [(str(w.get("pid")), str(w.get("pgid")))],
+                       "worker.pid/pgid"))
     if final:
         copies.append(("final status line", LOG_STATUS.findall(text), [(
             man.get("status"), (man.get("validation") or {}).get("verdict"))], "status, validation.verdict"))
     for what, got, want, keys in copies:
         if got != want:
             out.append(f"run.log: {what} says {got!r:.160}; the manifest's {keys} say {want!r:.160}")
+    out += _check_log_times(text, ident)
     if updates is not None:
         raw_u, raw_t = _raw_lines(run_dir / "updates.jsonl"), _raw_lines(run_dir / "turns.jsonl")
         logged: dict[int, list[tuple]] = {}
@@ -835,6 +861,10 @@ def check_identity(run_dir: Path, man: dict, final: bool = True) -> list[str]:
     elif "worker" in man or path.exists():
         out.append(f"a {runtime} run starts no worker, but the manifest or outcome.json records one")
     status, verdict = man.get("status"), (man.get("validation") or {}).get("verdict")
+    val = man.get("validation") or {}
+    if final and verdict == "VALID" and (val.get("reasons") or man.get("reasons") or not isinstance(
+            val.get("checks"), list) or not all(isinstance(c, dict) and c.get("passed") is True for c in val["checks"])):
+        out.append("validation: recorded VALID, but its checks or reasons say otherwise")
     if final and (status != "valid" or verdict != "VALID"):
         out.append(f"the run was recorded status {status!r}, verdict {verdict!r} when it finished"
                    + (f" ({'; '.join(map(str, man.get('reasons', [])))[:200]})" if man.get("reasons") else ""))
@@ -935,6 +965,9 @@ def check_lease_history(man: dict, final: bool = True) -> list[str]:
     if a.get("run_id") != man["identity"].get("run_id") or a.get("gpu_uuids") != sorted(lease.get("gpu_uuids") or []):
         out.append(f"{hist}: lease {lease.get('lease_id')} was acquired by run {a.get('run_id')} on "
                    f"{a.get('gpu_uuids')}, not by this run on {sorted(lease.get('gpu_uuids') or [])}")
+    if a.get("host") != man["identity"].get("host"):
+        out.append(f"{hist}: lease {lease_id} was acquired on host {a.get('host')!r}; identity.host is "
+                   f"{man['identity'].get('host')!r}")
     ev = [e for e in events if e.get("event") == "evidence"]
     if len(ev) != 1 or ev[0].get("evidence") != man.get("evidence"):
         out.append(f"{hist}: the evidence hashes logged for lease {lease.get('lease_id')} when the backend finished "

@@ -302,6 +302,12 @@ TAMPERS = {
     "lease id forged in every file": (_forge_lease_everywhere, True, "lease_held"),
     "evidence resealed, the lease history disagrees": (lambda d: _edit_jsonl(d / "updates.jsonl", _update(
         12, lambda u: _set(u, native={"forged": True}))), True, "lease_held"),
+    "identity.host is not where the lease was taken": (lambda d: _edit_manifest(d, lambda m: m["identity"].update(
+        host="elsewhere")), False, "lease_held"),
+    "backend start moved from when run.log logged it": (lambda d: _edit_manifest(d, lambda m: m["identity"].update(
+        backend_started_unix=m["identity"]["backend_started_unix"] + 3.5)), False, "run_log"),
+    "recorded VALID over a failed check": (lambda d: _edit_manifest(d, lambda m: m["validation"]["checks"][3].update(
+        passed=False)), False, "identity"),
     "run.log lease line names another lease": (lambda d: _edit_log(
         d, read_json(d / "manifest.json")["lease"]["lease_id"], "00000000-0000-4000-8000-000000000000"), False,
         "run_log"),
