@@ -250,8 +250,12 @@ class _Run:
 
     def finish(self, aborted: list[str]) -> dict:
         self.man["evidence"] = evidence_record(self.dir)
+        sealed = M.sealed_sha256(self.man)  # nothing but results, verdict and status changes after this
+        self.log.info(f"manifest sealed: sha256={sealed} "
+                      + " ".join(f"{k}={v}" for k, v in M.sealed_section_digests(self.man).items()))
         if self.lease is not None:  # a witness outside the results dir (validate.check_lease_history)
-            self.store.note(self.lease["lease_id"], "evidence", run_id=self.run_id, evidence=self.man["evidence"])
+            self.store.note(self.lease["lease_id"], "evidence", run_id=self.run_id, evidence=self.man["evidence"],
+                            manifest_sha256=sealed)
         try:
             self.results()
         except (OSError, ValueError, KeyError) as exc:

@@ -551,6 +551,7 @@ LOG_BACKEND = re.compile(r"\bbackend (\S+) \((\S+)\) on workload (\S+), (\d+) gr
 LOG_EXITED = re.compile(r"\bbackend exited (-?\d+), version (.*?)\s*$", re.M)
 LOG_WORKER = re.compile(r"\bworker pid (\d+) in its own process group (\d+)\s*$", re.M)
 LOG_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) INFO (backend \S+ \(|backend exited )", re.M)
+LOG_SEALED = re.compile(r"\bmanifest sealed: sha256=([0-9a-f]{64})((?: [a-z_]+=[0-9a-f]{16})*)\s*$", re.M)
 LOG_STATUS = re.compile(r"\bstatus (\S+); verdict (\S+)\s*$", re.M)
 
 
@@ -619,6 +620,18 @@ def check_log(run_dir: Path, man: dict, updates: list[dict] | None = None, final
         str(wl.get("schedule_sha256"))[:12])], "identity.backend/runtime/workload, workload.groups/schedule_sha256"),
         ("backend exit line", LOG_EXITED.findall(text), [(str(outcome.get("exit_code")), str(
             ident.get("backend_version")))], "backend_outcome.exit_code, identity.backend_version")]
+    sealed = LOG_SEALED.findall(text)
+    if len(sealed) != 1:
+        out.append(f"run.log: {len(sealed)} 'manifest sealed' lines, expected 1 (the manifest's digest when the "
+                   "backend finished)")
+    elif sealed[0][0] != M.sealed_sha256(man):
+        logged = dict(pair.split("=") for pair in sealed[0][1].split())
+        now = M.sealed_section_digests(man)
+        edited = [k for k in M.SEALED_SECTIONS if logged.get(k) != now[k]] or ["its sealed sections"]
+        out.append(f"manifest.json: {', '.join(edited)} {'differs' if len(edited) == 1 else 'differ'} from the "
+                   "manifest run.log sealed when the backend "
+                   f"finished (sha256 {sealed[0][0][:16]}..., now {M.sealed_sha256(man)[:16]}...): edited after "
+                   "the run")
     if ident.get("runtime") in ("native", "container"):
         w = man.get("worker") or {}
         copies.append(("worker line", LOG_WORKER.findall(text), [(str(w.get("pid")), str(w.get("pgid")))],
@@ -972,6 +985,10 @@ def check_lease_history(man: dict, final: bool = True) -> list[str]:
     if len(ev) != 1 or ev[0].get("evidence") != man.get("evidence"):
         out.append(f"{hist}: the evidence hashes logged for lease {lease.get('lease_id')} when the backend finished "
                    "differ from manifest.evidence" if ev else f"{hist}: no evidence hashes logged for this lease")
+    elif ev[0].get("manifest_sha256") != M.sealed_sha256(man):
+        out.append(f"{hist}: the manifest sealed when the backend finished hashed to "
+                   f"{str(ev[0].get('manifest_sha256'))[:16]}..., the manifest now to {M.sealed_sha256(man)[:16]}...: "
+                   "it was edited after the run")
     if "force-release" in kinds:
         out.append(f"{hist}: lease {lease.get('lease_id')} was force-released (by someone else)")
     if final:

@@ -49,23 +49,22 @@ def _reseal(d):
 
 def _forge_all_but_the_log(d):
     """The most careful forger short of rewriting run.log: reseal every hash, rewrite the results
-    and both summaries to what the edited evidence recomputes to, and rewrite the evidence hashes
-    in the lease history (a private copy of the state dir, pointed at by the manifest)."""
+    and both summaries to what the edited evidence recomputes to, and rewrite the evidence and
+    manifest hashes in the lease history (a private copy of the state dir the manifest points at)."""
     from harness import report
 
     _reseal(d)
     _forge_results(d)
-    man = read_json(d / "manifest.json")
     state = d.parent / "forged_state"
-    shutil.copytree(man["lease"]["state_dir"], state)
+    shutil.copytree(read_json(d / "manifest.json")["lease"]["state_dir"], state)
+    _edit_manifest(d, lambda m: m["lease"].update(state_dir=str(state)))
+    man = read_json(d / "manifest.json")
     hist = state / "reservations.jsonl"
     events = [json.loads(x) for x in hist.read_text().splitlines()]
     for e in events:
         if e["event"] == "evidence" and e["lease_id"] == man["lease"]["lease_id"]:
-            e["evidence"] = man["evidence"]
+            e.update(evidence=man["evidence"], manifest_sha256=M.sealed_sha256(man))
     hist.write_text("".join(json.dumps(e) + "\n" for e in events))
-    _edit_manifest(d, lambda m: m["lease"].update(state_dir=str(state)))
-    man = read_json(d / "manifest.json")
     write_json(d / "summary.json", report.summary(man))
     (d / "summary.md").write_text(report.summary_markdown(report.summary(man)))
 
@@ -108,6 +107,15 @@ def _retarget_model(d):
     (d / "model").symlink_to(other, target_is_directory=True)
     _edit_manifest(d, lambda m: m["model"].update(snapshot={"link": str(d / "model"), "target": str(snap),
                                                             "revision": P.MODEL_REVISION, "model": P.MODEL}))
+
+
+def _rewrite_snapshot(m):
+    """Raw nvidia-smi text and the rows judged from it, both rewritten (500 MiB on the first GPU)."""
+    from harness import nvsmi
+
+    snap = m["hardware"]["occupancy_after"]
+    snap["raw"]["query_gpu"] = snap["raw"]["query_gpu"].replace("143771, 0,", "143771, 500,", 1)
+    snap.update(nvsmi.judge(snap["raw"], m["lease"]["gpu_uuids"], snap["threshold_mib"]))
 
 
 def _container_mismatch(m):
@@ -343,6 +351,8 @@ TAMPERS = {
                                                                 for g in m["hardware"]["gpus"]]), False, "hardware"),
     "requested GPUs edited": (lambda d: _edit_manifest(d, lambda m: m["hardware"].update(requested="4,5,6,7")),
                               False, "hardware"),
+    "occupancy snapshot rewritten consistently (raw and rows)": (lambda d: _edit_manifest(d, _rewrite_snapshot), False,
+                                                                 "run_log"),
     "occupancy rows edited over their raw output": (lambda d: _edit_manifest(
         d, lambda m: m["hardware"]["occupancy_after"]["gpus"][0].update(memory_used_mib=0 if
         m["hardware"]["occupancy_after"]["gpus"][0]["memory_used_mib"] else 5)), False, "hardware"),
