@@ -711,7 +711,7 @@ def check_files(run_dir: Path, man: dict, final: bool = True) -> list[str]:
     import os
     import stat
 
-    from harness import report
+    from harness import summary as report
 
     out = []
     runtime = man["identity"].get("runtime")
