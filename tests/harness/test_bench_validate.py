@@ -221,6 +221,10 @@ TAMPERS = {
         _edit_jsonl(d / "updates.jsonl", _update(4, lambda u: _set(u, groups=3, group_ids=u["group_ids"][:3],
                                                                      staleness=u["staleness"][:3])))),
         True, "counts"),
+    "warm-up shortened (measured window widened)": (lambda d: _edit_manifest(d, lambda m: m["contract"].update(
+        warmup_updates=3, measured_updates=17)), False, "pinned_settings"),
+    "last update dropped (seq consistent)": (lambda d: _edit_jsonl(d / "updates.jsonl", lambda u: None if u["k"] == 20
+                                                                   else u), True, "updates_complete"),
     "edited limit: staleness bound": (lambda d: _edit_manifest(d, lambda m: m["pipeline"].update(
         staleness_bound=99)), False, "pinned_settings"),
     "edited limit: trainer ranks": (lambda d: _edit_manifest(d, lambda m: m["pipeline"].update(
@@ -443,6 +447,26 @@ def test_tampered_copy_is_invalid(valid_run, tmp_path, name):
     assert check in failed, (name, v["reasons"])
     if "all but run.log forged" in name:  # everything else was made consistent: the log alone catches it
         assert failed == {"run_log"}, v["reasons"]
+
+
+def test_two_runs_mixed(valid_run, fake_smi, tmp_path):
+    """Another run's turns.jsonl, renamed to this run's ids and resealed, is caught by the digests
+    run.log logged as this run's lines were written."""
+    from harness.run import RunRequest, run_one
+
+    other, _ = run_one(RunRequest(backend="skyrl", workload="multi_turn", gpus="4,5,6,7", runtime="sim",
+                                  results_dir=str(tmp_path / "other"), argv=("bench", "run")), echo=lambda m: None)
+    mine = read_json(valid_run / "manifest.json")["lease"]
+    theirs = read_json(other / "manifest.json")["lease"]
+    text = (other / "turns.jsonl").read_text()
+    for key in ("run_id", "lease_id"):
+        text = text.replace(theirs[key], mine[key])
+    (valid_run / "turns.jsonl").write_text(text)
+    _reseal(valid_run)
+    v = validate(valid_run)
+    assert v["verdict"] == "INVALID"
+    assert any(r.startswith("run_log: turns.jsonl: its first 960 lines do not hash to the turns_sha256 run.log "
+                            "logged with update 1") for r in v["reasons"]), v["reasons"]
 
 
 def test_lease_state_dir_pointed_away_from_the_history(valid_run, monkeypatch):
