@@ -465,6 +465,7 @@ def test_two_runs_mixed(valid_run, fake_smi, tmp_path):
     _reseal(valid_run)
     v = validate(valid_run)
     assert v["verdict"] == "INVALID"
+    # the synthetic driver writes update 1's turns first: 4 groups x 4 trajectories x 3 turns = 48 lines
     assert any(r.startswith("run_log:") and "turns.jsonl: its first 48 lines do not hash to the turns_sha256 "
                "run.log logged with update 1" in r for r in v["reasons"]), v["reasons"]
 
