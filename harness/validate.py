@@ -418,8 +418,21 @@ def check_context(run_dir: Path, man: dict) -> list[str]:
     if isinstance(params, dict):
         pairs.append(("workload_params.groups", "workload.groups", wl.get("groups")))
         got["workload_params.groups"] = params.get("groups")
-    return [f"manifest {mkey} is {mval!r:.80}, but the run was started with {key} = {got.get(key)!r:.80} "
-            "(context.json)" for key, mkey, mval in pairs if got.get(key) != mval]
+    out = [f"manifest {mkey} is {mval!r:.80}, but the run was started with {key} = {got.get(key)!r:.80} "
+           "(context.json)" for key, mkey, mval in pairs if got.get(key) != mval]
+    ran = (man["pipeline"].get("native_config") or {}).get("simrl_overrides")
+    if ident.get("runtime") == "sim" and ran is not None:  # the simulator's config is a function of the context
+        from harness.backends import sim
+        from harness.backends.base import RunContext
+
+        try:
+            want = sim.overrides(RunContext.from_dict(ctx))
+        except (TypeError, KeyError, ValueError) as exc:
+            want = f"unbuildable from context.json ({exc})"
+        if ran != want:
+            out.append(f"pipeline.native_config.simrl_overrides {ran!r:.120} is not what context.json makes "
+                       f"the simulator run ({want!r:.120})")
+    return out
 
 
 def check_schedule(man: dict, turns: list[dict], workload) -> list[str]:

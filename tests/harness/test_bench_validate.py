@@ -118,6 +118,16 @@ def _rewrite_snapshot(m):
     snap.update(nvsmi.judge(snap["raw"], m["lease"]["gpu_uuids"], snap["threshold_mib"]))
 
 
+def _claim_sim_rank1(d):
+    """native_config as the sim runtime records it, but with the overrides of a rank-1 run."""
+    from harness.backends import sim
+    from harness.backends.base import RunContext
+
+    overrides = sim.overrides(RunContext.from_dict({**read_json(d / "context.json"), "rank": 1}))
+    _edit_manifest(d, lambda m: [section.update(simrl_overrides=overrides) for section in (
+        m["pipeline"]["native_config"], m["backend_outcome"]["native_config"])])
+
+
 def _container_mismatch(m):
     m["identity"].update(runtime="container", recipe_sha256_baked="a", requested_recipe_sha256="a",
                          container_image_digest="sha256:x")
@@ -301,6 +311,7 @@ TAMPERS = {
         trainer_uuids=list(reversed(c["trainer_uuids"])))), False, "run_context"),
     "manifest claims another batch size": (lambda d: _edit_context(d, lambda c: c["settings"].update(
         train_batch_size=8)), False, "run_context"),
+    "simulator config claimed at another rank than the context": (_claim_sim_rank1, False, "run_context"),
     "context.json removed": (lambda d: (d / "context.json").unlink(), False, "run_context"),
     # run.log chains the evidence as it was written (line sha256 per update, running turns sha256):
     # a forger who reseals every hash, rewrites results, summaries and the lease history is still caught.
