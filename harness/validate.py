@@ -430,8 +430,10 @@ def check_context(run_dir: Path, man: dict) -> list[str]:
         except (TypeError, KeyError, ValueError) as exc:
             want = f"unbuildable from context.json ({exc})"
         if ran != want:
-            out.append(f"pipeline.native_config.simrl_overrides {ran!r:.120} is not what context.json makes "
-                       f"the simulator run ({want!r:.120})")
+            extra = [x for x in ran if x not in want] if isinstance(ran, list) and isinstance(want, list) else ran
+            missing = [x for x in want if x not in ran] if isinstance(ran, list) and isinstance(want, list) else want
+            out.append(f"pipeline.native_config.simrl_overrides has {extra!r:.160} where context.json makes the "
+                       f"simulator run with {missing!r:.160}")
     return out
 
 
