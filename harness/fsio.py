@@ -68,11 +68,14 @@ class JsonlWriter:
         if not existed:
             fsync_dir(self.path.parent)
 
-    def append(self, record: dict) -> None:
-        self._fh.write(json.dumps(record, sort_keys=True) + "\n")
+    def append(self, record: dict) -> bytes:
+        """Write ``record`` as one line; returns the line's bytes (as they are in the file)."""
+        line = json.dumps(record, sort_keys=True) + "\n"
+        self._fh.write(line)
         self._fh.flush()
         if self.fsync_each:
             os.fsync(self._fh.fileno())
+        return line.encode("utf-8")
 
     def close(self) -> None:
         if not self._fh.closed:

@@ -206,6 +206,11 @@ class LeaseStore:
                       by_user=getpass.getuser(), reason=reason)
         return sorted(status)
 
+    def note(self, lease_id: str, event: str, **fields) -> None:
+        """Append an event about a held lease to the history (e.g. the run's evidence hashes)."""
+        with self._mutex():
+            self._log(event, lease_id=lease_id, **fields)
+
     def history_events(self) -> list[dict]:
         if not self.history.exists():
             return []

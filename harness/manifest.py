@@ -38,6 +38,37 @@ REQUIRED_IDENTITY = ("run_id", "suite", "backend", "workload", "runtime", "creat
 REQUIRED_MODEL = ("name", "revision", "dtype", "lora", "chat_template_kwargs")
 
 
+# The sections that are final once the backend has finished and the evidence is hashed; what
+# the controller writes after that (results, verdict, status, the lease's release) is not sealed.
+SEALED_SECTIONS = ("schema", "identity", "pins", "model", "workload", "pipeline", "contract", "hardware", "lease",
+                   "provenance", "clock", "backend_outcome", "worker", "evidence")
+
+
+def _sealed(manifest: dict) -> dict:
+    sealed = {k: manifest.get(k) for k in SEALED_SECTIONS}
+    if isinstance(sealed["lease"], dict):
+        sealed["lease"] = {k: v for k, v in sealed["lease"].items() if k != "released"}
+    return sealed
+
+
+def _digest(obj) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()).hexdigest()
+
+
+def sealed_sha256(manifest: dict) -> str:
+    """sha256 of the sealed sections (canonical JSON), as the controller logs it when the backend
+    is done (run.log and the lease history); validation recomputes it from the manifest."""
+    return _digest(_sealed(manifest))
+
+
+def sealed_section_digests(manifest: dict) -> dict[str, str]:
+    """The first 16 hex digits of each sealed section's sha256 (to name what was edited)."""
+    return {k: _digest(v)[:16] for k, v in _sealed(manifest).items()}
+
+
 def git_identity(root: Path = ROOT) -> tuple[str | None, bool | None]:
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,

@@ -49,9 +49,17 @@ def check(run_dir: Path, record: dict | None) -> list[str]:
     out = []
     if record.get("revision") != P.MODEL_REVISION:
         out.append(f"model revision {record.get('revision')!r} is not the pinned {P.MODEL_REVISION}")
+    if record.get("model") != P.MODEL:
+        out.append(f"model snapshot of {record.get('model')!r}, not the pinned {P.MODEL}")
     dest = Path(run_dir) / LINK_NAME
+    target = Path(str(record.get("target")))
+    want_tail = ("models--" + P.MODEL.replace("/", "--"), "snapshots", P.MODEL_REVISION)
+    if target.parts[-3:] != want_tail:
+        out.append(f"model.snapshot.target {target} is not an HF cache snapshot {'/'.join(want_tail)}")
     if not dest.is_symlink():
         out.append(f"{dest} is not a symlink to the model snapshot")
     elif Path(os.readlink(dest)).name != P.MODEL_REVISION:
         out.append(f"{dest} points at {os.readlink(dest)}, not the snapshot of revision {P.MODEL_REVISION}")
+    elif os.readlink(dest) != str(target):
+        out.append(f"{dest} points at {os.readlink(dest)}, not at the snapshot the run recorded ({target})")
     return out

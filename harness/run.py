@@ -38,6 +38,7 @@ from harness.runlog import RunLog
 from harness.workload_source import describe, generate
 
 EVIDENCE_FILES = ("updates.jsonl", "turns.jsonl")
+SEALED_FILES = (*EVIDENCE_FILES, "context.json")  # context.json: the run context the backend was given
 
 
 class Interrupted(BaseException):
@@ -54,7 +55,7 @@ class Interrupted(BaseException):
 def evidence_record(run_dir: Path) -> dict:
     """sha256, line and byte counts of each evidence file (None for a file never written)."""
     out = {}
-    for name in EVIDENCE_FILES:
+    for name in SEALED_FILES:
         path = Path(run_dir) / name
         if path.exists():
             data = path.read_bytes()
@@ -222,6 +223,7 @@ class _Run:
                               on_start=self.worker_started)
         finally:
             self.man["identity"]["backend_finished_unix"] = time.time()
+        self.log.info(f"backend exited {outcome.exit_code}, version {outcome.backend_version}")
         self.man["clock"] = outcome.clock
         self.man["backend_outcome"] = outcome.to_dict()
         self.man["pipeline"]["native_config"] = outcome.native_config
@@ -248,6 +250,12 @@ class _Run:
 
     def finish(self, aborted: list[str]) -> dict:
         self.man["evidence"] = evidence_record(self.dir)
+        sealed = M.sealed_sha256(self.man)  # nothing but results, verdict and status changes after this
+        self.log.info(f"manifest sealed: sha256={sealed} "
+                      + " ".join(f"{k}={v}" for k, v in M.sealed_section_digests(self.man).items()))
+        if self.lease is not None:  # a witness outside the results dir (validate.check_lease_history)
+            self.store.note(self.lease["lease_id"], "evidence", run_id=self.run_id, evidence=self.man["evidence"],
+                            manifest_sha256=sealed)
         try:
             self.results()
         except (OSError, ValueError, KeyError) as exc:
@@ -256,7 +264,8 @@ class _Run:
         self.man["reasons"] = list(aborted)
         self.save()
         wl = self.workload
-        verdict = validate.validate(self.dir, workload_loader=(lambda _s: wl) if wl is not None else None)
+        verdict = validate.validate(self.dir, workload_loader=(lambda _s: wl) if wl is not None else None,
+                                    final=False)
         self.man["validation"] = {k: v for k, v in verdict.items() if k != "recomputed"}
         if not aborted:
             self.man["status"] = "valid" if verdict["verdict"] == "VALID" else "invalid"

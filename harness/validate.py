@@ -124,6 +124,9 @@ def check_updates(updates: list[dict]) -> list[str]:
             out.append(f"update {u['k']}: publishes policy version {u.get('policy_version')}")
         if prev is not None and float(u["c_k"]) <= prev:
             out.append(f"update {u['k']}: c_k not strictly increasing")
+        elif prev is not None and float(u["d_k"]) < prev - INTERVAL_EPSILON_S:
+            out.append(f"update {u['k']}: handed to the trainer at d_k={u['d_k']}, before update {int(u['k']) - 1} "
+                       f"was published (c_k={prev}); the trainer runs one update at a time, so steps cannot overlap")
         prev = float(u["c_k"])
     return out
 
@@ -209,6 +212,14 @@ def check_trained_calls(updates: list[dict], turns: list[dict], workload) -> lis
         if int(u["trajectories"]) != trajs or int(u["tokens"]) != toks:
             out.append(f"update {u['k']}: trained {u['trajectories']} traj/{u['tokens']} tokens, the schedule of "
                        f"its groups says {trajs}/{toks}")
+        starts = {g: [int(r["policy_version_start"]) for t in workload.group_trajs(g)
+                      for j in range(len(workload.traj_calls(t)))
+                      for r in by_call.get((int(t), j), [])[:1] if isinstance(r.get("policy_version_start"), int)]
+                  for g in gids}
+        for g, st in zip(gids, u.get("staleness", []), strict=False):
+            if starts[g] and int(st) < int(u["k"]) - 1 - min(starts[g]):
+                out.append(f"update {u['k']} group {g}: staleness {st}, but its first call began on policy "
+                           f"{min(starts[g])}, {int(u['k']) - 1 - min(starts[g])} versions before this update")
         for g in gids:
             for t in workload.group_trajs(g):
                 for j, c in enumerate(workload.traj_calls(t)):
@@ -276,6 +287,11 @@ def check_timestamps(man: dict, updates: list[dict], turns: list[dict]) -> list[
         for u in updates:
             if origin + float(u["c_k"]) > float(u["wall_time_unix"]) + WALL_SLACK_S:
                 out.append(f"update {u['k']}: c_k lies after its evidence line was written")
+        for t in turns:  # a call's line is written when it finishes
+            if t.get("finish") is not None and origin + float(t["finish"]) > float(t["wall_time_unix"]) + WALL_SLACK_S:
+                out.append(f"trajectory {t['trajectory']} turn {t['turn']}: finish {t['finish']} lies after its "
+                           f"evidence line was written ({t['wall_time_unix']})")
+                break
     elif kind == "simulated":
         horizon = clock.get("end_s")
         if not isinstance(horizon, int | float):
@@ -303,8 +319,10 @@ def check_timestamps(man: dict, updates: list[dict], turns: list[dict]) -> list[
             out.append(f"trajectory {t['trajectory']} turn {t['turn']}: first token at {t['first_token']} is not "
                        f"between its arrival {t['arrival']} and finish {t.get('finish')}")
             break
+    out += _check_calls(updates, turns)
     hw = man.get("hardware") or {}
-    order = [("hardware.occupancy_before.time_unix", (hw.get("occupancy_before") or {}).get("time_unix")),
+    order = [("identity.created_at_unix", ident.get("created_at_unix")),
+             ("hardware.occupancy_before.time_unix", (hw.get("occupancy_before") or {}).get("time_unix")),
              ("identity.backend_started_unix", start), ("identity.backend_finished_unix", end),
              ("hardware.occupancy_after.time_unix", (hw.get("occupancy_after") or {}).get("time_unix"))]
     known = [(k, v) for k, v in order if isinstance(v, int | float)]
@@ -314,6 +332,54 @@ def check_timestamps(man: dict, updates: list[dict], turns: list[dict]) -> list[
     outcome_clock = (man.get("backend_outcome") or {}).get("clock")
     if isinstance(outcome_clock, dict) and outcome_clock != clock:
         out.append(f"clock {clock!r} differs from the backend's own backend_outcome.clock {outcome_clock!r}")
+    return out
+
+
+VERSION_SLACK_S = 1.0  # a driver reads the published version when it issues a call; stamps may differ
+
+
+def _check_calls(updates: list[dict], turns: list[dict]) -> list[str]:
+    """What every call's record implies about the others: a trajectory's turns run one after
+    another (turn j + 1 is sent with turn j's completion, so it arrives after turn j finished,
+    and no turn is recorded without the turn before it), and a call's policy versions are ones
+    the trainer had published: it began on at least every version published before it arrived,
+    and ended on a version no older than its start and already published when it finished (it
+    may keep the version it began on: a LoRA request in flight keeps its adapter)."""
+    import bisect
+
+    out: list[str] = []
+    published = sorted(float(u["c_k"]) for u in updates)
+    by_traj: dict[int, dict[int, dict]] = {}
+    for t in turns:
+        by_traj.setdefault(int(t["trajectory"]), {})[int(t["turn"])] = t
+        where = f"trajectory {t['trajectory']} turn {t['turn']}"
+        v0, v1 = t.get("policy_version_start"), t.get("policy_version_end")
+        floor0 = bisect.bisect_left(published, float(t["arrival"]) - VERSION_SLACK_S)
+        if isinstance(v0, int) and v0 < floor0:
+            out.append(f"{where}: began on policy {v0}, but {floor0} versions were published before it arrived at "
+                       f"{t['arrival']}")
+        if isinstance(v0, int) and isinstance(v1, int) and v1 < v0:
+            out.append(f"{where}: ended on policy {v1}, older than the policy {v0} it began on")
+        if isinstance(v1, int) and t.get("finish") is not None:
+            ceil1 = bisect.bisect_right(published, float(t["finish"]) + VERSION_SLACK_S)
+            if v1 > ceil1:
+                out.append(f"{where}: ended on policy {v1} at {t['finish']}, when only {ceil1} versions were "
+                           "published")
+        if len(out) >= 3:
+            return out
+    for tid, rows in sorted(by_traj.items()):
+        for j in sorted(rows):
+            if j and j - 1 not in rows:
+                out.append(f"trajectory {tid}: turn {j} recorded without turn {j - 1}")
+                break
+            prev = rows.get(j - 1)
+            if prev is not None and (prev.get("finish") is None
+                                     or float(rows[j]["arrival"]) < float(prev["finish"]) - INTERVAL_EPSILON_S):
+                out.append(f"trajectory {tid}: turn {j} arrived at {rows[j]['arrival']}, before turn {j - 1} "
+                           f"finished ({prev.get('finish')}); a trajectory's turns run one after another")
+                break
+        if len(out) >= 3:
+            break
     return out
 
 
@@ -352,14 +418,44 @@ def check_context(run_dir: Path, man: dict) -> list[str]:
     if isinstance(params, dict):
         pairs.append(("workload_params.groups", "workload.groups", wl.get("groups")))
         got["workload_params.groups"] = params.get("groups")
-    return [f"manifest {mkey} is {mval!r:.80}, but the run was started with {key} = {got.get(key)!r:.80} "
-            "(context.json)" for key, mkey, mval in pairs if got.get(key) != mval]
+    out = [f"manifest {mkey} is {mval!r:.80}, but the run was started with {key} = {got.get(key)!r:.80} "
+           "(context.json)" for key, mkey, mval in pairs if got.get(key) != mval]
+    ran = (man["pipeline"].get("native_config") or {}).get("simrl_overrides")
+    if ident.get("runtime") == "sim" and ran is not None:  # the simulator's config is a function of the context
+        from harness.backends import sim
+        from harness.backends.base import RunContext
+
+        try:
+            want = sim.overrides(RunContext.from_dict(ctx))
+        except (TypeError, KeyError, ValueError) as exc:
+            want = f"unbuildable from context.json ({exc})"
+        if ran != want:
+            extra = [x for x in ran if x not in want] if isinstance(ran, list) and isinstance(want, list) else ran
+            missing = [x for x in want if x not in ran] if isinstance(ran, list) and isinstance(want, list) else want
+            out.append(f"pipeline.native_config.simrl_overrides has {extra!r:.160} where context.json makes the "
+                       f"simulator run with {missing!r:.160}")
+    return out
 
 
 def check_schedule(man: dict, turns: list[dict], workload) -> list[str]:
+    from harness.workload_source import describe
+
     out = []
-    if workload.schedule_sha256() != man["workload"].get("schedule_sha256"):
+    wl = man["workload"]
+    if workload.schedule_sha256() != wl.get("schedule_sha256"):
         out.append("schedule_sha256 does not recompute from the workload generator")
+    if wl.get("name") != man["identity"].get("workload"):
+        out.append(f"workload.name {wl.get('name')!r} is not identity.workload {man['identity'].get('workload')!r}")
+    try:
+        need = P.groups_needed(pinned_settings(man))
+    except ValueError:
+        need = None
+    if need is not None and wl.get("groups") != need:
+        out.append(f"workload.groups {wl.get('groups')!r}, but the pinned pipeline needs {need} groups")
+    want = describe(workload, wl.get("groups"), wl.get("group_size"), wl.get("knobs") or {})
+    diffs: list[str] = []
+    _differences(wl, want, "workload", diffs)
+    out += [f"{d} (from the regenerated workload)" for d in diffs[:3]]
     for t in turns:
         tid, turn = int(t["trajectory"]), int(t["turn"])
         if not 0 <= tid < workload.n_trajectories or not 0 <= turn < len(workload.traj_calls(tid)):
@@ -405,13 +501,15 @@ def check_hygiene(man: dict) -> list[str]:
     return out
 
 
-def check_lease(man: dict) -> list[str]:
+def check_lease(man: dict, final: bool = True) -> list[str]:
     lease = man.get("lease", {})
     end = lease.get("verified_at_end") or {}
     if lease.get("run_id") != man["identity"].get("run_id") or not lease.get("lease_id"):
         return ["lease record does not name this run"]
     if not end.get("held"):
         return ["lease not held by this run at the end: " + "; ".join(end.get("problems", ["not verified"]))]
+    if final and lease.get("released") is not True:
+        return ["the run did not release its lease (lease.released)"]
     return []
 
 
@@ -451,15 +549,71 @@ def check_container(man: dict) -> list[str]:
         out.append("baked recipe hash differs from requested_recipe_sha256")
     if not ident.get("container_image_digest"):
         out.append("container image digest not recorded")
+    pre = (man.get("provenance") or {}).get("container_preflight") or {}
+    if pre.get("image_id") != ident.get("container_image_digest") or (pre.get("baked") or {}).get(
+            "recipe") != ident.get("recipe_sha256_baked"):
+        out.append("identity's image digest or baked recipe hash differs from provenance.container_preflight "
+                   "(what the preflight read from the image)")
     return out
 
 
-LOG_UPDATE = re.compile(r"\bupdate (\d+): c_k=(\S+) groups=(\d+) trajectories=(\d+) tokens=(\d+)")
+LOG_UPDATE = re.compile(r"\bupdate (\d+): c_k=(\S+) groups=(\d+) trajectories=(\d+) tokens=(\d+)"
+                        r"(?: line_sha256=([0-9a-f]{64}) turns=(\d+) turns_sha256=([0-9a-f]{64}))?")
+LOG_CLOSED = re.compile(r"\bevidence closed: updates=(\d+) updates_sha256=([0-9a-f]{64}) turns=(\d+) "
+                        r"turns_sha256=([0-9a-f]{64})")
+LOG_LEASE = re.compile(r"\blease (\S+) on (GPU-\S+(?:, GPU-\S+)*)\s*$", re.M)
+LOG_BACKEND = re.compile(r"\bbackend (\S+) \((\S+)\) on workload (\S+), (\d+) groups, schedule ([0-9a-f]{12})")
+LOG_EXITED = re.compile(r"\bbackend exited (-?\d+), version (.*?)\s*$", re.M)
+LOG_WORKER = re.compile(r"\bworker pid (\d+) in its own process group (\d+)\s*$", re.M)
+LOG_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) INFO (backend \S+ \(|backend exited )", re.M)
+LOG_SEALED = re.compile(r"\bmanifest sealed: sha256=([0-9a-f]{64})((?: [a-z_]+=[0-9a-f]{16})*)\s*$", re.M)
+LOG_STATUS = re.compile(r"\bstatus (\S+); verdict (\S+)\s*$", re.M)
 
 
-def check_log(run_dir: Path, man: dict, updates: list[dict] | None = None) -> list[str]:
-    """No error in run.log, and the line it logged for each update as it happened (EvidenceSink)
-    agrees with updates.jsonl: the raw log and the evidence tell the same story."""
+def _raw_lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True) if path.exists() else []
+
+
+def _prefix_digests(lines: list[bytes], wanted: set[int]) -> dict[int, str]:
+    """sha256 of the first n lines, for each n in ``wanted`` (one pass)."""
+    h, out = hashlib.sha256(), {}
+    for n in range(len(lines) + 1):
+        if n in wanted:
+            out[n] = h.hexdigest()
+        if n < len(lines):
+            h.update(lines[n])
+    return out
+
+
+def _check_log_times(text: str, ident: dict) -> list[str]:
+    """The controller logged the backend line just before the backend started and the exit line
+    just after it finished (one-second stamps): the manifest's start/finish times agree."""
+    import calendar
+    import time as _time
+
+    stamps = {m.group(2).startswith("backend exited"): calendar.timegm(_time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%SZ"))
+              for m in LOG_STAMP.finditer(text)}
+    out = []
+    for finished, key in ((False, "backend_started_unix"), (True, "backend_finished_unix")):
+        t, logged = ident.get(key), stamps.get(finished)
+        if logged is None or not isinstance(t, int | float):
+            continue  # a missing line is reported by the copies check
+        if not logged - WALL_SLACK_S <= t <= logged + 1 + WALL_SLACK_S:
+            out.append(f"identity.{key} {t} is not when run.log logged the backend "
+                       f"{'exiting' if finished else 'starting'} ({_time.strftime('%Y-%m-%dT%H:%M:%SZ', _time.gmtime(logged))})")
+    return out
+
+
+def check_log(run_dir: Path, man: dict, updates: list[dict] | None = None, final: bool = True) -> list[str]:
+    """No error in run.log, and run.log is a second witness of the evidence as it was written.
+
+    EvidenceSink logged, for each update as it happened, its c_k, groups, trajectories and tokens,
+    the sha256 of its updates.jsonl line and the count and running sha256 of the turns.jsonl lines
+    before it, and on closing both files' line counts and sha256 (see `backends.base`). Every
+    update line, every turn line (added, dropped, edited or reordered) and both files' hashes are
+    checked against the log, so evidence edited after the run and resealed in the manifest is
+    still caught, and so is a log line edited alone. The lease line names the manifest's lease.
+    """
     log = run_dir / "run.log"
     if not log.exists():
         return ["run.log missing"]
@@ -468,22 +622,395 @@ def check_log(run_dir: Path, man: dict, updates: list[dict] | None = None) -> li
     m = LOG_ERROR.search(text)
     if m:
         out.append(f"run.log contains {m.group(0).strip()!r}")
+    lease = man.get("lease") or {}
+    said = [(g.group(1), g.group(2).split(", ")) for g in LOG_LEASE.finditer(text)]
+    want_uuids = (man.get("hardware") or {}).get("trainer_uuids", []) + (man.get("hardware") or {}).get(
+        "inference_uuids", [])
+    if lease.get("lease_id") and said != [(lease.get("lease_id"), want_uuids)]:
+        out.append(f"run.log: lease line(s) {said!r:.200} do not name the manifest's lease {lease.get('lease_id')} "
+                   f"on {', '.join(want_uuids)}")
+    ident, wl, outcome = man["identity"], man.get("workload") or {}, man.get("backend_outcome") or {}
+    copies = [("backend line", LOG_BACKEND.findall(text), [(
+        ident.get("backend"), ident.get("runtime"), ident.get("workload"), str(wl.get("groups")),
+        str(wl.get("schedule_sha256"))[:12])], "identity.backend/runtime/workload, workload.groups/schedule_sha256"),
+        ("backend exit line", LOG_EXITED.findall(text), [(str(outcome.get("exit_code")), str(
+            ident.get("backend_version")))], "backend_outcome.exit_code, identity.backend_version")]
+    sealed = LOG_SEALED.findall(text)
+    if len(sealed) != 1:
+        out.append(f"run.log: {len(sealed)} 'manifest sealed' lines, expected 1 (the manifest's digest when the "
+                   "backend finished)")
+    elif sealed[0][0] != M.sealed_sha256(man):
+        logged = dict(pair.split("=") for pair in sealed[0][1].split())
+        now = M.sealed_section_digests(man)
+        edited = [k for k in M.SEALED_SECTIONS if logged.get(k) != now[k]] or ["its sealed sections"]
+        out.append(f"manifest.json: {', '.join(edited)} {'differs' if len(edited) == 1 else 'differ'} from the "
+                   "manifest run.log sealed when the backend "
+                   f"finished (sha256 {sealed[0][0][:16]}..., now {M.sealed_sha256(man)[:16]}...): edited after "
+                   "the run")
+    if ident.get("runtime") in ("native", "container"):
+        w = man.get("worker") or {}
+        copies.append(("worker line", LOG_WORKER.findall(text), [(str(w.get("pid")), str(w.get("pgid")))],
+                       "worker.pid/pgid"))
+    if final:
+        copies.append(("final status line", LOG_STATUS.findall(text), [(
+            man.get("status"), (man.get("validation") or {}).get("verdict"))], "status, validation.verdict"))
+    for what, got, want, keys in copies:
+        if got != want:
+            out.append(f"run.log: {what} says {got!r:.160}; the manifest's {keys} say {want!r:.160}")
+    out += _check_log_times(text, ident)
     if updates is not None:
+        raw_u, raw_t = _raw_lines(run_dir / "updates.jsonl"), _raw_lines(run_dir / "turns.jsonl")
         logged: dict[int, list[tuple]] = {}
         for g in LOG_UPDATE.finditer(text):
             logged.setdefault(int(g.group(1)), []).append(g.groups()[1:])
-        for u in updates:
+        pending = []  # (update k, turns count logged, turns sha256 logged)
+        for i, u in enumerate(updates):
             rows = logged.pop(int(u["k"]), [])
             want = (f"{float(u['c_k']):.3f}", str(u["groups"]), str(u["trajectories"]), str(u["tokens"]))
-            if len(rows) != 1 or rows[0] != want:
-                said = "; ".join("c_k={} groups={} trajectories={} tokens={}".format(*r) for r in rows) or "no line"
-                out.append(f"update {u['k']}: run.log logged {said}, updates.jsonl says "
+            if len(rows) != 1 or rows[0][:4] != want:
+                said_u = "; ".join("c_k={} groups={} trajectories={} tokens={}".format(*r[:4]) for r in rows) or "no line"
+                out.append(f"update {u['k']}: run.log logged {said_u}, updates.jsonl says "
                            "c_k={} groups={} trajectories={} tokens={}".format(*want))
+                continue
+            line_sha, n_turns, turns_sha = rows[0][4:]
+            if line_sha is None:
+                out.append(f"run.log: the line for update {u['k']} carries no evidence digest "
+                           "(line_sha256, turns, turns_sha256)")
+                continue
+            if i >= len(raw_u) or hashlib.sha256(raw_u[i]).hexdigest() != line_sha:
+                out.append(f"updates.jsonl line {i + 1} (update {u['k']}): its sha256 differs from the line_sha256 "
+                           "run.log logged when it was written (the line was edited, moved or replaced)")
+            pending.append((u["k"], int(n_turns), turns_sha))
         if logged:
             out.append(f"run.log logged updates {sorted(logged)} that updates.jsonl does not have")
+        prefix = _prefix_digests(raw_t, {n for _, n, _ in pending})
+        last = 0
+        for k, n, sha in pending:
+            if n < last:
+                out.append(f"run.log: update {k} logged {n} turn lines written, fewer than an earlier update ({last})")
+            last = max(last, n)
+            if prefix.get(n) != sha:
+                out.append(f"turns.jsonl: its first {n} lines do not hash to the turns_sha256 run.log logged with "
+                           f"update {k} (turn lines before it were edited, added, dropped or reordered)")
+                break
+        closed = LOG_CLOSED.findall(text)
+        files = {"updates.jsonl": raw_u, "turns.jsonl": raw_t}
+        if len(closed) != 1:
+            out.append(f"run.log: {len(closed)} 'evidence closed' lines, expected 1 (line counts and sha256 of "
+                       "updates.jsonl and turns.jsonl as the backend closed them)")
+        else:
+            n_u, sha_u, n_t, sha_t = closed[0]
+            for name, n, sha in (("updates.jsonl", n_u, sha_u), ("turns.jsonl", n_t, sha_t)):
+                data = b"".join(files[name])
+                if int(n) != len(files[name]) or hashlib.sha256(data).hexdigest() != sha:
+                    out.append(f"{name}: {len(files[name])} lines, sha256 {hashlib.sha256(data).hexdigest()[:16]}..., "
+                               f"but run.log logged {n} lines, sha256 {sha[:16]}... when the backend closed it")
     code = man.get("backend_outcome", {}).get("exit_code")
     if code != 0:
         out.append(f"backend exit code {code}")
+    return out
+
+
+# What a results directory may hold: the controller's files (regular files, never links), the
+# run-local model link, and what a native/container worker leaves. Anything else is unlisted.
+RUN_FILES = ("manifest.json", "run.log", "context.json", "updates.jsonl", "turns.jsonl")
+FINAL_FILES = ("summary.json", "summary.md")
+WORKER_FILES = {"outcome.json": ("native", "container"), "skyrl_train_prompts.jsonl": ("native", "container")}
+SEALED = (*EVIDENCE_FILES, "context.json")  # hashed into manifest.evidence when the backend finished
+
+
+def check_files(run_dir: Path, man: dict, final: bool = True) -> list[str]:
+    """The directory holds exactly the run's files: no symlinked evidence (its bytes would live, and
+    could change, outside the run), no unlisted extra file, summaries that say what the manifest
+    says, and setup manifests that hash as recorded."""
+    import os
+    import stat
+
+    from harness import summary as report
+
+    out = []
+    runtime = man["identity"].get("runtime")
+    expected = set(RUN_FILES) | (set(FINAL_FILES) if final else set())
+    allowed = expected | {name for name, rts in WORKER_FILES.items() if runtime in rts}
+    if (man.get("model") or {}).get("snapshot"):
+        allowed.add(model_snapshot.LINK_NAME)
+    setup = ((man.get("provenance") or {}).get("native") or {}).get("setup_manifests")
+    if isinstance(setup, dict):
+        allowed.add("setup_manifests")
+    for entry in sorted(os.listdir(run_dir)):
+        path = run_dir / entry
+        if entry not in allowed:
+            out.append(f"{entry}: not a file this run writes (unlisted {'directory' if path.is_dir() else 'file'})")
+        elif entry in expected and not stat.S_ISREG(os.lstat(path).st_mode):
+            kind = f"a symlink to {os.readlink(path)}" if path.is_symlink() else "not a regular file"
+            out.append(f"{entry}: {kind}; evidence must be a regular file inside the results directory")
+    out += [f"{name}: missing" for name in sorted(expected) if not (run_dir / name).exists()]
+    recorded = man.get("evidence") or {}
+    extra = sorted(set(recorded) - set(SEALED))
+    if extra:
+        out.append(f"manifest evidence lists {extra}, which this run does not write")
+    want = recorded.get("context.json")
+    ctx = run_dir / "context.json"
+    if not isinstance(want, dict):
+        out.append("evidence.context.json: no sha256 recorded")
+    elif ctx.exists() and hashlib.sha256(ctx.read_bytes()).hexdigest() != want.get("sha256"):
+        out.append("context.json: sha256 differs from the one recorded when the backend finished")
+    if isinstance(setup, dict):
+        root = run_dir / "setup_manifests"
+        got = {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+               for p in sorted(root.rglob("*")) if p.is_file()} if root.is_dir() else {}
+        if got != setup:
+            out.append("setup_manifests/: files or their sha256 differ from provenance.native.setup_manifests")
+    if final and (run_dir / "summary.json").exists():
+        from workloads.strictio import load_json_file
+
+        try:
+            s = load_json_file(run_dir / "summary.json", lambda line, field, msg: ValueError(msg))
+        except ValueError as exc:
+            s = f"unreadable ({exc})"
+        want_s = report.summary(man)
+        if s != want_s:
+            out.append("summary.json differs from the summary of manifest.json "
+                       f"(e.g. {_first_difference(s, want_s)})")
+        elif (run_dir / "summary.md").exists() and (run_dir / "summary.md").read_text(
+                errors="replace") != report.summary_markdown(want_s):
+            out.append("summary.md differs from the summary of manifest.json")
+    return out
+
+
+def _first_difference(got, want) -> str:
+    diffs: list[str] = []
+    _differences(got, want, "summary", diffs)
+    return diffs[0] if diffs else f"{got!r:.80}"
+
+
+CREATED_AFTER_ID_S = 300.0
+RUN_ID = re.compile(r"^(\d{8}-\d{6})-([a-z]+)-([a-z_]+)-r(\d+)-[0-9a-f]{6}$")
+# bench run flags whose value the manifest must repeat: flag -> (what, the manifest's value)
+_ARGV_FLAGS = ("--backend", "--workload", "--runtime", "--rank", "--seed", "--skyrl-batch-size", "--gpus", "--suite")
+
+
+def _argv_values(argv: list) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for i, a in enumerate(argv):
+        if not isinstance(a, str):
+            continue
+        flag, eq, val = a.partition("=")
+        if flag in _ARGV_FLAGS:
+            if eq:
+                out[flag] = val
+            elif i + 1 < len(argv) and isinstance(argv[i + 1], str):
+                out[flag] = argv[i + 1]
+    return out
+
+
+def check_identity(run_dir: Path, man: dict, final: bool = True) -> list[str]:
+    """Every redundant copy of the run's identity agrees: the run id (made from the backend,
+    workload, rank and start time), the command line, the pinned backend source, the model
+    section, the backend's own outcome (outcome.json for a worker), the recorded verdict."""
+    import calendar
+    import time as _time
+
+    out = []
+    ident, model, outcome = man["identity"], man["model"], man.get("backend_outcome") or {}
+    backend, rank = ident.get("backend"), (model.get("lora") or {}).get("rank")
+    m = RUN_ID.match(str(ident.get("run_id")))
+    if not m:
+        out.append(f"identity.run_id {ident.get('run_id')!r} is not <time>-<backend>-<workload>-r<rank>-<hex6>")
+    else:
+        stamp, b, w, r = m.groups()
+        if (b, w, r) != (backend, ident.get("workload"), str(rank)):
+            out.append(f"identity.run_id {ident['run_id']} names backend {b}, workload {w}, rank {r}; the manifest "
+                       f"says {backend}, {ident.get('workload')}, {rank}")
+        # the manifest is created right after the run id (git and the recipe hashes in between)
+        t0 = calendar.timegm(_time.strptime(stamp, "%Y%m%d-%H%M%S"))
+        created = ident.get("created_at_unix")
+        if not isinstance(created, int | float) or not 0 <= created - t0 <= CREATED_AFTER_ID_S:
+            out.append(f"identity.created_at_unix {created} is not the time the run id was made ({stamp} UTC)")
+        try:
+            t1 = calendar.timegm(_time.strptime(str(ident.get("created_at")), "%Y-%m-%dT%H:%M:%SZ"))
+        except ValueError:
+            t1 = None
+        if t1 is None or not 0 <= t1 - t0 <= CREATED_AFTER_ID_S or (
+                isinstance(created, int | float) and not 0 <= int(created) - t1 <= 1):
+            out.append(f"identity.created_at {ident.get('created_at')!r} is not the time the run id was made "
+                       f"({stamp} UTC)")
+    if backend in P.BACKENDS and ident.get("backend_commit") != P.source_id(backend):
+        out.append(f"identity.backend_commit {ident.get('backend_commit')!r} is not the pinned "
+                   f"{P.source_id(backend)}")
+    if isinstance(rank, int):
+        want = {"name": P.MODEL, "revision": P.MODEL_REVISION, "dtype": P.DTYPE, "lora": P.lora_settings(rank),
+                "chat_template_kwargs": dict(P.CHAT_TEMPLATE_KWARGS), "max_seq_length": P.MAX_SEQ_LENGTH}
+        out += [f"model.{k} is {model.get(k)!r}, pinned {v!r}" for k, v in want.items() if model.get(k) != v]
+    argv = ident.get("argv") if isinstance(ident.get("argv"), list) else []
+    ctx_seed = (man.get("workload") or {}).get("seed")
+    said = {"--backend": backend, "--workload": ident.get("workload"), "--runtime": ident.get("runtime"),
+            "--rank": str(rank), "--seed": str(ctx_seed), "--skyrl-batch-size": str(ident.get("skyrl_batch_size")),
+            "--gpus": (man.get("hardware") or {}).get("requested"), "--suite": ident.get("suite")}
+    for flag, val in _argv_values(argv).items():
+        if flag == "--skyrl-batch-size" and backend != "skyrl":
+            continue  # a suite's ART runs ignore it
+        if val != said[flag]:
+            out.append(f"identity.argv gives {flag} {val}, but the manifest says {said[flag]}")
+    for key, mine in (("backend_version", ident.get("backend_version")),
+                      ("native_config", (man.get("pipeline") or {}).get("native_config")),
+                      ("autotuner", (man.get("results") or {}).get("autotuner"))):
+        if mine != outcome.get(key):
+            where = {"backend_version": "identity.backend_version", "native_config": "pipeline.native_config",
+                     "autotuner": "results.autotuner"}[key]
+            out.append(f"{where} is {mine!r:.80}, but the backend reported {outcome.get(key)!r:.80} "
+                       "(backend_outcome)")
+    runtime = ident.get("runtime")
+    path = run_dir / "outcome.json"
+    if runtime in ("native", "container"):
+        if backend in P.BACKENDS and outcome.get("backend_version") != _pinned_version(backend):
+            out.append(f"backend_outcome.backend_version {outcome.get('backend_version')!r} is not the pinned "
+                       f"{_pinned_version(backend)!r}")
+        if path.exists():
+            from workloads.strictio import load_json_file
+
+            try:
+                worker = load_json_file(path, lambda line, field, msg: ValueError(f"{path}: {msg}"))
+            except ValueError as exc:
+                worker = {"unreadable": str(exc)}
+            for key in ("backend_version", "native_config", "autotuner", "clock"):
+                if not isinstance(worker, dict) or worker.get(key) != outcome.get(key):
+                    out.append(f"outcome.json (what the worker wrote) has {key} "
+                               f"{(worker.get(key) if isinstance(worker, dict) else worker)!r:.80}; the manifest's "
+                               f"backend_outcome has {outcome.get(key)!r:.80}")
+        w = man.get("worker") or {}
+        start, end = ident.get("backend_started_unix"), ident.get("backend_finished_unix")
+        if w.get("pid") != w.get("pgid") or not isinstance(w.get("pid"), int):
+            out.append(f"worker pid {w.get('pid')!r} does not lead its own process group {w.get('pgid')!r}")
+        su = w.get("started_unix")
+        if not all(isinstance(x, int | float) for x in (start, end, su)) or not (
+                start - WALL_SLACK_S <= su <= end + WALL_SLACK_S):
+            out.append(f"worker.started_unix {su!r} is not inside the backend's run [{start}, {end}]")
+    elif "worker" in man or path.exists():
+        out.append(f"a {runtime} run starts no worker, but the manifest or outcome.json records one")
+    status, verdict = man.get("status"), (man.get("validation") or {}).get("verdict")
+    val = man.get("validation") or {}
+    if final and verdict == "VALID" and (val.get("reasons") or man.get("reasons") or not isinstance(
+            val.get("checks"), list) or not all(isinstance(c, dict) and c.get("passed") is True for c in val["checks"])):
+        out.append("validation: recorded VALID, but its checks or reasons say otherwise")
+    if final and (status != "valid" or verdict != "VALID"):
+        out.append(f"the run was recorded status {status!r}, verdict {verdict!r} when it finished"
+                   + (f" ({'; '.join(map(str, man.get('reasons', [])))[:200]})" if man.get("reasons") else ""))
+    return out
+
+
+def _pinned_version(backend: str) -> str:
+    """What the real driver reports as backend_version (backends/art.py, backends/skyrl.py)."""
+    up = P.UPSTREAM[backend]
+    return f"openpipe-art {up['version']}" if backend == "art" else up["commit"]
+
+
+def check_hardware(man: dict) -> list[str]:
+    """The GPUs the manifest describes are what nvidia-smi reported: ``hardware.requested``
+    resolves, in the raw snapshot taken before launch, to the trainer + inference UUIDs; each
+    GPU's description equals its raw row; each snapshot's per-GPU rows and problems are what its
+    raw output says."""
+    hw = man.get("hardware") or {}
+    snap = hw.get("occupancy_before") or {}
+    raw = snap.get("raw") if isinstance(snap.get("raw"), dict) else None
+    if raw is None:
+        return ["hardware.occupancy_before: no raw nvidia-smi output to check the GPUs against"]
+    out = []
+    try:
+        listed = nvsmi.parse_gpus(raw.get("query_gpu", ""))
+        picked = nvsmi.resolve(str(hw.get("requested")), listed)
+    except Exception as exc:  # noqa: BLE001 - an unparsable or unresolvable record is the finding
+        return [f"hardware.requested {hw.get('requested')!r} does not resolve in the raw snapshot: {exc}"]
+    uuids = [g.uuid for g in picked]
+    if uuids != hw.get("trainer_uuids", []) + hw.get("inference_uuids", []):
+        out.append(f"hardware.requested {hw.get('requested')!r} resolves to {uuids}, but the trainer + inference "
+                   "GPUs are " + ", ".join(hw.get("trainer_uuids", []) + hw.get("inference_uuids", [])))
+    if len(hw.get("trainer_uuids", [])) != P.TRAINER_GPUS or len(uuids) != P.GPUS_PER_RUN:
+        out.append(f"{len(hw.get('trainer_uuids', []))} trainer GPUs of {len(uuids)}, pinned {P.TRAINER_GPUS} of "
+                   f"{P.GPUS_PER_RUN}")
+    static = ("index", "uuid", "name", "pci_bus_id", "memory_total_mib", "driver_version")
+    described = [{k: g.get(k) for k in static} if isinstance(g, dict) else g for g in hw.get("gpus") or []]
+    rows = [{k: g.to_dict()[k] for k in static} for g in picked]
+    if described != rows:
+        out.append("hardware.gpus does not describe the GPUs nvidia-smi reported (name, bus id, memory, driver, "
+                   "index or count differ from occupancy_before.raw)")
+    for when in ("occupancy_before", "occupancy_after"):
+        s = hw.get(when) or {}
+        if isinstance(s.get("raw"), dict):
+            got = nvsmi.judge(s["raw"], man["lease"].get("gpu_uuids") or [], P.MEMORY_USED_THRESHOLD_MIB)
+            if s.get("gpus") != got["gpus"] or s.get("problems") != got["problems"]:
+                out.append(f"hardware.{when}: per-GPU rows or problems differ from what its raw output says")
+            if s.get("threshold_mib") != P.MEMORY_USED_THRESHOLD_MIB:
+                out.append(f"hardware.{when}.threshold_mib {s.get('threshold_mib')!r}, pinned "
+                           f"{P.MEMORY_USED_THRESHOLD_MIB}")
+    return out
+
+
+def check_lease_history(man: dict, final: bool = True) -> list[str]:
+    """The lease against its history (``<state_dir>/reservations.jsonl``, outside the results dir),
+    when that state directory is reachable from here: an ``acquire`` of this lease for this run
+    and these GPUs, the evidence hashes the controller logged there when the backend finished,
+    and, for a finished run, this run's own release (not a forced one) after the backend ended."""
+    import json
+
+    from harness.lease import default_state_dir
+
+    lease = man.get("lease") or {}
+    run_id, lease_id = man["identity"].get("run_id"), lease.get("lease_id")
+    out: list[str] = []
+    hist, events = None, []
+    # the recorded state dir first, then the default one (a manifest pointing its state_dir
+    # elsewhere does not hide a history that names this run)
+    for state in dict.fromkeys(str(x) for x in (lease.get("state_dir"), default_state_dir()) if x):
+        path = Path(state) / "reservations.jsonl"
+        if not path.is_file():
+            continue
+        mine = []
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(ev, dict) and (ev.get("lease_id") == lease_id or ev.get("run_id") == run_id):
+                mine.append(ev)
+        if mine:
+            hist, events = path, mine
+            break
+    if hist is None:
+        return []  # validated away from the controller's machine: the history cannot be consulted
+    if str(hist.parent) != str(lease.get("state_dir")):
+        out.append(f"lease.state_dir is {lease.get('state_dir')!r}, but this run's lease history is in {hist.parent}")
+    strangers = sorted({e.get("lease_id") for e in events} - {lease_id}, key=str)
+    if strangers:
+        out.append(f"{hist}: run {run_id} holds lease(s) {strangers}, not the manifest's {lease_id}")
+    events = [e for e in events if e.get("lease_id") == lease_id]
+    kinds = [e.get("event") for e in events]
+    acq = [e for e in events if e.get("event") == "acquire"]
+    if len(acq) != 1:
+        return [*out, f"{hist}: {len(acq)} acquire events for lease {lease.get('lease_id')} (expected 1): "
+                      "the lease was not taken by this controller"]
+    a = acq[0]
+    if a.get("run_id") != man["identity"].get("run_id") or a.get("gpu_uuids") != sorted(lease.get("gpu_uuids") or []):
+        out.append(f"{hist}: lease {lease.get('lease_id')} was acquired by run {a.get('run_id')} on "
+                   f"{a.get('gpu_uuids')}, not by this run on {sorted(lease.get('gpu_uuids') or [])}")
+    if a.get("host") != man["identity"].get("host"):
+        out.append(f"{hist}: lease {lease_id} was acquired on host {a.get('host')!r}; identity.host is "
+                   f"{man['identity'].get('host')!r}")
+    ev = [e for e in events if e.get("event") == "evidence"]
+    if len(ev) != 1 or ev[0].get("evidence") != man.get("evidence"):
+        out.append(f"{hist}: the evidence hashes logged for lease {lease.get('lease_id')} when the backend finished "
+                   "differ from manifest.evidence" if ev else f"{hist}: no evidence hashes logged for this lease")
+    elif ev[0].get("manifest_sha256") != M.sealed_sha256(man):
+        out.append(f"{hist}: the manifest sealed when the backend finished hashed to "
+                   f"{str(ev[0].get('manifest_sha256'))[:16]}..., the manifest now to {M.sealed_sha256(man)[:16]}...: "
+                   "it was edited after the run")
+    if "force-release" in kinds:
+        out.append(f"{hist}: lease {lease.get('lease_id')} was force-released (by someone else)")
+    if final:
+        rel = [e for e in events if e.get("event") == "release"]
+        end = man["identity"].get("backend_finished_unix")
+        if len(rel) != 1 or not isinstance(end, int | float) or rel[0].get("time_unix", 0) < end - WALL_SLACK_S:
+            out.append(f"{hist}: lease events {kinds}: expected one release by the run after its backend finished")
     return out
 
 
@@ -495,7 +1022,8 @@ EVIDENCE_SCHEMA = {
         "k": _INT, "d_k": _NUM, "c_k": _NUM, "train_end": _NUM, "publish_end": _NUM, "policy_version": _INT,
         "groups": _INT, "trajectories": _INT, "tokens": _INT, "group_ids": "list of integers",
         "staleness": "list of integers", "rank_intervals": "intervals", "seq": _INT, "run_id": _STR,
-        "lease_id": _STR + "?", "wall_time_unix": _NUM, "eval": "boolean", "checkpoint": "boolean"}),
+        "lease_id": _STR + "?", "wall_time_unix": _NUM, "eval": "boolean", "checkpoint": "boolean",
+        "rank_intervals_native": "boolean", "discards": "object of integers", "native": "object"}),
     "turns.jsonl": ({"trajectory", "turn", "forced_tokens", "completion_tokens", "prompt_tokens", "arrival"}, {
         "group": _INT, "trajectory": _INT, "turn": _INT, "forced_tokens": _INT, "completion_tokens": _INT,
         "finish_reason": _STR + "?", "prompt_tokens": _INT, "scheduled_prompt_tokens": _INT, "arrival": _NUM,
@@ -506,7 +1034,7 @@ EVIDENCE_SCHEMA = {
 
 
 _KIND_TEXT = {_INT: "an integer", _NUM: "a finite number", "intervals": "an object {rank: [[start, end], ...]}",
-              "boolean": "true or false"}
+              "boolean": "true or false", "object": "a JSON object", "object of integers": "an object of integers"}
 
 
 def _is(kind: str, v) -> bool:
@@ -518,6 +1046,10 @@ def _is(kind: str, v) -> bool:
         return isinstance(v, int | float) and math.isfinite(v)
     if kind == _STR:
         return isinstance(v, str)
+    if kind == "object":
+        return isinstance(v, dict)
+    if kind == "object of integers":
+        return isinstance(v, dict) and all(_is(_INT, x) for x in v.values())
     if kind == "list of integers":
         return isinstance(v, list) and all(_is(_INT, x) for x in v)
     if kind == "intervals":  # {"rank": [[start, end], ...]}
@@ -557,12 +1089,14 @@ def _read_evidence(run_dir: Path) -> dict[str, list[dict]]:
     return out
 
 
-def validate(run_dir: Path, workload_loader=None) -> dict:
+def validate(run_dir: Path, workload_loader=None, final: bool = True) -> dict:
     """All checks on ``run_dir``; ``workload_loader(manifest_workload) -> Workload`` regenerates the schedule.
 
     A manifest that is not an object or has a mistyped field raises `ManifestError` (exit 2).
     The verdict carries ``recomputed``: the contract results recomputed from the evidence, which
-    is what `bench report` shows.
+    is what `bench report` shows. ``final=False`` is the controller's own check before it records
+    the verdict, writes the summaries and releases the lease; every other caller validates a
+    finished run, which must also have been recorded VALID, summarised and released.
     """
     run_dir = Path(run_dir)
     man = M.load(run_dir / "manifest.json")
@@ -593,6 +1127,8 @@ def validate(run_dir: Path, workload_loader=None) -> dict:
         _check("forced_lengths", check_forced(turns)),
         _check("timestamps", check_timestamps(man, updates, turns)),
         _check("run_context", check_context(run_dir, man)),
+        _check("files", check_files(run_dir, man, final)),
+        _check("identity", check_identity(run_dir, man, final)),
     ]
     try:
         workload = (workload_loader or _load_workload)(man["workload"])
@@ -603,10 +1139,11 @@ def validate(run_dir: Path, workload_loader=None) -> dict:
     checks += [
         _check("staleness", check_staleness(man["identity"]["backend"], updates, int(settings["staleness_bound"]))),
         _check("gpu_hygiene", check_hygiene(man)),
-        _check("lease_held", check_lease(man)),
+        _check("hardware", check_hardware(man)),
+        _check("lease_held", check_lease(man, final) + check_lease_history(man, final)),
         _check("results_recomputed", check_results(man, recomputed)),
         _check("container_preflight", check_container(man)),
-        _check("run_log", check_log(run_dir, man, updates)),
+        _check("run_log", check_log(run_dir, man, lines["updates.jsonl"], final)),
     ]
     return _verdict(checks, recomputed)
 

@@ -6,10 +6,17 @@ same context as an in-process driver). `EvidenceSink` appends one fsynced JSONL 
 Every line carries the run id, the lease id and its sequence number in its file, so evidence
 copied from another run, replayed or duplicated is caught by validation; the controller records
 the sha256 of each file in the manifest when the backend is done.
+
+The sink also chains the evidence into the raw log as it is written: each update's log line
+carries the sha256 of that update's JSONL line and the count and running sha256 of the turn
+lines written before it, and `close` logs both files' line counts and sha256. run.log thus holds
+a second, independent copy of every evidence byte's digest: editing, adding, dropping or
+reordering a line and resealing the manifest still disagrees with the log (`validate.check_log`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 from typing import Any
@@ -80,18 +87,25 @@ class EvidenceSink:
         self.log = log or (lambda msg: None)
         self.run_id, self.lease_id = run_id, lease_id
         self._seq = {"updates": 0, "turns": 0}
+        self._sha = {"updates": hashlib.sha256(), "turns": hashlib.sha256()}
+        self._closed = False
 
     def _stamp(self, kind: str, record: dict) -> dict:
         record.update(run_id=self.run_id, lease_id=self.lease_id, seq=self._seq[kind], wall_time_unix=time.time())
         self._seq[kind] += 1
         return record
 
+    def _write(self, kind: str, record: dict) -> bytes:
+        line = getattr(self, kind).append(self._stamp(kind, record))
+        self._sha[kind].update(line)
+        return line
+
     def update(self, *, k: int, d_k: float, c_k: float, train_end: float, publish_end: float,
                policy_version: int, groups: int, trajectories: int, tokens: int, group_ids: list[int],
                rank_intervals: dict[str, list[list[float]]], rank_intervals_native: bool, staleness: list[int],
                discards: dict[str, int] | None = None, native: dict[str, Any] | None = None,
                eval_step: bool = False, checkpoint_step: bool = False) -> None:
-        self.updates.append(self._stamp("updates", {
+        line = self._write("updates", {
             "k": k, "d_k": d_k, "c_k": c_k, "train_end": train_end, "publish_end": publish_end,
             "policy_version": policy_version, "groups": groups, "trajectories": trajectories,
             "tokens": tokens, "group_ids": list(group_ids),
@@ -99,21 +113,27 @@ class EvidenceSink:
             "rank_intervals_native": bool(rank_intervals_native),
             "staleness": list(staleness), "discards": dict(discards or {"stale": 0, "zero_variance": 0}),
             "eval": eval_step, "checkpoint": checkpoint_step, "native": dict(native or {}),
-        }))
-        self.log(f"update {k}: c_k={c_k:.3f} groups={groups} trajectories={trajectories} tokens={tokens}")
+        })
+        self.log(f"update {k}: c_k={c_k:.3f} groups={groups} trajectories={trajectories} tokens={tokens} "
+                 f"line_sha256={hashlib.sha256(line).hexdigest()} turns={self._seq['turns']} "
+                 f"turns_sha256={self._sha['turns'].hexdigest()}")
 
     def turn(self, *, group: int, trajectory: int, turn: int, forced_tokens: int, completion_tokens: int,
              finish_reason: str | None, prompt_tokens: int, scheduled_prompt_tokens: int, arrival: float,
              first_token: float | None, finish: float | None, policy_version_start: int | None = None,
              policy_version_end: int | None = None) -> None:
-        self.turns.append(self._stamp("turns", {
+        self._write("turns", {
             "group": group, "trajectory": trajectory, "turn": turn, "forced_tokens": forced_tokens,
             "completion_tokens": completion_tokens, "finish_reason": finish_reason,
             "prompt_tokens": prompt_tokens, "scheduled_prompt_tokens": scheduled_prompt_tokens,
             "arrival": arrival, "first_token": first_token, "finish": finish,
             "policy_version_start": policy_version_start, "policy_version_end": policy_version_end,
-        }))
+        })
 
     def close(self) -> None:
         self.updates.close()
         self.turns.close()
+        if not self._closed:
+            self._closed = True
+            self.log(f"evidence closed: updates={self._seq['updates']} updates_sha256={self._sha['updates'].hexdigest()} "
+                     f"turns={self._seq['turns']} turns_sha256={self._sha['turns'].hexdigest()}")

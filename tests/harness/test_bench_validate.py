@@ -40,11 +40,108 @@ def _edit_manifest(d, fn):
 def _reseal(d):
     """What a forger who knows the format does after editing evidence: re-record its hashes."""
     def fix(man):
-        for name in ("updates.jsonl", "turns.jsonl"):
+        for name in ("updates.jsonl", "turns.jsonl", "context.json"):
             data = (d / name).read_bytes()
             man["evidence"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "lines": data.count(b"\n"),
                                      "bytes": len(data)}
     _edit_manifest(d, fix)
+
+
+def _forge_all_but_the_log(d):
+    """The most careful forger short of rewriting run.log: reseal every hash, rewrite the results
+    and both summaries to what the edited evidence recomputes to, and rewrite the evidence and
+    manifest hashes in the lease history (a private copy of the state dir the manifest points at)."""
+    from harness import report
+
+    _reseal(d)
+    _forge_results(d)
+    state = d.parent / "forged_state"
+    shutil.copytree(read_json(d / "manifest.json")["lease"]["state_dir"], state)
+    _edit_manifest(d, lambda m: m["lease"].update(state_dir=str(state)))
+    man = read_json(d / "manifest.json")
+    hist = state / "reservations.jsonl"
+    events = [json.loads(x) for x in hist.read_text().splitlines()]
+    for e in events:
+        if e["event"] == "evidence" and e["lease_id"] == man["lease"]["lease_id"]:
+            e.update(evidence=man["evidence"], manifest_sha256=M.sealed_sha256(man))
+    hist.write_text("".join(json.dumps(e) + "\n" for e in events))
+    write_json(d / "summary.json", report.summary(man))
+    (d / "summary.md").write_text(report.summary_markdown(report.summary(man)))
+
+
+def _forged(*tampers):
+    return lambda d: ([t(d) for t in tampers], _forge_all_but_the_log(d))
+
+
+def _turns_of(traj, fn):
+    """Apply ``fn`` to every turn of trajectory ``traj`` (in turns.jsonl order)."""
+    return lambda d: _edit_jsonl(d / "turns.jsonl", lambda t: fn(t) if t["trajectory"] == traj else t)
+
+
+def _forge_lease_everywhere(d):
+    old = read_json(d / "manifest.json")["lease"]["lease_id"]
+    for name in ("updates.jsonl", "turns.jsonl", "context.json", "run.log", "manifest.json"):
+        (d / name).write_text((d / name).read_text().replace(old, "11111111-1111-4111-8111-111111111111"))
+
+
+def _relabel_rank(d):
+    _edit_manifest(d, lambda m: m["model"]["lora"].update(rank=1, supplemental=True))
+    _edit_context(d, lambda c: c.update(rank=1))
+
+
+def _symlink_outside(d):
+    outside = d.parent / "outside_turns.jsonl"
+    shutil.copy(d / "turns.jsonl", outside)
+    (d / "turns.jsonl").unlink()
+    (d / "turns.jsonl").symlink_to(outside)
+
+
+def _retarget_model(d):
+    """A native run's model link, pointed at another directory named like the pinned snapshot."""
+    from harness import pins as P
+
+    snap = d.parent / "hf" / "hub" / f"models--{P.MODEL.replace('/', '--')}" / "snapshots" / P.MODEL_REVISION
+    other = d.parent / "elsewhere" / P.MODEL_REVISION
+    for p in (snap, other):
+        p.mkdir(parents=True)
+    (d / "model").symlink_to(other, target_is_directory=True)
+    _edit_manifest(d, lambda m: m["model"].update(snapshot={"link": str(d / "model"), "target": str(snap),
+                                                            "revision": P.MODEL_REVISION, "model": P.MODEL}))
+
+
+def _rewrite_snapshot(m):
+    """Raw nvidia-smi text and the rows judged from it, both rewritten (500 MiB on the first GPU)."""
+    from harness import nvsmi
+
+    snap = m["hardware"]["occupancy_after"]
+    snap["raw"]["query_gpu"] = snap["raw"]["query_gpu"].replace("143771, 0,", "143771, 500,", 1)
+    snap.update(nvsmi.judge(snap["raw"], m["lease"]["gpu_uuids"], snap["threshold_mib"]))
+
+
+def _claim_sim_rank1(d):
+    """native_config as the sim runtime records it, but with the overrides of a rank-1 run."""
+    from harness.backends import sim
+    from harness.backends.base import RunContext
+
+    overrides = sim.overrides(RunContext.from_dict({**read_json(d / "context.json"), "rank": 1}))
+    _edit_manifest(d, lambda m: [section.update(simrl_overrides=overrides) for section in (
+        m["pipeline"]["native_config"], m["backend_outcome"]["native_config"])])
+
+
+def _container_mismatch(m):
+    m["identity"].update(runtime="container", recipe_sha256_baked="a", requested_recipe_sha256="a",
+                         container_image_digest="sha256:x")
+    m["provenance"]["container_preflight"] = {"image_id": "sha256:y", "baked": {"recipe": "a"}}
+
+
+def _edit_jsonl_fn(name, fn):
+    return lambda d: _edit_jsonl(d / name, fn)
+
+
+def _edit_json(path, fn):
+    obj = read_json(path)
+    fn(obj)
+    write_json(path, obj)
 
 
 def _update(k, fn):
@@ -134,6 +231,10 @@ TAMPERS = {
         _edit_jsonl(d / "updates.jsonl", _update(4, lambda u: _set(u, groups=3, group_ids=u["group_ids"][:3],
                                                                      staleness=u["staleness"][:3])))),
         True, "counts"),
+    "warm-up shortened (measured window widened)": (lambda d: _edit_manifest(d, lambda m: m["contract"].update(
+        warmup_updates=3, measured_updates=17)), False, "pinned_settings"),
+    "last update dropped (seq consistent)": (lambda d: _edit_jsonl(d / "updates.jsonl", lambda u: None if u["k"] == 20
+                                                                   else u), True, "updates_complete"),
     "edited limit: staleness bound": (lambda d: _edit_manifest(d, lambda m: m["pipeline"].update(
         staleness_bound=99)), False, "pinned_settings"),
     "edited limit: trainer ranks": (lambda d: _edit_manifest(d, lambda m: m["pipeline"].update(
@@ -210,7 +311,80 @@ TAMPERS = {
         trainer_uuids=list(reversed(c["trainer_uuids"])))), False, "run_context"),
     "manifest claims another batch size": (lambda d: _edit_context(d, lambda c: c["settings"].update(
         train_batch_size=8)), False, "run_context"),
+    "simulator config claimed at another rank than the context": (_claim_sim_rank1, False, "run_context"),
     "context.json removed": (lambda d: (d / "context.json").unlink(), False, "run_context"),
+    # run.log chains the evidence as it was written (line sha256 per update, running turns sha256):
+    # a forger who reseals every hash, rewrites results, summaries and the lease history is still caught.
+    "turn moved out of the window, all but run.log forged": (_forged(_turns_of(240, lambda t: _set(
+        t, arrival=t["arrival"] - 1.0, first_token=t["first_token"] - 1.0, finish=t["finish"] - 1.0)
+        if t["turn"] == 0 else t)), False, "run_log"),
+    "rank intervals narrowed, all but run.log forged": (_forged(_edit_jsonl_fn("updates.jsonl", lambda u: _set(
+        u, rank_intervals={"0": [[u["d_k"] + 1, u["d_k"] + 3]], "1": [[u["d_k"] + 1, u["d_k"] + 3]]})
+        if u["k"] >= 16 else u)), False, "run_log"),
+    # the lease history outside the results dir: acquire, the evidence hashes, release
+    "lease id forged in every file": (_forge_lease_everywhere, True, "lease_held"),
+    "evidence resealed, the lease history disagrees": (lambda d: _edit_jsonl(d / "updates.jsonl", _update(
+        12, lambda u: _set(u, native={"forged": True}))), True, "lease_held"),
+    "identity.host is not where the lease was taken": (lambda d: _edit_manifest(d, lambda m: m["identity"].update(
+        host="elsewhere")), False, "lease_held"),
+    "backend start moved from when run.log logged it": (lambda d: _edit_manifest(d, lambda m: m["identity"].update(
+        backend_started_unix=m["identity"]["backend_started_unix"] + 3.5)), False, "run_log"),
+    "recorded VALID over a failed check": (lambda d: _edit_manifest(d, lambda m: m["validation"]["checks"][3].update(
+        passed=False)), False, "identity"),
+    "run.log lease line names another lease": (lambda d: _edit_log(
+        d, read_json(d / "manifest.json")["lease"]["lease_id"], "00000000-0000-4000-8000-000000000000"), False,
+        "run_log"),
+    # the directory holds exactly the run's files
+    "evidence file symlinked outside the run": (_symlink_outside, False, "files"),
+    "unlisted extra file": (lambda d: (d / "updates.jsonl.orig").write_text("{}\n"), False, "files"),
+    "summary.json edited": (lambda d: _edit_json(d / "summary.json", lambda s: s["headline"].update(
+        updates_per_hour=9999.0)), False, "files"),
+    "context.json edited (hash left stale)": (lambda d: _edit_context(d, lambda c: c.update(python="/x")), False,
+                                               "files"),
+    # every redundant copy of the identity agrees
+    "rank relabelled in manifest and context.json": (_relabel_rank, True, "identity"),
+    "argv names another backend": (lambda d: _edit_manifest(d, lambda m: m["identity"].update(
+        argv=["bench", "run", "--backend", "art", "--gpus", "0,1,2,3"])), False, "identity"),
+    "manifest claims another backend source": (lambda d: _edit_manifest(d, lambda m: m["identity"].update(
+        backend_commit="0" * 40)), False, "identity"),
+    "manifest claims another backend version than the backend reported": (lambda d: _edit_manifest(
+        d, lambda m: m["identity"].update(backend_version="skyrl 0.9")), False, "identity"),
+    "manifest and backend_outcome claim a version run.log does not record": (lambda d: _edit_manifest(d, lambda m: (
+        m["identity"].update(backend_version="skyrl 0.9"), m["backend_outcome"].update(backend_version="skyrl 0.9"))),
+        False, "run_log"),
+    "model link retargeted to another snapshot": (_retarget_model, False, "pinned_settings"),
+    "model dtype edited": (lambda d: _edit_manifest(d, lambda m: m["model"].update(dtype="fp8")), False,
+                           "identity"),
+    "run recorded invalid, status flipped": (lambda d: _edit_manifest(d, lambda m: m["validation"].update(
+        verdict="INVALID")), False, "identity"),
+    "a worker recorded for a sim run": (lambda d: _edit_manifest(d, lambda m: m.update(worker={
+        "pid": 1, "pgid": 1, "started_unix": 0.0, "container": None})), False, "identity"),
+    "container identity differs from its preflight": (lambda d: _edit_manifest(d, _container_mismatch), False,
+                                                       "container_preflight"),
+    # the hardware description is what nvidia-smi printed
+    "GPU model edited": (lambda d: _edit_manifest(d, lambda m: [g.update(name="NVIDIA H100 80GB HBM3")
+                                                                for g in m["hardware"]["gpus"]]), False, "hardware"),
+    "requested GPUs edited": (lambda d: _edit_manifest(d, lambda m: m["hardware"].update(requested="4,5,6,7")),
+                              False, "hardware"),
+    "occupancy snapshot rewritten consistently (raw and rows)": (lambda d: _edit_manifest(d, _rewrite_snapshot), False,
+                                                                 "run_log"),
+    "occupancy rows edited over their raw output": (lambda d: _edit_manifest(
+        d, lambda m: m["hardware"]["occupancy_after"]["gpus"][0].update(memory_used_mib=0 if
+        m["hardware"]["occupancy_after"]["gpus"][0]["memory_used_mib"] else 5)), False, "hardware"),
+    # the workload section is what the generator regenerates
+    "workload description edited": (lambda d: _edit_manifest(d, lambda m: m["workload"].update(
+        completion_tokens=1)), False, "schedule"),
+    # what each call's record implies about the others
+    "a turn arrives before the previous turn finished": (_turns_of(240, lambda t: _set(
+        t, arrival=158.0, first_token=158.1, finish=158.8) if t["turn"] == 2 else t), True, "timestamps"),
+    "calls labelled with a policy older than published": (_turns_of(240, lambda t: _set(
+        t, policy_version_start=12, policy_version_end=12)), True, "timestamps"),
+    "a call ends on an older policy than it began": (_turns_of(240, lambda t: _set(
+        t, policy_version_end=t["policy_version_start"] - 1)), True, "timestamps"),
+    "staleness below what the calls' policies say": (_turns_of(240, lambda t: _set(
+        t, policy_version_start=14, policy_version_end=14) if t["turn"] == 0 else t), True, "trained_calls"),
+    "steps overlap (c_15 after d_16)": (lambda d: _edit_jsonl(d / "updates.jsonl", _update(15, lambda u: _set(
+        u, c_k=u["c_k"] + 4.0, publish_end=u["publish_end"] + 4.0))), True, "updates_complete"),
 }
 
 
@@ -225,6 +399,9 @@ BAD_EVIDENCE = {
     "finish a string": ("turns.jsonl", lambda r: _set(r, finish="abc"), "finish"),
     "policy version a string": ("turns.jsonl", lambda r: _set(r, policy_version_start="1"), "policy_version_start"),
     "tokens a bool": ("turns.jsonl", lambda r: _set(r, completion_tokens=True), "completion_tokens"),
+    "discards a string count": ("updates.jsonl", lambda r: _set(r, discards={"stale": "abc"}), "discards"),
+    "native flag a string": ("updates.jsonl", lambda r: _set(r, rank_intervals_native="yes"),
+                             "rank_intervals_native"),
 }
 
 
@@ -279,6 +456,48 @@ def test_tampered_copy_is_invalid(valid_run, tmp_path, name):
     failed = {c["check"] for c in v["checks"] if not c["passed"]}
     assert v["verdict"] == "INVALID"
     assert check in failed, (name, v["reasons"])
+    if "all but run.log forged" in name:  # everything else was made consistent: the log alone catches it
+        assert failed == {"run_log"}, v["reasons"]
+
+
+def test_two_runs_mixed(valid_run, fake_smi, tmp_path):
+    """Another run's turns.jsonl, renamed to this run's ids and resealed, is caught by the digests
+    run.log logged as this run's lines were written."""
+    from harness.run import RunRequest, run_one
+
+    other, _ = run_one(RunRequest(backend="skyrl", workload="multi_turn", gpus="4,5,6,7", runtime="sim",
+                                  results_dir=str(tmp_path / "other"), argv=("bench", "run")), echo=lambda m: None)
+    mine = read_json(valid_run / "manifest.json")["lease"]
+    theirs = read_json(other / "manifest.json")["lease"]
+    text = (other / "turns.jsonl").read_text()
+    for key in ("run_id", "lease_id"):
+        text = text.replace(theirs[key], mine[key])
+    (valid_run / "turns.jsonl").write_text(text)
+    _reseal(valid_run)
+    v = validate(valid_run)
+    assert v["verdict"] == "INVALID"
+    # the synthetic driver writes update 1's turns first: 4 groups x 4 trajectories x 3 turns = 48 lines
+    assert any(r.startswith("run_log:") and "turns.jsonl: its first 48 lines do not hash to the turns_sha256 "
+               "run.log logged with update 1" in r for r in v["reasons"]), v["reasons"]
+
+
+def test_lease_state_dir_pointed_away_from_the_history(valid_run, monkeypatch):
+    """Validated where the controller ran (its default state dir holds the history), a manifest
+    whose lease.state_dir points elsewhere does not hide the history."""
+    state = read_json(valid_run / "manifest.json")["lease"]["state_dir"]
+    monkeypatch.setenv("RL_BENCH_STATE_DIR", state)
+    _edit_manifest(valid_run, lambda m: m["lease"].update(state_dir=str(valid_run / "nowhere")))
+    v = validate(valid_run)
+    assert v["verdict"] == "INVALID"
+    assert any(r.startswith("lease_held: lease.state_dir is") and f"history is in {state}" in r
+               for r in v["reasons"]), v["reasons"]
+
+
+def test_report_refuses_the_same_run_twice(valid_run, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(valid_run, copy, symlinks=True)
+    res = CliRunner().invoke(bench, ["report", str(valid_run), str(copy)])
+    assert res.exit_code == 2 and "is already in this report" in res.output, res.output
 
 
 def test_report_shows_the_recomputed_headline(valid_run):
