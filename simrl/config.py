@@ -28,6 +28,7 @@ from simrl.strictio import (
     INT_MAX,
     INT_MIN,
     YamlInputError,
+    YamlNumberError,
     did_you_mean,
     load_yaml_text,
     read_utf8,
@@ -513,6 +514,8 @@ def _parse_value(key: str, text: str) -> Any:
         return _fresh(hit)
     try:
         value = load_yaml_text(text) if text.strip() else text
+    except YamlNumberError as exc:
+        raise ConfigError(f"override {key}={text}: {exc.message}") from None
     except YamlInputError as exc:
         if text.lstrip()[:1] in "[{" or text.strip().startswith(("'", '"')):
             raise ConfigError(f"override {key}={text}: {exc.message}; quote the whole value for a string") from None
@@ -594,7 +597,11 @@ def read_config_file(path: str) -> tuple[dict, dict[str, int]]:
         where = f"{path}:{exc.line}" if exc.line else str(path)
         raise ConfigError(f"{where}: {exc.message}") from None
     if user is None:
-        return {}, {}
+        raise ConfigError(f"{path}: the configuration file is empty (no YAML document, or only comments); "
+                          f"expected a mapping of sections (deployment, workload, policy, router, cost, run) at the "
+                          f"top level. "
+                          f"To run the embedded default, leave out --config; to start from it, write "
+                          f"`srl config > {path}`")
     if not isinstance(user, dict):
         raise ConfigError(f"{path}: expected a mapping of sections (deployment, workload, policy, router, cost, "
                           f"run) at the top level, got {type(user).__name__}")

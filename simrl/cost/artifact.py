@@ -25,6 +25,19 @@ from simrl.cost.base import CostModelError, ValidityDomain
 SCHEMA = "simrl.cost-artifact.v1"
 TARGETS = ("rollout", "training", "weight_sync")
 REQUIRED = ("schema", "target", "family", "coefficients", "validity_domain", "fit_quality", "provenance")
+OPTIONAL = ("fitted_for",)
+FITTED_FOR_KEYS = ("model", "gpu", "tp", "pp")  # what `simrl.cost.family.run_layout` compares
+
+
+def check_keys(obj: dict, known, where: str, path: str) -> None:
+    """An `ArtifactError` naming the first key of ``obj`` that is not in ``known`` (a typo such as
+    ``compute_efficency`` would otherwise be ignored while the default is used)."""
+    from simrl.strictio import unknown_field_message
+
+    extra = sorted(set(obj) - set(known), key=str)
+    if extra:
+        key = f"{path}.{extra[0]}" if path else str(extra[0])
+        raise ArtifactError(f"{where}: {key}: {unknown_field_message(extra[0], known)}")
 
 
 class ArtifactError(CostModelError):
@@ -58,6 +71,7 @@ def validate_artifact(data: Any, where: str = "<artifact>") -> dict:
     for key in REQUIRED:
         if key not in data:
             raise ArtifactError(f"{where}: missing key {key!r}")
+    check_keys(data, REQUIRED + OPTIONAL, where, "")
     if data["schema"] != SCHEMA:
         raise ArtifactError(f"{where}: schema: expected {SCHEMA!r}, got {data['schema']!r}")
     target, family = data["target"], data["family"]
@@ -81,6 +95,7 @@ def validate_artifact(data: Any, where: str = "<artifact>") -> dict:
             raise ArtifactError(f"{where}: {key}: expected an object")
     if not isinstance(data.get("fitted_for", {}), dict):
         raise ArtifactError(f"{where}: fitted_for: expected an object")
+    check_keys(data.get("fitted_for", {}), FITTED_FOR_KEYS, where, "fitted_for")
     return data
 
 
@@ -114,8 +129,11 @@ _KINDS = {"number": (int, float), "object": (dict,), "list": (list,)}
 
 def check_coefficients(coefs: dict, spec: dict[str, str], where: str) -> None:
     """Check the top-level coefficient keys a family reads: ``{key: kind}`` with kind ``number``,
-    ``object`` or ``list``, ``?`` for optional and ``|null`` to allow null. Raises `ArtifactError`
-    naming ``where`` (the file) and ``coefficients.<key>``."""
+    ``object`` or ``list``, ``?`` for optional and ``|null`` to allow null; a key the spec does
+    not name is an error (an empty spec checks nothing). Raises `ArtifactError` naming ``where``
+    (the file) and ``coefficients.<key>``."""
+    if spec:
+        check_keys(coefs, spec, where, "coefficients")
     for key, kind in spec.items():
         optional = kind.endswith("?")
         kind = kind.rstrip("?")

@@ -34,7 +34,7 @@ import attrs
 import yaml
 
 from simrl_explore.research.registry import REGISTRY, Strategy, StrategyError, make_strategy
-from simrl_explore.space import OBJECTIVES, _UniqueLoader, _yaml_value
+from simrl_explore.space import OBJECTIVES, _yaml_value, load_yaml_spec
 
 
 class StudyError(ValueError):
@@ -135,18 +135,7 @@ def _strategy(raw: Any, family: str, where: str) -> Strategy:
 
 
 def load_study(path: str) -> Study:
-    from simrl.strictio import YamlInputError, read_utf8
-
-    try:
-        text = read_utf8(path)  # non-UTF-8 and NUL bytes named by line, a directory refused
-    except YamlInputError as exc:
-        raise StudyError(f"{path}{f':{exc.line}' if exc.line else ''}: {exc.message}") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueLoader)  # noqa: S506 - a SafeLoader subclass
-    except (yaml.YAMLError, ValueError) as exc:
-        raise StudyError(f"{path}: {exc}") from None
-    except RecursionError:
-        raise StudyError(f"{path}: YAML nested too deeply") from None
+    data = load_yaml_spec(path, StudyError)
     return parse_study(data, path)
 
 
