@@ -135,3 +135,31 @@ ARTIFACT = [
 @pytest.mark.parametrize("name, content, expect", ARTIFACT, ids=[c[0] for c in ARTIFACT])
 def test_artifact_key_the_run_reads_is_checked(tmp_path, name, content, expect):
     run_input("artifact", content, tmp_path, ["{in}", *expect], name)
+
+
+def _cli(prog: str):
+    from adapters.cli import cli as profile_cli
+    from simrl.cli.predict import main as predict_cli
+
+    return {"srl-predict": predict_cli, "srl-profile": profile_cli}[prog]
+
+
+# click's FLOAT and FloatRange accept nan, inf and 1e400 (a NaN passes every range check): every
+# float option uses `simrl.cli.app.FiniteFloat`, and count options are ranges, refused at parse time.
+OPTIONS = [
+    ("srl-predict", ["convert", "{tmp}", "--at", "nan", "-o", "{tmp}/s.json"], ["'--at'", "finite"]),
+    ("srl-predict", ["convert", "{tmp}", "--at", "1e400", "-o", "{tmp}/s.json"], ["'--at'", "finite"]),
+    ("srl-predict", ["convert", "{tmp}", "--at", "-1", "-o", "{tmp}/s.json"], ["'--at'", ">= 0"]),
+    ("srl-predict", ["move-engines", "--spike", "--tolerance", "nan", "-o", "{tmp}/mo"], ["'--tolerance'", "finite"]),
+    ("srl-profile", ["fetch", "vidur", "--timeout", "inf", "-o", "{tmp}/v"], ["'--timeout'", "finite"]),
+    ("srl-profile", ["weight-sync", "--bucket-mb", "0", "-o", "{tmp}/w.jsonl"], ["'--bucket-mb'", "> 0"]),
+    ("srl-profile", ["vllm", "--model", "m", "--gpu-memory-utilization", "nan", "-o", "{tmp}/x.jsonl"],
+     ["'--gpu-memory-utilization'", "finite"]),
+    ("srl-profile", ["vllm", "--model", "m", "--tp", "0", "-o", "{tmp}/x.jsonl"], ["'--tp'"]),
+    ("srl-profile", ["kernels", "--warmup", "-1", "-o", "{tmp}/k.jsonl"], ["'--warmup'"]),
+]
+
+
+@pytest.mark.parametrize("prog, argv, expect", OPTIONS, ids=[f"{c[0]}-{c[1][0]}-{c[1][-3]}" for c in OPTIONS])
+def test_nonfinite_or_out_of_range_option_is_refused(tmp_path, prog, argv, expect):
+    run_args(_cli(prog), argv, tmp_path, expect, f"{prog} {' '.join(argv)}")
