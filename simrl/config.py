@@ -121,7 +121,14 @@ class WorkloadConfig:
     group_size: int | None = attrs.field(default=None, validator=_count(1_000_000, optional=True))  # None: generator's own
     seed: int | None = attrs.field(default=None, validator=_count(INT_MAX, lo=0, optional=True))  # None: run seed
     trace: str | None = None  # path to a joint grouped workload trace (JSONL); overrides generator
-    knobs: dict[str, Any] = attrs.field(factory=dict)
+    knobs: dict[str, Any] = attrs.field(factory=dict, validator=lambda _i, _a, v: _not_generate_args(v))
+
+
+def _not_generate_args(knobs: dict[str, Any]) -> None:
+    """``workload.knobs.groups`` is ``workload.groups`` (an argument of the generator, not a knob)."""
+    for k in ("groups", "seed", "group_size"):
+        if k in knobs:
+            raise ValueError(f"knobs.{k} is not a knob: set workload.{k} instead")
 
 
 @attrs.frozen

@@ -163,3 +163,55 @@ OPTIONS = [
 @pytest.mark.parametrize("prog, argv, expect", OPTIONS, ids=[f"{c[0]}-{c[1][0]}-{c[1][-3]}" for c in OPTIONS])
 def test_nonfinite_or_out_of_range_option_is_refused(tmp_path, prog, argv, expect):
     run_args(_cli(prog), argv, tmp_path, expect, f"{prog} {' '.join(argv)}")
+
+
+def _trace_edit(edit) -> str:
+    from robust_common import valid_trace_text
+
+    recs = [json.loads(line) for line in valid_trace_text().splitlines()]
+    edit(recs)
+    return "".join(json.dumps(r) + "\n" for r in recs)
+
+
+# A trace's records are read by type: a trajectory that is not an object was an AttributeError in
+# the fast gather path; the header's knobs (the engine reads the drift knobs and max_model_len
+# from them) were not checked at all.
+TRACE = [
+    ("trajectory_list", _trace_edit(lambda r: r[1]["trajectories"].__setitem__(1, [1, 2])),
+     ["{in}:2", "trajectories[1]", "expected an object"]),
+    ("knob_growth_string", _trace_edit(lambda r: r[0]["knobs"].update(length_growth_per_step="abc")),
+     ["{in}:1", "knobs.length_growth_per_step", "number"]),
+    ("knob_max_model_len_float", _trace_edit(lambda r: r[0]["knobs"].update(max_model_len=2.5)),
+     ["{in}:1", "knobs.max_model_len", "integer"]),
+    ("knob_typo", _trace_edit(lambda r: r[0]["knobs"].update(length_corelation=0.3)),
+     ["{in}:1", "knobs.length_corelation", "did you mean 'length_correlation'"]),
+    ("knob_drift_bad", _trace_edit(lambda r: r[0]["knobs"].update(length_drift_knots=[[0, -1.0]])),
+     ["{in}:1", "knobs", "length_drift_knots"]),
+]
+
+
+@pytest.mark.parametrize("name, content, expect", TRACE, ids=[c[0] for c in TRACE])
+def test_trace_record_of_wrong_shape_is_named(tmp_path, name, content, expect):
+    run_input("trace", content, tmp_path, expect, name)
+
+
+# Generator knobs: a knob named like a generate() argument was a TypeError traceback
+# (`srl-workload synth rl_math groups=2`); a float knob given as text took nan, inf and 1e400.
+KNOB_CASES = [
+    ("synth", ["synth", "rl_math", "-o", "{tmp}/w.jsonl", "groups=2"], ["groups is not a knob", "--groups"]),
+    ("synth", ["synth", "rl_math", "-o", "{tmp}/w.jsonl", "group_size=2"], ["group_size", "--group-size"]),
+    ("synth", ["synth", "long_generation", "-o", "{tmp}/w.jsonl", "length_correlation=1e400"],
+     ["length_correlation", "finite"]),
+    ("synth", ["synth", "long_generation", "-o", "{tmp}/w.jsonl", "system_knots=[[0, 1], [1, NaN]]"],
+     ["system_knots", "NaN"]),
+    ("srl", ["run", "-o", "{tmp}/o", "workload.knobs.seed=3"], ["workload.knobs", "workload.seed"]),
+    ("srl", ["run", "-o", "{tmp}/o", "workload.generator=long_generation", "workload.knobs.length_correlation=nan"],
+     ["length_correlation", "finite"]),
+]
+
+
+@pytest.mark.parametrize("prog, argv, expect", KNOB_CASES, ids=[f"{c[0]}-{c[1][-1]}" for c in KNOB_CASES])
+def test_generator_knob_is_checked(tmp_path, prog, argv, expect):
+    from simrl.cli.workload import main as workload_cli
+
+    run_args({"synth": workload_cli, "srl": srl_cli}[prog], argv, tmp_path, expect, " ".join(argv))
