@@ -215,3 +215,37 @@ def test_generator_knob_is_checked(tmp_path, prog, argv, expect):
     from simrl.cli.workload import main as workload_cli
 
     run_args({"synth": workload_cli, "srl": srl_cli}[prog], argv, tmp_path, expect, " ".join(argv))
+
+
+def _turns(**edit) -> str:
+    from robust_common import VALID_TURNS
+
+    recs = copy.deepcopy(VALID_TURNS)
+    recs[0].update(edit)
+    return "".join(json.dumps(r) + "\n" for r in recs)
+
+
+def _snapshot(edit) -> str:
+    from robust_common import valid_snapshot
+
+    d = valid_snapshot()
+    edit(d["pipeline"]["policy_state"])
+    return json.dumps(d)
+
+
+# A number written as a string: turns.jsonl took "12" for 12 (only OpenAI metadata values are text);
+# a snapshot's policy state was restored untyped (a list for a mapping failed mid-prediction).
+STRING_OR_SHAPE = [
+    ("collect", "reward_str", _turns(reward="1.0"), ["{in}:1", "reward", "without quotes"]),
+    ("collect", "tokens_str", _turns(prompt_tokens="100"), ["{in}:1", "prompt_tokens", "without quotes"]),
+    ("snapshot", "state_list", _snapshot(lambda s: s.update(occ=[1, 2])),
+     ["{in}", "pipeline.policy_state.occ", "expected an object"]),
+    ("snapshot", "state_key", _snapshot(lambda s: s.update(res={"zz": 1})),
+     ["{in}", "pipeline.policy_state.res", "integer"]),
+    ("snapshot", "state_str", _snapshot(lambda s: s.update(seq="3")), ["{in}", "pipeline.policy_state.seq", "integer"]),
+]
+
+
+@pytest.mark.parametrize("fmt, name, content, expect", STRING_OR_SHAPE, ids=[c[1] for c in STRING_OR_SHAPE])
+def test_value_of_wrong_type_is_named(tmp_path, fmt, name, content, expect):
+    run_input(fmt, content, tmp_path, expect, name)
