@@ -249,3 +249,24 @@ STRING_OR_SHAPE = [
 @pytest.mark.parametrize("fmt, name, content, expect", STRING_OR_SHAPE, ids=[c[1] for c in STRING_OR_SHAPE])
 def test_value_of_wrong_type_is_named(tmp_path, fmt, name, content, expect):
     run_input(fmt, content, tmp_path, expect, name)
+
+
+# Numbers of a research study that were not bounded: a 2**70 seed or dispersion ran (or raised
+# OverflowError mid-study), 2**70 proposals never ended; a bad base.set key was found after the
+# output folder was made.
+STUDY = [
+    ("seed_huge", _yaml(VALID_STUDY, seeds=[0, 2**70]), ["{in}", "seeds[1]", "2**63"]),
+    ("seed_bool", _yaml(VALID_STUDY, seeds=[0, True]), ["{in}", "seeds", "integer"]),
+    ("dispersion_huge", _yaml(VALID_STUDY, variation={"name": "length_dispersion", "values": [0.0, 2**70]}),
+     ["{in}", "variation.values[1]", "[0, 10]"]),
+    ("proposals_huge", _yaml(VALID_STUDY, proposals=2**70), ["{in}", "proposals", "[0, 1000]"]),
+    ("proposer_seed_str", _yaml(VALID_STUDY, proposer_seed="abc"), ["{in}", "proposer_seed"]),
+    ("name_list", _yaml(VALID_STUDY, name=[1]), ["{in}", "name", "string"]),
+    ("base_set_typo", _yaml(VALID_STUDY, base={"set": {"deployment.modle": "x"}}),
+     ["{in}", "base", "deployment.modle", "did you mean 'model'"]),
+]
+
+
+@pytest.mark.parametrize("name, content, expect", STUDY, ids=[c[0] for c in STUDY])
+def test_study_value_is_bounded_and_checked_before_output(tmp_path, name, content, expect):
+    run_input("research", content, tmp_path, expect, name)
