@@ -31,6 +31,8 @@ configuration keys. `Space.points()` expands it deterministically (``seed``).
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import os
 from typing import Any
@@ -216,9 +218,24 @@ def _plain(v: Any) -> Any:
     return v
 
 
+@functools.lru_cache(maxsize=65_536)
+def _text_value(v: str) -> str:
+    """A string value as override text that the configuration reads back as that same string:
+    as it is when it reads as itself, else double-quoted (a YAML scalar), so a quoted ``"12"``
+    stays the string it was written as (the config then says "write it without quotes") and is
+    never silently taken for the number 12."""
+    from simrl.strictio import YamlInputError, load_yaml_text
+
+    try:
+        plain = load_yaml_text(v) == v if v.strip() == v and v else False
+    except YamlInputError:
+        plain = False
+    return v if plain else json.dumps(v)
+
+
 def _yaml_value(v: Any) -> str:
     if isinstance(v, str):
-        return v
+        return _text_value(v)
     if isinstance(v, bool) or v is None:
         return "true" if v is True else ("false" if v is False else "null")
     if isinstance(v, float):
