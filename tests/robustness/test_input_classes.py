@@ -67,12 +67,12 @@ def test_horizon_inf_spelling_still_means_no_limit(tmp_path):
 # An empty document (nothing, only comments, a bare `---`) used to run the embedded default (a
 # config) silently; it is almost always a truncated or wrong file.
 EMPTY = [("config", text) for text in ("", "# only a comment\n", "---\n", "\n  \n")] + \
-        [("sweep", "# nothing\n"), ("research", "---\n")]
+        [("sweep", "# nothing\n"), ("research", "---\n"), ("observations", "\n\n")]
 
 
 @pytest.mark.parametrize("fmt, content", EMPTY, ids=[f"{f}-{i}" for i, (f, _) in enumerate(EMPTY)])
 def test_empty_document_is_refused(tmp_path, fmt, content):
-    run_input(fmt, content, tmp_path, ["{in}", "empty", "top level"])
+    run_input(fmt, content, tmp_path, ["{in}", "empty"] + (["top level"] if fmt != "observations" else []))
 
 
 def _art(edit) -> str:
