@@ -147,6 +147,10 @@ _KINDS = {"number": (int, float), "positive": (int, float), "string": (str,), "o
 _SHOWN = {"positive": "number > 0", "numbers": "non-empty list of numbers"}
 
 
+def _a(noun: str) -> str:
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
+
+
 def check_coefficients(coefs: Any, spec: dict[str, str], where: str, path: str = "coefficients") -> None:
     """Check the coefficient keys a family reads, at ``path`` (``coefficients`` or a nested
     object such as ``coefficients.kernel_db.operators.add``): ``{key: kind}`` with kind
@@ -167,7 +171,7 @@ def check_coefficients(coefs: Any, spec: dict[str, str], where: str, path: str =
         if key not in coefs:
             if optional:
                 continue
-            raise ArtifactError(f"{where}: {path}.{key}: missing (expected a {shown})")
+            raise ArtifactError(f"{where}: {path}.{key}: missing (expected {_a(shown)})")
         val = coefs[key]
         if val is None and nullable:
             continue
@@ -177,5 +181,5 @@ def check_coefficients(coefs: Any, spec: dict[str, str], where: str, path: str =
         if not bad and kind == "numbers":
             bad = not val or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in val)
         if bad:
-            raise ArtifactError(f"{where}: {path}.{key}: expected a {shown}, "
+            raise ArtifactError(f"{where}: {path}.{key}: expected {_a(shown)}, "
                                 f"got {type(val).__name__} ({val!r:.40})")
