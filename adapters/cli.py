@@ -15,10 +15,13 @@ import collections
 import click
 
 from adapters.extras import MissingExtraError
-from simrl.cli.app import AppGroup, common_options, info, json_option, state, to_json
+from simrl.cli.app import AppGroup, FiniteFloat, common_options, info, json_option, state, to_json
 from simrl.cli.app import abort as _app_abort
 from simrl.cost.base import CostModelError
 from simrl.cost.observations import ObservationError, write_observations
+
+# integer options: a count (>= 1), a number of untimed calls (>= 0) or a seed, in the 64-bit range
+POSITIVE, NONNEG, SEED = click.IntRange(1, 2**31 - 1), click.IntRange(0, 2**31 - 1), click.IntRange(0, 2**63 - 1)
 
 EPILOG = """\b
 Examples:
@@ -90,7 +93,7 @@ def fetch_group():
               help="folder to create (compute/, network/, traces/, LICENSE, NOTICE, source.json)")
 @click.option("--base-url", default=None, hidden=True,
               help="repository URL whose /archive/<commit>.tar.gz is fetched (a mirror)")
-@click.option("--timeout", type=float, default=120.0, show_default=True, help="seconds per network read")
+@click.option("--timeout", type=FiniteFloat(0, min_open=True), default=120.0, show_default=True, help="seconds per network read")
 @common_options
 def fetch_vidur_cmd(commit, output, base_url, timeout):
     """Download Vidur's full measurement set (all GPUs and models) at COMMIT from GitHub.
@@ -116,14 +119,14 @@ def fetch_vidur_cmd(commit, output, base_url, timeout):
 
 @cli.command("kernels")
 @click.option("--model", required=True, help="model of simrl.cost.architectures (HF id or alias, e.g. phi-2)")
-@click.option("--tp", type=int, default=1, show_default=True, help="tensor-parallel degree (shapes per rank)")
+@click.option("--tp", type=POSITIVE, default=1, show_default=True, help="tensor-parallel degree (shapes per rank)")
 @click.option("--tokens", default=None,
               help="comma-separated num_tokens grid [default: 1,2,4,...,4096 on cuda; 1,2,...,128 on cpu]")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda[:N], or auto (cuda when present)")
-@click.option("--repeats", type=int, default=None, help="timed repeats per point [default: 20 cuda, 5 cpu]")
-@click.option("--warmup", type=int, default=2, show_default=True, help="untimed calls before the repeats")
+@click.option("--repeats", type=POSITIVE, default=None, help="timed repeats per point [default: 20 cuda, 5 cpu]")
+@click.option("--warmup", type=NONNEG, default=2, show_default=True, help="untimed calls before the repeats")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
-@click.option("--threads", type=int, default=None, help="torch CPU threads [default: torch's]")
+@click.option("--threads", type=POSITIVE, default=None, help="torch CPU threads [default: torch's]")
 @click.option("--ops", default=None, help="comma-separated subset of operators (default: all of the layer)")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @common_options
@@ -184,14 +187,14 @@ def _observations_json(output: str, observations) -> dict:
 @click.option("--seq-lens", default="64,128,256", show_default=True, help="comma-separated sequence lengths")
 @click.option("--sharding", default="full", show_default=True,
               help="comma-separated: full (reshard_after_forward=True, ZeRO-3), grad-op (False, ZeRO-2)")
-@click.option("--micro-batch", type=int, default=1, show_default=True, help="sequences per rank per step")
-@click.option("--steps", type=int, default=3, show_default=True, help="timed optimizer steps per point")
-@click.option("--warmup", type=int, default=1, show_default=True, help="untimed steps before them")
+@click.option("--micro-batch", type=POSITIVE, default=1, show_default=True, help="sequences per rank per step")
+@click.option("--steps", type=POSITIVE, default=3, show_default=True, help="timed optimizer steps per point")
+@click.option("--warmup", type=NONNEG, default=1, show_default=True, help="untimed steps before them")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="cpu: gloo, one process per rank; cuda: nccl, rank r on cuda:r")
 @click.option("--clock", type=click.Choice(["wall", "process"]), default="wall", show_default=True,
               help="wall: step time; process: CPU seconds of each rank (CPU only; ignores waiting)")
-@click.option("--threads", type=int, default=1, show_default=True, help="torch intra-op threads per rank")
+@click.option("--threads", type=POSITIVE, default=1, show_default=True, help="torch intra-op threads per rank")
 @click.option("--start-method", type=click.Choice(["spawn", "fork", "forkserver"]), default="spawn",
               show_default=True, help="how ranks start (fork: CPU only, skips re-importing torch per rank)")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
@@ -201,7 +204,7 @@ def _observations_json(output: str, observations) -> dict:
               show_default=True, help="interleaved: all worlds' ranks start at once and take turns step by "
               "step, so a passing load hits every world alike (CPU); sequential: one world after another; "
               "auto: interleaved on CPU, sequential on CUDA")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @common_options
 @json_option
@@ -239,14 +242,14 @@ def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup,
 
 @cli.command("vllm")
 @click.option("--model", required=True, help="Hugging Face id or local path, as vLLM's EngineArgs takes it")
-@click.option("--tp", type=int, default=1, show_default=True, help="tensor_parallel_size")
+@click.option("--tp", type=POSITIVE, default=1, show_default=True, help="tensor_parallel_size")
 @click.option("--scenarios", default="1x512x128,8x512x128,32x512x128,64x128x256,16x2048x64", show_default=True,
               help="comma-separated REQUESTSxPROMPT_LENxOUTPUT_LEN batches, each run to completion")
-@click.option("--gpu-memory-utilization", type=float, default=None, help="vLLM's (default: vLLM's own)")
-@click.option("--max-model-len", type=int, default=None, help="vLLM's (default: the model's)")
-@click.option("--max-num-seqs", type=int, default=None, help="vLLM's scheduler limit (default: vLLM's)")
-@click.option("--max-num-batched-tokens", type=int, default=None, help="vLLM's token budget per step")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--gpu-memory-utilization", type=FiniteFloat(0, 1, min_open=True), default=None, help="vLLM's (default: vLLM's own)")
+@click.option("--max-model-len", type=POSITIVE, default=None, help="vLLM's (default: the model's)")
+@click.option("--max-num-seqs", type=POSITIVE, default=None, help="vLLM's scheduler limit (default: vLLM's)")
+@click.option("--max-num-batched-tokens", type=POSITIVE, default=None, help="vLLM's token budget per step")
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @common_options
 @json_option
@@ -279,9 +282,9 @@ def vllm_cmd(model, tp, scenarios, gpu_memory_utilization, max_model_len, max_nu
 @click.option("--sizes-mb", default="4,16,64", show_default=True, help="comma-separated payload sizes (MiB of bf16)")
 @click.option("--instances", default="1,2", show_default=True, help="comma-separated receiver counts")
 @click.option("--method", default="broadcast", show_default=True, help="comma-separated: broadcast, filesystem")
-@click.option("--bucket-mb", type=float, default=16.0, show_default=True, help="bucket size of the transfer")
-@click.option("--repeats", type=int, default=3, show_default=True)
-@click.option("--warmup", type=int, default=1, show_default=True)
+@click.option("--bucket-mb", type=FiniteFloat(0, min_open=True), default=16.0, show_default=True, help="bucket size of the transfer")
+@click.option("--repeats", type=POSITIVE, default=3, show_default=True)
+@click.option("--warmup", type=NONNEG, default=1, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="cpu: gloo; cuda: NCCL, rank r on cuda:r (instances + 1 GPUs)")
 @click.option("--start-method", type=click.Choice(["spawn", "fork", "forkserver"]), default="spawn",
@@ -330,11 +333,11 @@ def weight_sync_cmd(sizes_mb, instances, method, bucket_mb, repeats, warmup, dev
 @click.option("--model", required=True, help="model name recorded in the observations (of simrl.cost.architectures)")
 @click.option("--layouts", default="tp1pp1", show_default=True, help="comma-separated tpXppYcpZepW layouts")
 @click.option("--seq-lengths", default="2048,4096", show_default=True, help="comma-separated sequence lengths")
-@click.option("--micro-batch", type=int, default=1, show_default=True)
-@click.option("--global-batch", type=int, default=None, help="default: micro batch x DP (one micro-batch per rank)")
-@click.option("--nproc", type=int, default=8, show_default=True, help="GPUs on this node (torchrun --nproc-per-node)")
-@click.option("--steps", type=int, default=5, show_default=True, help="timed training steps per point")
-@click.option("--warmup", type=int, default=2, show_default=True, help="untimed steps before them")
+@click.option("--micro-batch", type=POSITIVE, default=1, show_default=True)
+@click.option("--global-batch", type=POSITIVE, default=None, help="default: micro batch x DP (one micro-batch per rank)")
+@click.option("--nproc", type=POSITIVE, default=8, show_default=True, help="GPUs on this node (torchrun --nproc-per-node)")
+@click.option("--steps", type=POSITIVE, default=5, show_default=True, help="timed training steps per point")
+@click.option("--warmup", type=NONNEG, default=2, show_default=True, help="untimed steps before them")
 @click.option("--recompute", type=click.Choice(["none", "full", "selective"]), default=None,
               help="activation recomputation [default: the recipe's]")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
@@ -366,9 +369,9 @@ def megatron_cmd(recipe, model, layouts, seq_lengths, micro_batch, global_batch,
 
 @cli.command("kv-probe")
 @click.option("--model", required=True, help="Hugging Face id or local path, as vllm.LLM takes it")
-@click.option("--tp", type=int, default=1, show_default=True, help="tensor_parallel_size")
-@click.option("--gpu-memory-utilization", type=float, default=None, help="vLLM's (default: vLLM's own)")
-@click.option("--max-model-len", type=int, default=None, help="vLLM's (default: the model's)")
+@click.option("--tp", type=POSITIVE, default=1, show_default=True, help="tensor_parallel_size")
+@click.option("--gpu-memory-utilization", type=FiniteFloat(0, 1, min_open=True), default=None, help="vLLM's (default: vLLM's own)")
+@click.option("--max-model-len", type=POSITIVE, default=None, help="vLLM's (default: the model's)")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @common_options
 @json_option

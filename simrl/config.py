@@ -28,6 +28,7 @@ from simrl.strictio import (
     INT_MAX,
     INT_MIN,
     YamlInputError,
+    YamlNumberError,
     did_you_mean,
     load_yaml_text,
     read_utf8,
@@ -120,7 +121,14 @@ class WorkloadConfig:
     group_size: int | None = attrs.field(default=None, validator=_count(1_000_000, optional=True))  # None: generator's own
     seed: int | None = attrs.field(default=None, validator=_count(INT_MAX, lo=0, optional=True))  # None: run seed
     trace: str | None = None  # path to a joint grouped workload trace (JSONL); overrides generator
-    knobs: dict[str, Any] = attrs.field(factory=dict)
+    knobs: dict[str, Any] = attrs.field(factory=dict, validator=lambda _i, _a, v: _not_generate_args(v))
+
+
+def _not_generate_args(knobs: dict[str, Any]) -> None:
+    """``workload.knobs.groups`` is ``workload.groups`` (an argument of the generator, not a knob)."""
+    for k in ("groups", "seed", "group_size"):
+        if k in knobs:
+            raise ValueError(f"knobs.{k} is not a knob: set workload.{k} instead")
 
 
 @attrs.frozen
@@ -513,6 +521,8 @@ def _parse_value(key: str, text: str) -> Any:
         return _fresh(hit)
     try:
         value = load_yaml_text(text) if text.strip() else text
+    except YamlNumberError as exc:
+        raise ConfigError(f"override {key}={text}: {exc.message}") from None
     except YamlInputError as exc:
         if text.lstrip()[:1] in "[{" or text.strip().startswith(("'", '"')):
             raise ConfigError(f"override {key}={text}: {exc.message}; quote the whole value for a string") from None
@@ -594,7 +604,11 @@ def read_config_file(path: str) -> tuple[dict, dict[str, int]]:
         where = f"{path}:{exc.line}" if exc.line else str(path)
         raise ConfigError(f"{where}: {exc.message}") from None
     if user is None:
-        return {}, {}
+        raise ConfigError(f"{path}: the configuration file is empty (no YAML document, or only comments); "
+                          f"expected a mapping of sections (deployment, workload, policy, router, cost, run) at the "
+                          f"top level. "
+                          f"To run the embedded default, leave out --config; to start from it, write "
+                          f"`srl config > {path}`")
     if not isinstance(user, dict):
         raise ConfigError(f"{path}: expected a mapping of sections (deployment, workload, policy, router, cost, "
                           f"run) at the top level, got {type(user).__name__}")

@@ -192,9 +192,74 @@ def policy_state_from(policy, data):
     extra = set(data) - names
     if extra:
         raise SnapshotError(f"pipeline.policy_state: unknown keys {sorted(extra)} for {cls.__name__}")
+    hints = _state_hints(cls)
     for k, v in data.items():
-        setattr(state, k, decode_value(v))
+        value = decode_value(v)
+        if k in hints:
+            bad = _type_error(value, hints[k])
+            if bad:
+                raise SnapshotError(f"pipeline.policy_state.{k}: {bad} ({cls.__name__}.{k} is {_hint_text(hints[k])})")
+        setattr(state, k, value)
     return state
+
+
+def _state_hints(cls) -> dict:
+    import typing
+
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - an annotation not resolvable here: those fields are not checked
+        return {}
+
+
+def _hint_text(hint) -> str:
+    return getattr(hint, "__name__", None) if not getattr(hint, "__args__", None) else str(hint).replace("typing.", "")
+
+
+def _type_error(value, hint, at: str = "") -> str | None:
+    """What is wrong with a decoded state value for its field's annotation (None: nothing, or a
+    type this check does not know): a policy's state is restored as data, so a string where a
+    count belongs or a list where a mapping belongs failed mid-prediction."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    where = f" at {at}" if at else ""
+    if hint is typing.Any:
+        return None
+    if origin in (typing.Union, types.UnionType):
+        errs = [_type_error(value, a, at) for a in args]
+        return None if any(e is None for e in errs) else errs[0]
+    if hint is type(None):
+        return None if value is None else f"expected null{where}, got {value!r:.40}"
+    if hint is bool:
+        return None if type(value) is bool else f"expected true or false{where}, got {value!r:.40}"
+    if hint is int:
+        return None if type(value) is int else f"expected an integer{where}, got {value!r:.40}"
+    if hint is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return None if ok else f"expected a number{where}, got {value!r:.40}"
+    if hint is str:
+        return None if isinstance(value, str) else f"expected a string{where}, got {value!r:.40}"
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            return f"expected an object{where}, got {type(value).__name__}"
+        if len(args) == 2:
+            for k, x in value.items():
+                e = _type_error(k, args[0], f"{at}[{k!r}] (key)") or _type_error(x, args[1], f"{at}[{k!r}]")
+                if e:
+                    return e
+        return None
+    if origin in (list, tuple) or hint in (list, tuple):
+        if not isinstance(value, list | tuple):
+            return f"expected a list{where}, got {type(value).__name__}"
+        if origin is list and len(args) == 1:
+            for i, x in enumerate(value):
+                e = _type_error(x, args[0], f"{at}[{i}]")
+                if e:
+                    return e
+        return None
+    return None
 
 
 # -- the strict reader -------------------------------------------------------------------------
@@ -363,8 +428,10 @@ def _check_consistent(snap: Snapshot, cfg, r: _Reader) -> None:
     try:
         policy_state_from(cfg.policy, snap.pipeline.policy_state)
     except (ValueError, TypeError, AttributeError) as exc:
-        msg = str(exc).removeprefix("pipeline.policy_state: ")
-        r.fail("pipeline.policy_state", msg)
+        key, sep, msg = str(exc).partition(": ")
+        if sep and key.startswith("pipeline.policy_state"):
+            r.fail(key, msg)
+        r.fail("pipeline.policy_state", str(exc))
 
 
 def read_snapshot(path: str | Path) -> Snapshot:

@@ -5,7 +5,10 @@ YAML is read with PyYAML's safe loader plus three refusals the plain loader lack
 
 - duplicate keys in one mapping (PyYAML keeps the last one silently), named with both lines;
 - bytes that are not UTF-8, named with line and column;
-- aliases (``*name``): a config never needs them, and they make "billion laughs" documents.
+- aliases (``*name``): a config never needs them, and they make "billion laughs" documents;
+- ``.nan`` and numbers that overflow a float (``1e400``): no field accepts NaN, and an overflow
+  would otherwise become ``.inf``, which some fields (time horizons) read as "no limit". A
+  written ``.inf`` is kept; the typed layer refuses it where no limit is meaningless.
 
 Values are then checked by type where they are structured (`simrl.config`): exact types,
 finite numbers and 64-bit integers.
@@ -13,6 +16,7 @@ finite numbers and 64-bit integers.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -34,7 +38,8 @@ from workloads.strictio import (
 )
 
 __all__ = [
-    "INT_MAX", "INT_MIN", "StrictInputError", "YamlInputError", "check_fields", "decode_line", "did_you_mean",
+    "INT_MAX", "INT_MIN", "StrictInputError", "YamlInputError", "YamlNumberError", "check_fields", "decode_line",
+    "did_you_mean",
     "json_lines", "load_json_file", "load_yaml_file", "load_yaml_text", "loads", "parse_json_line",
     "read_text", "read_utf8", "unknown_field_message", "yaml_key_lines",
 ]
@@ -48,7 +53,51 @@ class YamlInputError(ValueError):
         self.message, self.line = message, line
 
 
+class YamlNumberError(YamlInputError):
+    """A number YAML can parse but no field accepts: ``.nan`` or a float overflow (``1e400``)."""
+
+
+_INF_SPELLING = re.compile(r"[-+]?\.(?:inf|Inf|INF)")
+
+
+def _number_error(text: str, line: int, key: str) -> YamlNumberError | None:
+    """The error for a YAML float scalar that is NaN or overflows (a written ``.inf`` is kept)."""
+    value = float(text.replace("_", "").lower().replace(".nan", "nan").replace(".inf", "inf"))
+    if math.isfinite(value):
+        return None
+    at = f"{key}: " if key else ""
+    if math.isnan(value):
+        return YamlNumberError(f"{at}{text} is not a finite number (NaN is accepted nowhere; write a number)", line)
+    if _INF_SPELLING.fullmatch(text.strip()):
+        return None
+    return YamlNumberError(f"{at}number {text} overflows a 64-bit float (largest: 1.8e308); write a finite "
+                           f"number, or .inf where the field means 'no limit'", line)
+
+
+def _check_numbers(node, key: str) -> None:
+    """Walk a composed document before it is constructed: the first NaN or overflowing float,
+    named by its key path (``run.time_horizon_s``, ``axes[0].grid[2]``) and line."""
+    if isinstance(node, yaml.MappingNode):
+        for k, val in node.value:
+            name = str(k.value) if isinstance(k, yaml.ScalarNode) else "?"
+            _check_numbers(val, f"{key}.{name}" if key else name)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, val in enumerate(node.value):
+            _check_numbers(val, f"{key}[{i}]")
+    elif isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:float":
+        try:
+            err = _number_error(node.value, node.start_mark.line + 1, key)
+        except ValueError:
+            return  # not a number PyYAML's own constructor reads either: its error stands
+        if err is not None:
+            raise err
+
+
 class _StrictLoader(yaml.SafeLoader):
+    def construct_document(self, node):
+        _check_numbers(node, "")
+        return super().construct_document(node)
+
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
@@ -68,7 +117,8 @@ class _StrictLoader(yaml.SafeLoader):
                 raise YamlInputError("a mapping key must be a plain value", key_node.start_mark.line + 1) from None
             line = key_node.start_mark.line + 1
             if key in seen:
-                raise YamlInputError(f"duplicate key {key!r} (also on line {seen[key]}); keep one", line)
+                raise YamlInputError(f"duplicate key {key!r} (repeated on line {line}, first on line {seen[key]}); "
+                                     f"keep one", line)
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
@@ -93,6 +143,8 @@ def load_yaml_text(text: str) -> Any:
     """Parse one YAML document strictly; `YamlInputError` with the line on any problem."""
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except YamlInputError:
+        raise
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 0

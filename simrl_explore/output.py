@@ -156,7 +156,10 @@ def sweep_spec(res: SweepResult) -> dict | None:
         return None
     chart, datasets = built
     spec = chart.to_dict()
-    spec["datasets"] = datasets
+    # a non-finite value (an axis of .inf, "no limit" for run.time_horizon_s) is null: JSON has no
+    # Infinity, and the PNG renderer refused the whole spec
+    spec["datasets"] = {k: [{c: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                             for c, v in r.items()} for r in rows] for k, rows in datasets.items()}
     return spec
 
 

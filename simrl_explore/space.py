@@ -31,6 +31,8 @@ configuration keys. `Space.points()` expands it deterministically (``seed``).
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import os
 from typing import Any
@@ -216,34 +218,47 @@ def _plain(v: Any) -> Any:
     return v
 
 
+@functools.lru_cache(maxsize=65_536)
+def _text_value(v: str) -> str:
+    """A string value as override text that the configuration reads back as that same string:
+    as it is when it reads as itself, else double-quoted (a YAML scalar), so a quoted ``"12"``
+    stays the string it was written as (the config then says "write it without quotes") and is
+    never silently taken for the number 12."""
+    from simrl.strictio import YamlInputError, load_yaml_text
+
+    try:
+        plain = load_yaml_text(v) == v if v.strip() == v and v else False
+    except YamlInputError:
+        plain = False
+    return v if plain else json.dumps(v)
+
+
 def _yaml_value(v: Any) -> str:
     if isinstance(v, str):
-        return v
+        return _text_value(v)
     if isinstance(v, bool) or v is None:
         return "true" if v is True else ("false" if v is False else "null")
     if isinstance(v, float):
-        return repr(v)
+        return (".inf" if v > 0 else "-.inf") if math.isinf(v) else repr(v)  # YAML's spelling, not Python's
     return str(v)
 
 
 # -- loading ------------------------------------------------------------------------------------
 
-class _UniqueLoader(yaml.SafeLoader):
-    """A SafeLoader that rejects a key repeated within one mapping (PyYAML keeps the last)."""
+def load_yaml_spec(path: str, error: type[Exception]) -> Any:
+    """A space or study file read by the strict YAML loader every input format shares
+    (`simrl.strictio`): non-UTF-8 bytes, duplicate keys, aliases, ``.nan`` and float overflow
+    (``1e400``) are ``error("FILE:LINE: ...")``; an empty file is an error too."""
+    from simrl.strictio import YamlInputError, load_yaml_text, read_utf8
 
-
-def _construct_mapping(loader, node, deep=False):
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise SpaceError(f"line {key_node.start_mark.line + 1}: key {key!r} repeated "
-                             f"(first on line {seen[key]})")
-        seen[key] = key_node.start_mark.line + 1
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-_UniqueLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+    try:
+        data = load_yaml_text(read_utf8(path))
+    except YamlInputError as exc:
+        raise error(f"{path}:{exc.line}: {exc.message}" if exc.line else f"{path}: {exc.message}") from None
+    if data is None:
+        raise error(f"{path}: the file is empty (no YAML document, or only comments); expected a mapping "
+                    f"at the top level")
+    return data
 
 
 def simrl_data_dir() -> str:
@@ -260,19 +275,7 @@ def _subst(v: Any) -> Any:
 
 
 def load_space(path: str) -> Space:
-    from simrl.strictio import YamlInputError, read_utf8
-
-    try:
-        text = read_utf8(path)  # non-UTF-8 and NUL bytes named by line
-    except YamlInputError as exc:
-        raise SpaceError(f"{path}:{exc.line}: {exc.message}" if exc.line else f"{path}: {exc.message}") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueLoader)  # noqa: S506 - a SafeLoader subclass
-    except SpaceError as exc:
-        raise SpaceError(f"{path}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise SpaceError(f"{path}: not valid YAML: {exc}") from None
-    return parse_space(data, path)
+    return parse_space(load_yaml_spec(path, SpaceError), path)
 
 
 def parse_space(data: Any, path: str | None = None) -> Space:
@@ -461,6 +464,19 @@ def _parse(data: Any, where: str, path: str | None) -> Space:
     )
 
 
+def _cli_value(what: str, text: str) -> Any:
+    """One command-line value read by the strict YAML loader (``1e400`` and ``.nan`` refused);
+    text that is not valid YAML on its own stays a string, as the config's overrides do."""
+    from simrl.strictio import YamlInputError, YamlNumberError, load_yaml_text
+
+    try:
+        return load_yaml_text(text)
+    except YamlNumberError as exc:
+        raise SpaceError(f"{what}={text}: {exc.message}") from None
+    except YamlInputError:
+        return text
+
+
 def grid_space(base: list[str], grid: list[str], config: str | None = None) -> Space:
     """The space of the command-line form ``--grid KEY=V1,V2`` (cartesian), as a Space."""
     axes = []
@@ -468,14 +484,14 @@ def grid_space(base: list[str], grid: list[str], config: str | None = None) -> S
         key, sep, values = g.partition("=")
         if not sep or not key.strip() or not values:
             raise SpaceError(f"--grid {g!r}: expected KEY=V1,V2,... e.g. deployment.rollout.instances=1,2,4")
-        vals = [yaml.safe_load(v.strip()) for v in values.split(",")]
+        vals = [_cli_value(f"--grid {key.strip()}", v.strip()) for v in values.split(",")]
         axes.append({"key": key.strip(), "grid": vals})
     sets = {}
     for o in base:
         k, sep, v = o.partition("=")
         if not sep:
             raise SpaceError(f"override {o!r}: expected KEY=VALUE")
-        sets[k.strip()] = yaml.safe_load(v) if v else v
+        sets[k.strip()] = _cli_value(f"override {k.strip()}", v) if v else v
     data = {"base": {"config": config, "set": sets}, "axes": axes}
     return parse_space(data, None)
 

@@ -58,9 +58,15 @@ def test_errors_are_not_cached(tmp_path):
             load_config(str(bad))
 
 
-def test_empty_file_is_the_default(tmp_path):
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
+def test_empty_file_is_an_error_not_the_default(tmp_path, text):
+    # an empty document is almost always a mistake (a truncated or wrong file): it is named, and
+    # the way to run the default is said; an explicit `{}` still means "change nothing"
     path = tmp_path / "empty.yaml"
-    path.write_text("")
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"empty.yaml: the configuration file is empty .* leave out --config"):
+        load_config(str(path))
+    path.write_text("{}\n")
     assert to_yaml(load_config(str(path))) == to_yaml(load_config())
 
 

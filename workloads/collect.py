@@ -38,11 +38,14 @@ def _dig(rec: dict, *paths: tuple[str, ...]) -> dict:
 
 
 def _number(path, line, field, value, integer: bool, minimum: float, required: bool = True,
-            maximum: float = MAX_TOKENS):
+            maximum: float = MAX_TOKENS, text: frozenset = frozenset()):
     if value is None:
         if required:
             raise TraceError(path, line, field, "missing")
         return None
+    if isinstance(value, str) and field not in text:
+        raise TraceError(path, line, field, f"expected a number, got the string {value!r:.40} (write it without "
+                                            f"quotes; only OpenAI metadata values may be text)")
     if isinstance(value, str):  # OpenAI metadata values are strings
         try:
             value = int(value) if integer and value.strip().lstrip("-").isdigit() else float(value)
@@ -90,6 +93,7 @@ def normalise_record(path, line: int, rec) -> dict:
         except strictio.StrictInputError as exc:
             raise TraceError(path, line, exc.field, exc.message + " (or an OpenAI log with 'usage')") from None
     src = {**meta, **usage} if usage else rec
+    text = frozenset(set(meta) - set(usage)) if usage else frozenset()  # metadata values may be strings
     traj = src.get("trajectory", src.get("sample"))
     salted = src.get("cache_salted")
     if salted is None:
@@ -100,16 +104,16 @@ def normalise_record(path, line: int, rec) -> dict:
         "line": line,
         "group": _ident(path, line, "group", src.get("group")),
         "trajectory": _ident(path, line, "trajectory", traj),
-        "turn": _number(path, line, "turn", src.get("turn"), True, 0, maximum=strictio.INT_MAX),
-        "prompt_tokens": _number(path, line, "prompt_tokens", src.get("prompt_tokens"), True, 1),
-        "completion_tokens": _number(path, line, "completion_tokens", src.get("completion_tokens"), True, 1),
-        "new_tokens": _number(path, line, "new_tokens", src.get("new_tokens"), True, 0, required=False),
+        "turn": _number(path, line, "turn", src.get("turn"), True, 0, maximum=strictio.INT_MAX, text=text),
+        "prompt_tokens": _number(path, line, "prompt_tokens", src.get("prompt_tokens"), True, 1, text=text),
+        "completion_tokens": _number(path, line, "completion_tokens", src.get("completion_tokens"), True, 1, text=text),
+        "new_tokens": _number(path, line, "new_tokens", src.get("new_tokens"), True, 0, required=False, text=text),
         "tool_latency_s": _number(path, line, "tool_latency_s", src.get("tool_latency_s"), False, 0,
-                                  required=False, maximum=MAX_LATENCY_S) or 0.0,
+                                  required=False, maximum=MAX_LATENCY_S, text=text) or 0.0,
         "reward": _number(path, line, "reward", src.get("reward"), False, -math.inf, required=False,
-                          maximum=math.inf),
+                          maximum=math.inf, text=text),
         "shared_prompt_tokens": _number(path, line, "shared_prompt_tokens", src.get("shared_prompt_tokens"),
-                                        True, 0, required=False),
+                                        True, 0, required=False, text=text),
         "cache_salted": salted,
         "path": str(path),
     }

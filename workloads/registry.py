@@ -9,6 +9,7 @@ records the resolved knobs on the returned workload so a trace says how it was m
 from __future__ import annotations
 
 import json
+import math
 import numbers
 import operator
 from typing import Any
@@ -70,20 +71,29 @@ def coerce_knob(generator: str, key: str, value: Any, default: Any) -> Any:
                 pass
         raise ValueError(f"{where} must be an integer")
     if isinstance(default, float):
+        x = None
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
+            x = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value.strip())
+                x = float(value.strip())
             except ValueError:
                 pass
-        raise ValueError(f"{where} must be a number")
+        if x is None:
+            raise ValueError(f"{where} must be a number")
+        if not math.isfinite(x):
+            raise ValueError(f"{where} must be a finite number (nan, inf and overflow such as 1e400 are refused)")
+        return x
     if isinstance(default, list):
         if isinstance(value, str):
+            from workloads.strictio import StrictInputError, loads
+
             try:
-                value = json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where} must be a JSON list such as [[0, 10], [1, 100]]") from exc
+                value = loads(value)  # strict: NaN, Infinity, 1e400 and duplicate keys refused
+            except (json.JSONDecodeError, StrictInputError) as exc:
+                why = exc.msg if isinstance(exc, json.JSONDecodeError) else exc.message
+                raise ValueError(f"{where} must be a JSON list of finite numbers such as [[0, 10], [1, 100]] "
+                                 f"({why})") from None
         if isinstance(value, list | tuple):
             return [list(v) if isinstance(v, list | tuple) else v for v in value]
         raise ValueError(f"{where} must be a list such as [[0, 10], [1, 100]]")

@@ -75,7 +75,44 @@ def parse_header(path, line: int, rec: dict) -> dict:
         v = rec.get(key)
         if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
             raise TraceError(path, line, key, f"expected {kind.__name__} or null, got {v!r}")
+    _check_header_knobs(path, line, rec.get("knobs") or {}, rec.get("name"))
     return rec
+
+
+def _check_header_knobs(path, line: int, knobs: dict, name) -> None:
+    """The header's knobs as JSON values of their generator's types: the engine reads the drift
+    knobs and ``max_model_len`` from them (a string there failed mid-run), and a trace drawn by a
+    registered generator carries that generator's knobs only."""
+    from workloads.drift import DRIFT_KNOBS, check_drift
+    from workloads.registry import _specs, coerce_knob
+
+    spec = _specs().get(name) if isinstance(name, str) else None
+    defaults = {**(spec.knobs if spec is not None else {}), **DRIFT_KNOBS, "max_model_len": 1}
+    if spec is not None:
+        for k in knobs:
+            if k not in defaults:
+                raise TraceError(path, line, f"knobs.{k}", strictio.unknown_field_message(k, defaults)
+                                 .replace("unknown field", f"not a knob of generator {name!r}:", 1))
+    for k, v in knobs.items():
+        d = defaults.get(k)
+        if d is None or (v is None and k == "max_model_len"):
+            continue
+        if isinstance(d, bool):
+            kinds, what = (bool,), "true or false"
+        elif isinstance(d, list):
+            kinds, what = (list,), "a list"
+        elif isinstance(d, int | float):
+            kinds, what = ((int,), "an integer") if k == "max_model_len" else ((int, float), "a number")
+        else:
+            continue
+        if not isinstance(v, kinds) or (isinstance(v, bool) and bool not in kinds):
+            raise TraceError(path, line, f"knobs.{k}", f"expected {what}, got {v!r:.40}")
+    if "max_model_len" in knobs and knobs["max_model_len"] is not None and knobs["max_model_len"] < 1:
+        raise TraceError(path, line, "knobs.max_model_len", f"expected an integer >= 1, got {knobs['max_model_len']}")
+    try:
+        check_drift("knobs", {k: v for k, v in knobs.items() if k in DRIFT_KNOBS}, coerce_knob)
+    except ValueError as exc:
+        raise TraceError(path, line, "knobs", str(exc)) from None
 
 
 _GROUP_SET, _TRAJECTORY_SET = frozenset(GROUP_FIELDS), frozenset(TRAJECTORY_FIELDS)
@@ -165,6 +202,8 @@ def _gather_slow(path, line: int, trajs: list, flat: Gathered) -> None:
     """Gather a group one trajectory at a time (mixed optional fields), diagnosing any bad record."""
     cols = flat.cols
     for k, traj in enumerate(trajs):
+        if type(traj) is not dict:
+            _diagnose_trajectory(path, line, k, traj)  # names trajectories[k]: expected an object
         p = traj.get("prompt_tokens") if type(traj) is dict else None
         c = traj.get("completion_tokens") if p is not None else None
         n = len(p) if type(p) is list else 0

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import signal
 import sys
@@ -187,6 +188,36 @@ def check_output_file(path: str | os.PathLike, option: str = "-o/--output") -> P
 
 
 # -- options ---------------------------------------------------------------------------------
+
+class FiniteFloat(click.ParamType):
+    """A number option that refuses ``nan``, ``inf`` and overflow (``1e400``): click's FLOAT and
+    FloatRange accept them, and a NaN compares false with every bound. ``minimum`` (exclusive with
+    ``min_open``) and ``maximum`` bound it; every float option of every command uses it."""
+
+    name = "float"
+
+    def __init__(self, minimum: float | None = None, maximum: float | None = None, min_open: bool = False):
+        self.minimum, self.maximum, self.min_open = minimum, maximum, min_open
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        try:
+            x = float(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(x):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        lo, hi = self.minimum, self.maximum
+        if lo is not None and (x < lo or (self.min_open and x == lo)):
+            self.fail(f"{value} is not {'>' if self.min_open else '>='} {lo:g}", param, ctx)
+        if hi is not None and x > hi:
+            self.fail(f"{value} is not <= {hi:g}", param, ctx)
+        return x
+
+    def get_metavar(self, param, ctx=None):  # noqa: ARG002 - click's signature
+        return "FLOAT"
+
 
 def _set(name: str):
     def callback(_ctx, _param, value):

@@ -20,6 +20,7 @@ import click
 
 from simrl.cli.app import (
     AppGroup,
+    FiniteFloat,
     check_output_dir,
     check_output_file,
     common_options,
@@ -232,7 +233,7 @@ def _snapshot_at_time(cfg, at: str):
 @click.option("--upto", "upto", type=click.IntRange(1, 100_000), default=None,
               help="try k = 0..UPTO engines moved (default: all but one rollout engine)")
 @click.option("--draws", default=16, show_default=True, type=COUNT, help="seeded draws of the unknown future")
-@click.option("--tolerance", default=1.0, show_default=True, type=click.FloatRange(0, 1e9),
+@click.option("--tolerance", default=1.0, show_default=True, type=FiniteFloat(0, 1e9),
               help="seconds the next batch may be later than as-is (median draw) before it counts as stalled")
 @click.option("-o", "--output", "output", required=True, type=click.Path(file_okay=False),
               help="directory for report.md, move_engines.png/.html/.json (and spike.json with --spike)")
@@ -299,7 +300,7 @@ def move_engines_cmd(snapshot, spike, config_path, overrides, after_steps, upto,
 @click.argument("evidence", type=click.Path(file_okay=False))
 @click.option("--from", "source", type=click.Choice(["harness"]), default="harness", show_default=True,
               help="what EVIDENCE is: a bench harness results directory (updates.jsonl, turns.jsonl)")
-@click.option("--at", "at", required=True, type=float, help="the instant, seconds on the evidence's clock")
+@click.option("--at", "at", required=True, type=FiniteFloat(0), help="the instant, seconds on the evidence's clock")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="YAML configuration of the deployment the evidence ran on")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",

@@ -138,18 +138,34 @@ def show_cmd(artifact, as_json):
         return
     click.echo(f"{artifact}: {art['target']} / {art['family']} ({art['schema']})")
     prov = art["provenance"]
+    hardware = prov.get("hardware") or []
+    hardware = ", ".join(map(str, hardware)) if isinstance(hardware, list) else str(hardware)
     click.echo(f"provenance: {prov.get('label', '')}; {prov.get('n_observations', '?')} observations; "
-               f"hardware: {', '.join(prov.get('hardware', [])) or '-'}")
+               f"hardware: {hardware or '-'}")
     if art.get("fitted_for"):
         click.echo("fitted for: " + ", ".join(f"{k}={v}" for k, v in sorted(art["fitted_for"].items())))
     for dim, (lo, hi) in sorted(art["validity_domain"].items()):
         click.echo(f"domain {dim}: [{lo:g}, {hi:g}]")
+    # the scalar coefficients (null: a part the fit left out, e.g. a training fit without memory)
     coefs = {k: v for k, v in art["coefficients"].items() if not isinstance(v, dict | list)}
     if coefs:
-        click.echo("coefficients: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(coefs.items())))
+        click.echo("coefficients: " + ", ".join(f"{k}={_scalar(v)}" for k, v in sorted(coefs.items())))
     for key in ("training", "kfold"):
         if key in art["fit_quality"]:
-            click.echo(f"\nfit quality ({key}):\n" + _errors_table(art["fit_quality"][key]))
+            click.echo(f"\nfit quality ({key}):\n" + _quality(art["fit_quality"][key]))
+
+
+def _scalar(v) -> str:
+    return "null" if v is None else (f"{v:.4g}" if isinstance(v, int | float) and not isinstance(v, bool) else str(v))
+
+
+def _quality(result) -> str:
+    """A fit-quality section as the errors table; a section of another shape (the artifact's
+    ``fit_quality`` is free-form) as its JSON."""
+    try:
+        return _errors_table(result)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return to_json(result)
 
 
 def main(argv=None):

@@ -39,6 +39,8 @@ def parse_knobs(pairs: tuple[str, ...]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             abort(f"knob {pair!r} must look like key=value")
+        if key.strip() in ("groups", "seed", "group_size"):
+            abort(f"knob {pair!r}: {key.strip()} is not a knob; use --{key.strip().replace('_', '-')}")
         if key.strip() in knobs:
             abort(f"knob {key.strip()} is given twice ({key.strip()}={knobs[key.strip()]} and {pair}); give it once")
         knobs[key.strip()] = value

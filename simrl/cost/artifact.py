@@ -25,6 +25,19 @@ from simrl.cost.base import CostModelError, ValidityDomain
 SCHEMA = "simrl.cost-artifact.v1"
 TARGETS = ("rollout", "training", "weight_sync")
 REQUIRED = ("schema", "target", "family", "coefficients", "validity_domain", "fit_quality", "provenance")
+OPTIONAL = ("fitted_for",)
+FITTED_FOR_KEYS = ("model", "gpu", "tp", "pp")  # what `simrl.cost.family.run_layout` compares
+
+
+def check_keys(obj: dict, known, where: str, path: str) -> None:
+    """An `ArtifactError` naming the first key of ``obj`` that is not in ``known`` (a typo such as
+    ``compute_efficency`` would otherwise be ignored while the default is used)."""
+    from simrl.strictio import unknown_field_message
+
+    extra = sorted(set(obj) - set(known), key=str)
+    if extra:
+        key = f"{path}.{extra[0]}" if path else str(extra[0])
+        raise ArtifactError(f"{where}: {key}: {unknown_field_message(extra[0], known)}")
 
 
 class ArtifactError(CostModelError):
@@ -51,6 +64,23 @@ def _check_numbers(node: Any, path: str, where: str) -> None:
     raise ArtifactError(f"{where}: {path}: unexpected value of type {type(node).__name__}")
 
 
+PROVENANCE_KEYS = ("label", "observation_files", "n_observations", "sources", "hardware")
+
+
+def _check_provenance(prov: dict, where: str) -> None:
+    """The provenance keys a run reads (its cost-provenance table): what `simrl.cost.fit` writes."""
+    check_keys(prov, PROVENANCE_KEYS, where, "provenance")
+    strings = (lambda v: isinstance(v, str), "a string")
+    str_list = (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings")
+    count = (lambda v: type(v) is int and v >= 0, "a whole number >= 0")
+    hardware = (lambda v: strings[0](v) or str_list[0](v), "a string or a list of strings")
+    for key, (ok, what) in {"label": strings, "observation_files": str_list, "n_observations": count,
+                            "sources": str_list, "hardware": hardware}.items():
+        if key in prov and prov[key] is not None and not ok(prov[key]):
+            raise ArtifactError(f"{where}: provenance.{key}: expected {what} (or null), "
+                                f"got {type(prov[key]).__name__} ({prov[key]!r:.40})")
+
+
 def validate_artifact(data: Any, where: str = "<artifact>") -> dict:
     """Check structure and coefficients; returns ``data`` or raises `ArtifactError`."""
     if not isinstance(data, dict):
@@ -58,6 +88,7 @@ def validate_artifact(data: Any, where: str = "<artifact>") -> dict:
     for key in REQUIRED:
         if key not in data:
             raise ArtifactError(f"{where}: missing key {key!r}")
+    check_keys(data, REQUIRED + OPTIONAL, where, "")
     if data["schema"] != SCHEMA:
         raise ArtifactError(f"{where}: schema: expected {SCHEMA!r}, got {data['schema']!r}")
     target, family = data["target"], data["family"]
@@ -79,8 +110,10 @@ def validate_artifact(data: Any, where: str = "<artifact>") -> dict:
     for key in ("fit_quality", "provenance"):
         if not isinstance(data[key], dict):
             raise ArtifactError(f"{where}: {key}: expected an object")
+    _check_provenance(data["provenance"], where)
     if not isinstance(data.get("fitted_for", {}), dict):
         raise ArtifactError(f"{where}: fitted_for: expected an object")
+    check_keys(data.get("fitted_for", {}), FITTED_FOR_KEYS, where, "fitted_for")
     return data
 
 
@@ -109,25 +142,44 @@ def domain_of(data: dict, name: str, strict: bool) -> ValidityDomain:
     return ValidityDomain(model=name, ranges=ranges, strict=strict)
 
 
-_KINDS = {"number": (int, float), "object": (dict,), "list": (list,)}
+_KINDS = {"number": (int, float), "positive": (int, float), "string": (str,), "object": (dict,), "list": (list,),
+          "numbers": (list,)}
+_SHOWN = {"positive": "number > 0", "numbers": "non-empty list of numbers"}
 
 
-def check_coefficients(coefs: dict, spec: dict[str, str], where: str) -> None:
-    """Check the top-level coefficient keys a family reads: ``{key: kind}`` with kind ``number``,
-    ``object`` or ``list``, ``?`` for optional and ``|null`` to allow null. Raises `ArtifactError`
-    naming ``where`` (the file) and ``coefficients.<key>``."""
+def _a(noun: str) -> str:
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
+
+
+def check_coefficients(coefs: Any, spec: dict[str, str], where: str, path: str = "coefficients") -> None:
+    """Check the coefficient keys a family reads, at ``path`` (``coefficients`` or a nested
+    object such as ``coefficients.kernel_db.operators.add``): ``{key: kind}`` with kind
+    ``number``, ``positive`` (a number > 0), ``string``, ``object``, ``list`` or ``numbers`` (a
+    non-empty list of numbers); ``?`` for optional and ``|null`` to allow null. A key the spec
+    does not name is an error (an empty spec checks nothing). Raises `ArtifactError` naming
+    ``where`` (the file) and the key path."""
+    if not isinstance(coefs, dict):
+        raise ArtifactError(f"{where}: {path}: expected an object, got {type(coefs).__name__} ({coefs!r:.40})")
+    if spec:
+        check_keys(coefs, spec, where, path)
     for key, kind in spec.items():
         optional = kind.endswith("?")
         kind = kind.rstrip("?")
         nullable = kind.endswith("|null")
         kind = kind.removesuffix("|null")
+        shown = _SHOWN.get(kind, kind)
         if key not in coefs:
             if optional:
                 continue
-            raise ArtifactError(f"{where}: coefficients.{key}: missing (expected a {kind})")
+            raise ArtifactError(f"{where}: {path}.{key}: missing (expected {_a(shown)})")
         val = coefs[key]
         if val is None and nullable:
             continue
-        if isinstance(val, bool) or not isinstance(val, _KINDS[kind]):
-            raise ArtifactError(f"{where}: coefficients.{key}: expected a {kind}, "
+        bad = isinstance(val, bool) or not isinstance(val, _KINDS[kind])
+        if not bad and kind == "positive":
+            bad = not val > 0
+        if not bad and kind == "numbers":
+            bad = not val or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in val)
+        if bad:
+            raise ArtifactError(f"{where}: {path}.{key}: expected {_a(shown)}, "
                                 f"got {type(val).__name__} ({val!r:.40})")

@@ -22,7 +22,7 @@ import attrs
 import numpy as np
 
 from simrl.cost.architectures import ModelArch, model_arch
-from simrl.cost.artifact import ArtifactError, domain_of
+from simrl.cost.artifact import ArtifactError, check_coefficients, domain_of
 from simrl.cost.base import CostModelError, ValidityDomain, finite_nonneg
 from simrl.cost.family import FamilyBase, rollout_kv_tokens, rollout_name, value_range
 from simrl.cost.hardware import GPUSpec, gpu_spec
@@ -121,6 +121,21 @@ class ComposedRollout:
         return self.kv_tokens
 
 
+# What `KernelDB.from_dict` and `CollectiveModel.from_dict` read, checked when the artifact is
+# read (a string or a zero bandwidth here was a TypeError or a division by zero mid-run).
+_OP_SPEC = {"launch_s": "number", "flops_per_s": "positive", "bytes_per_s": "positive", "sharpness": "positive?"}
+_TABLE_SPEC = {"op": "string", "shape": "string", "tp": "positive", "num_tokens": "numbers", "time_s": "numbers"}
+_COLLECTIVE_SPEC = {"name": "string", "num_workers": "positive", "size_bytes": "numbers", "time_s": "numbers",
+                    "latency_s": "number", "bytes_per_s": "positive", "topology": "string?"}
+
+
+def _same_length(table: dict, where: str, at: str) -> None:
+    xs = table.get("num_tokens", table.get("size_bytes"))
+    if len(xs) != len(table["time_s"]):
+        raise ArtifactError(f"{where}: {at}.time_s: {len(table['time_s'])} values for {len(xs)} sizes; "
+                            f"expected one time per size")
+
+
 class ComposedFamily(FamilyBase):
     """Fitted from ``operator`` and ``collective`` observations; predicts any dense model from its
     shape, so it has no layout keys (TP is in its validity domain)."""
@@ -132,10 +147,22 @@ class ComposedFamily(FamilyBase):
 
     def check(self, coefficients, where):
         super().check(coefficients, where)
-        ops = coefficients["kernel_db"].get("operators")
-        if not isinstance(ops, dict) or "mlp_down_proj" not in ops:
+        kdb = coefficients["kernel_db"]
+        check_coefficients(kdb, {"operators": "object", "tables": "list?"}, where, "coefficients.kernel_db")
+        ops = kdb["operators"]
+        if "mlp_down_proj" not in ops:
             raise ArtifactError(f"{where}: coefficients.kernel_db.operators.mlp_down_proj: missing (the LM head "
                                 "is priced with it; fit on data that has the MLP GEMMs)")
+        for op, c in ops.items():
+            check_coefficients(c, _OP_SPEC, where, f"coefficients.kernel_db.operators.{op}")
+        for i, t in enumerate(kdb.get("tables", [])):
+            at = f"coefficients.kernel_db.tables[{i}]"
+            check_coefficients(t, _TABLE_SPEC, where, at)
+            _same_length(t, where, at)
+        for name, c in coefficients["collectives"].items():
+            at = f"coefficients.collectives.{name}"
+            check_coefficients(c, _COLLECTIVE_SPEC, where, at)
+            _same_length(c, where, at)
 
     def fit(self, obs, opts):
         tables = opts.get("with_tables", True)

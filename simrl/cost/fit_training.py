@@ -30,7 +30,7 @@ import attrs
 import numpy as np
 
 from simrl.cost.architectures import ModelArch, model_arch
-from simrl.cost.artifact import ArtifactError, domain_of
+from simrl.cost.artifact import ArtifactError, check_coefficients, check_keys, domain_of
 from simrl.cost.base import CostModelError, ValidityDomain, finite_nonneg
 from simrl.cost.family import FamilyBase, construct, knobs_of
 from simrl.cost.fitting import nonneg_lstsq
@@ -280,6 +280,8 @@ class TrainingFamily(FamilyBase):
         return np.array(pred), np.array(act), grp
 
     def check(self, coefficients, where):
+        if self.per_strategy:
+            check_coefficients(coefficients, {"strategies": "object"}, where)
         sets = coefficients.get("strategies") if self.per_strategy else {"": coefficients}
         if not isinstance(sets, dict) or not sets:
             raise ArtifactError(f"{where}: coefficients.strategies: expected a non-empty object")
@@ -287,6 +289,7 @@ class TrainingFamily(FamilyBase):
             key = f"coefficients.strategies.{strat}" if strat else "coefficients"
             if not isinstance(c, dict):
                 raise ArtifactError(f"{where}: {key}: expected an object")
+            check_keys(c, ("time", "memory"), where, key)
             for name, n in (("time", self.n_time), ("memory", self.n_memory)):
                 v = c.get(name)
                 if v is None and name == "memory":

@@ -203,7 +203,10 @@ def read_observations(path: str | os.PathLike) -> list[Observation]:
         where = f"{path}:{line}" if line else str(path)
         return ObservationError(f"{where}: {'field ' + repr(field) + ': ' if field else ''}{msg}")
 
-    return [parse_record(rec, f"{path}:{lineno}") for lineno, rec in json_lines(path, fail)]
+    out = [parse_record(rec, f"{path}:{lineno}") for lineno, rec in json_lines(path, fail)]
+    if not out:  # an empty file (or only blank lines) is a failed profile or a wrong path, never data
+        raise fail(0, None, "no observation records (the file is empty); expected one JSON record per line")
+    return out
 
 
 def read_many(paths: Iterable[str | os.PathLike]) -> list[Observation]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 
 import click
 
@@ -27,7 +28,7 @@ Examples:
 @click.option("-o", "--output", required=True, type=click.Path(file_okay=False), help="Output directory.")
 @click.option("--proposer", type=click.Choice(["offline", "llm"]), default="offline", show_default=True,
               help="offline: optuna TPE (or a seeded bandit without optuna); llm: an OpenAI-compatible endpoint.")
-@click.option("--proposals", type=click.IntRange(0), default=None, help="Proposals beyond the stated candidate.")
+@click.option("--proposals", type=click.IntRange(0, 1000), default=None, help="Proposals beyond the stated candidate.")
 @click.option("--lessons", "lessons_path", type=click.Path(dir_okay=False), default=None,
               help="Lessons file (JSONL; Markdown next to it) [default: OUTPUT/lessons.jsonl].")
 @click.option("--no-optuna", is_flag=True, help="Use the seeded bandit even when optuna is installed.")
@@ -43,7 +44,7 @@ def main(question_file, output, proposer, proposals, lessons_path, no_optuna, jo
     from simrl_explore.cli_sweep import Progress
     from simrl_explore.research.agents import OfflineProposer, read_lessons, run_research
     from simrl_explore.research.llm import LLMError, LLMProposer
-    from simrl_explore.research.study import StudyError, load_study
+    from simrl_explore.research.study import StudyError, check_base, load_study
     from simrl_explore.runner import default_jobs
 
     quiet = app_state.quiet or as_json  # no progress bar
@@ -57,10 +58,20 @@ def main(question_file, output, proposer, proposals, lessons_path, no_optuna, jo
         prior = read_lessons(lessons_path)
         prop = (LLMProposer(study, prior) if proposer == "llm"
                 else OfflineProposer(study, prior, use_optuna=False if no_optuna else None))
+        try:
+            check_base(study)  # a bad base configuration is refused before the output folder exists
+        except ConfigError as exc:
+            raise StudyError(f"{question_file}: base (config and set): {exc}") from None
+    except (StudyError, ConfigError, LLMError, ValueError) as exc:
+        abort(str(exc))
+    created = not os.path.exists(output)
+    try:
         os.makedirs(output, exist_ok=True)
         with Progress(quiet) as prog:
             state = run_research(study, prop, lessons_path, jobs=jobs or default_jobs(), progress=prog.task)
     except (StudyError, ConfigError, LLMError, ValueError) as exc:
+        if created:  # nothing half-written: the folder this run made goes with it
+            shutil.rmtree(output, ignore_errors=True)
         abort(str(exc))
     from simrl_explore.research.report import write_report
 

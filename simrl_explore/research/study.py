@@ -27,6 +27,7 @@ values are set directly.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -34,7 +35,7 @@ import attrs
 import yaml
 
 from simrl_explore.research.registry import REGISTRY, Strategy, StrategyError, make_strategy
-from simrl_explore.space import OBJECTIVES, _UniqueLoader, _yaml_value
+from simrl_explore.space import OBJECTIVES, _yaml_value, load_yaml_spec
 
 
 class StudyError(ValueError):
@@ -118,6 +119,17 @@ def base_completion_knots(study: Study) -> list:
     return [list(k) for k in knots]
 
 
+MAX_DISPERSION = 10  # length ratios to the median, raised to this power (0: every call the median)
+MAX_PROPOSALS = 1000  # each proposal is a full seeds x variations validation
+
+
+def check_base(study: Study) -> None:
+    """The base configuration (file and ``base.set``) loads: checked before any output is written."""
+    from simrl.config import load_config
+
+    load_config(study.base_config, list(study.base_set))
+
+
 def _need(cond: bool, where: str, msg: str) -> None:
     if not cond:
         raise StudyError(f"{where}: {msg}")
@@ -135,18 +147,7 @@ def _strategy(raw: Any, family: str, where: str) -> Strategy:
 
 
 def load_study(path: str) -> Study:
-    from simrl.strictio import YamlInputError, read_utf8
-
-    try:
-        text = read_utf8(path)  # non-UTF-8 and NUL bytes named by line, a directory refused
-    except YamlInputError as exc:
-        raise StudyError(f"{path}{f':{exc.line}' if exc.line else ''}: {exc.message}") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueLoader)  # noqa: S506 - a SafeLoader subclass
-    except (yaml.YAMLError, ValueError) as exc:
-        raise StudyError(f"{path}: {exc}") from None
-    except RecursionError:
-        raise StudyError(f"{path}: YAML nested too deeply") from None
+    data = load_yaml_spec(path, StudyError)
     return parse_study(data, path)
 
 
@@ -172,8 +173,10 @@ def parse_study(data: Any, path: str | None = None) -> Study:
     objective = data.get("objective", "trained_tokens_per_s")
     _need(objective in OBJECTIVES, f"{w}.objective", f"expected one of: {', '.join(OBJECTIVES)}")
     seeds = data.get("seeds", [0, 1, 2])
-    _need(isinstance(seeds, list) and len(seeds) >= 2 and all(isinstance(s, int) for s in seeds)
+    _need(isinstance(seeds, list) and len(seeds) >= 2 and all(type(s) is int for s in seeds)
           and len(set(seeds)) == len(seeds), f"{w}.seeds", "expected at least two distinct integer seeds")
+    for i, s in enumerate(seeds):
+        _need(0 <= s < 2**63, f"{w}.seeds[{i}]", f"expected a seed in [0, 2**63), got {s}")
     var = data.get("variation") or {"name": "none", "values": [None]}
     _need(isinstance(var, dict) and not (set(var) - {"name", "values", "key"}), f"{w}.variation",
           "expected {name, values, key?}")
@@ -184,10 +187,21 @@ def parse_study(data: Any, path: str | None = None) -> Study:
     _need(bool(var.get("key")) or name in ("length_dispersion", "none"), f"{w}.variation",
           "give key: CONFIG.KEY, or name: length_dispersion")
     if name == "length_dispersion" and not var.get("key"):
-        _need(all(isinstance(x, int | float) and x >= 0 for x in vals), f"{w}.variation.values",
-              "dispersions are numbers >= 0")
+        for i, x in enumerate(vals):
+            _need(isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x <= MAX_DISPERSION,
+                  f"{w}.variation.values[{i}]", f"dispersions are numbers in [0, {MAX_DISPERSION}] (length ratios to "
+                  f"the median are raised to this power), got {x!r:.40}")
+    for i, x in enumerate(vals):
+        _need(not (isinstance(x, float) and not math.isfinite(x)) and not (type(x) is int and not -2**63 <= x < 2**63),
+              f"{w}.variation.values[{i}]", f"expected a finite number or a 64-bit integer, got {x!r:.40}")
     proposals = data.get("proposals", 0)
-    _need(isinstance(proposals, int) and proposals >= 0, f"{w}.proposals", "expected a whole number >= 0")
+    _need(type(proposals) is int and 0 <= proposals <= MAX_PROPOSALS, f"{w}.proposals",
+          f"expected a whole number in [0, {MAX_PROPOSALS}], got {proposals!r:.40}")
+    proposer_seed = data.get("proposer_seed", 0)
+    _need(type(proposer_seed) is int and 0 <= proposer_seed < 2**63, f"{w}.proposer_seed",
+          f"expected a seed in [0, 2**63), got {proposer_seed!r:.40}")
+    _need(data.get("name") is None or isinstance(data["name"], str), f"{w}.name",
+          f"expected a string, got {data.get('name')!r:.40}")
     _need(candidate is not None or proposals > 0, w, "give a candidate, or proposals > 0 for the proposer")
     search = data.get("search") or sorted(REGISTRY[family])
     _need(isinstance(search, list) and all(n in REGISTRY[family] for n in search), f"{w}.search",
@@ -201,5 +215,5 @@ def parse_study(data: Any, path: str | None = None) -> Study:
         question=" ".join(data["question"].split()), base_config=cfg_path, base_set=base_set, family=family,
         baseline=baseline, candidate=candidate, objective=objective, seeds=tuple(seeds),
         variation=Variation(name, tuple(vals), var.get("key")), proposals=proposals, interval=method,
-        confidence=float(conf), proposer_seed=int(data.get("proposer_seed", 0)), search=tuple(search),
+        confidence=float(conf), proposer_seed=proposer_seed, search=tuple(search),
     )

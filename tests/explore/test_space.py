@@ -87,7 +87,7 @@ def test_bad_spaces_are_clear_errors(data, match):
 def test_duplicate_yaml_keys_and_bad_config_keys(tmp_path):
     p = tmp_path / "dup.yaml"
     p.write_text("axes:\n  - {name: a, grid: [1]}\nseed: 1\nseed: 2\n")
-    with pytest.raises(SpaceError, match=r"dup.yaml: line 4: key 'seed' repeated \(first on line 3\)"):
+    with pytest.raises(SpaceError, match=r"dup.yaml:4: duplicate key 'seed' \(repeated on line 4, first on line 3\)"):
         load_space(str(p))
     p.write_text(yaml.safe_dump({"axes": [{"key": "deployment.rollout.tpp", "grid": [1]}]}))
     with pytest.raises(SpaceError, match="'deployment.rollout.tpp' is not a configuration key"):
