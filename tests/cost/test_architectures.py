@@ -45,6 +45,9 @@ PUBLISHED = {
     "mistralai/Mistral-7B-v0.3": 7.25e9,  # HF safetensors size
     "deepseek-ai/DeepSeek-V2-Lite": 15.7e9,  # DeepSeek-V2 paper / model card: 15.7B total, 2.4B active
     "zai-org/GLM-4.5-Air": 106e9,  # GLM-4.5 README: 106B total, 12B active (MTP layer not counted here)
+    "Qwen/Qwen3-4B-Instruct-2507": 4.0e9,  # model card: 4.0B (3.6B non-embedding)
+    "Qwen/Qwen3-30B-A3B-Instruct-2507": 30.5e9,  # 30.5B total, 3.3B active (29.9B non-embedding)
+    "Qwen/Qwen3-Coder-30B-A3B-Instruct": 30.5e9,  # 30.5B total, 3.3B active
     # Not published: the CPU profiling model srl-profile fsdp builds, counted by hand: 4 layers x
     # (attention 256*256 + 2*256*128 + 256*256 = 196,608; MLP 3*256*768 = 589,824; 2 norms 512)
     # + embedding and LM head 2*4096*256 + final norm 256 = 5,245,184 (tests/adapters/test_fsdp.py

@@ -90,6 +90,8 @@ NON_EMBEDDING = {
     "Qwen/Qwen3-14B": 13.2e9,
     "Qwen/Qwen2.5-0.5B": 0.36e9,
     "Qwen/Qwen2.5-3B": 2.77e9,
+    "Qwen/Qwen3-4B-Instruct-2507": 3.6e9,
+    "Qwen/Qwen3-30B-A3B-Instruct-2507": 29.9e9,
 }
 
 
@@ -149,6 +151,9 @@ KV_BYTES = {
     "mistralai/Mistral-7B-v0.3": 32 * 8 * 128 * 2 * 2,  # 131,072
     "deepseek-ai/DeepSeek-V2-Lite": 27 * (512 + 64) * 2,  # 31,104 (MLA latent)
     "zai-org/GLM-4.5-Air": 46 * 8 * 128 * 2 * 2,  # 188,416
+    "Qwen/Qwen3-4B-Instruct-2507": 36 * 8 * 128 * 2 * 2,  # 147,456
+    "Qwen/Qwen3-30B-A3B-Instruct-2507": 48 * 4 * 128 * 2 * 2,  # 98,304
+    "Qwen/Qwen3-Coder-30B-A3B-Instruct": 48 * 4 * 128 * 2 * 2,  # 98,304
 }
 
 
@@ -178,3 +183,29 @@ def test_new_models_build_costs_from_the_run_config(model, extra):
     costs = build_costs(load_config(None, [f"deployment.model={model}", *extra]))
     assert costs.rollout.kv_capacity_tokens() > 0
     assert costs.training.step_time([1000, 2000]) > 0
+
+
+@pytest.mark.parametrize(("release", "original"), [
+    ("Qwen/Qwen3-4B-Instruct-2507", "Qwen/Qwen3-4B"),
+    ("Qwen/Qwen3-30B-A3B-Instruct-2507", "Qwen/Qwen3-30B-A3B"),
+    ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "Qwen/Qwen3-30B-A3B"),
+])
+def test_2507_releases_keep_the_shapes_and_extend_the_context(release, original):
+    # Model cards: 262,144 tokens natively; the April Qwen3 files say 40,960.
+    new, old = model_arch(release), model_arch(original)
+    assert new.name == release
+    assert (new.total_params, new.active_params) == (old.total_params, old.active_params)
+    assert (new.max_position, old.max_position) == (262_144, 40_960)
+
+
+@pytest.mark.parametrize(("alias", "target"), [
+    ("Qwen/Qwen3-4B-Thinking-2507", "Qwen/Qwen3-4B-Instruct-2507"),
+    ("Qwen/Qwen3-30B-A3B-Thinking-2507", "Qwen/Qwen3-30B-A3B-Instruct-2507"),
+    ("qwen3-coder-30b-a3b-instruct", "Qwen/Qwen3-Coder-30B-A3B-Instruct"),
+    ("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-3B"),
+    ("meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-1B"),
+    ("llama3.2-3b-instruct", "meta-llama/Llama-3.2-3B"),
+    ("Qwen/Qwen3-14B-Base", "Qwen/Qwen3-14B"),
+])
+def test_new_aliases(alias, target):
+    assert model_arch(alias).name == target
