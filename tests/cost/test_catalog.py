@@ -154,6 +154,8 @@ KV_BYTES = {
     "Qwen/Qwen3-4B-Instruct-2507": 36 * 8 * 128 * 2 * 2,  # 147,456
     "Qwen/Qwen3-30B-A3B-Instruct-2507": 48 * 4 * 128 * 2 * 2,  # 98,304
     "Qwen/Qwen3-Coder-30B-A3B-Instruct": 48 * 4 * 128 * 2 * 2,  # 98,304
+    "allenai/OLMo-2-1124-7B": 32 * 32 * 128 * 2 * 2,  # 524,288 (no GQA)
+    "allenai/OLMo-2-1124-13B": 40 * 40 * 128 * 2 * 2,  # 819,200
 }
 
 
@@ -209,3 +211,18 @@ def test_2507_releases_keep_the_shapes_and_extend_the_context(release, original)
 ])
 def test_new_aliases(alias, target):
     assert model_arch(alias).name == target
+
+
+@pytest.mark.parametrize(("name", "published", "layers", "hidden", "kv_width"), [
+    # Hugging Face safetensors metadata ("total"): OLMo-2-1124-7B 7,298,617,344; -13B 13,716,198,400.
+    ("allenai/OLMo-2-1124-7B", 7_298_617_344, 32, 4096, 32 * 128),
+    ("allenai/OLMo-2-1124-13B", 13_716_198_400, 40, 5120, 40 * 128),
+])
+def test_olmo2_count_misses_only_the_full_width_qk_norms(name, published, layers, hidden, kv_width):
+    # OLMo 2 normalises q and k over the whole projection (q_norm: heads x head_dim = hidden,
+    # k_norm: kv_heads x head_dim) where Qwen3 normalises per head (2 x head_dim); the catalog counts
+    # the per-head form. The gap is exactly layers x (hidden + kv_width - 2 x 128): 253,952 for 7B.
+    m = model_arch(name)
+    assert m.qk_norm and m.max_position == 4096
+    assert published - m.total_params == layers * (hidden + kv_width - 2 * 128)
+    assert m.total_params == pytest.approx(published, rel=1e-4)
