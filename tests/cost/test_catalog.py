@@ -72,6 +72,11 @@ EXACT_PARAMS = {
     # keras-hub's Mistral 7B (v0.1/v0.2, vocab 32,000) has 7,241,732,096; v0.3 widens the vocabulary
     # to 32,768: + 768 x 4,096 x 2 (embedding and untied LM head) = 7,248,023,552.
     "mistralai/Mistral-7B-v0.3": 7_241_732_096 + 768 * 4096 * 2,
+    # Hugging Face safetensors metadata totals, as quoted in public copies (e.g. GPTQModel's
+    # parameter-count test for Llama-3.2-1B; chatllm.cpp's load banner for DeepSeek-V2-Lite).
+    "meta-llama/Llama-3.2-1B": 1_235_814_400,
+    "meta-llama/Llama-3.2-3B": 3_212_749_824,
+    "deepseek-ai/DeepSeek-V2-Lite": 15_706_484_224,
 }
 
 
