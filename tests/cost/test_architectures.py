@@ -33,6 +33,23 @@ PUBLISHED = {
     "meta-llama/Llama-2-7b-hf": 6.74e9,
     "meta-llama/Llama-2-70b-hf": 68.98e9,
     "microsoft/phi-2": 2.78e9,
+    # Added in session 9 (tests/cost/test_catalog.py pins exact counts, non-embedding counts and KV bytes).
+    "Qwen/Qwen3-0.6B": 0.6e9,  # model card: 0.6B (0.44B non-embedding)
+    "Qwen/Qwen3-1.7B": 1.7e9,  # 1.7B (1.4B non-embedding)
+    "Qwen/Qwen3-4B": 4.0e9,  # 4.0B (3.6B non-embedding)
+    "Qwen/Qwen3-14B": 14.8e9,  # 14.8B (13.2B non-embedding)
+    "Qwen/Qwen2.5-0.5B": 0.49e9,  # 0.49B (0.36B non-embedding)
+    "Qwen/Qwen2.5-3B": 3.09e9,  # 3.09B (2.77B non-embedding)
+    "meta-llama/Llama-3.2-1B": 1.23e9,  # Meta's Llama 3.2 model card
+    "meta-llama/Llama-3.2-3B": 3.21e9,
+    "mistralai/Mistral-7B-v0.3": 7.25e9,  # HF safetensors size
+    "deepseek-ai/DeepSeek-V2-Lite": 15.7e9,  # DeepSeek-V2 paper / model card: 15.7B total, 2.4B active
+    "zai-org/GLM-4.5-Air": 106e9,  # GLM-4.5 README: 106B total, 12B active (MTP layer not counted here)
+    "Qwen/Qwen3-4B-Instruct-2507": 4.0e9,  # model card: 4.0B (3.6B non-embedding)
+    "Qwen/Qwen3-30B-A3B-Instruct-2507": 30.5e9,  # 30.5B total, 3.3B active (29.9B non-embedding)
+    "Qwen/Qwen3-Coder-30B-A3B-Instruct": 30.5e9,  # 30.5B total, 3.3B active
+    "allenai/OLMo-2-1124-7B": 7_298_617_344,  # HF safetensors metadata (test_catalog.py: the 0.003 % gap)
+    "allenai/OLMo-2-1124-13B": 13_716_198_400,
     # Not published: the CPU profiling model srl-profile fsdp builds, counted by hand: 4 layers x
     # (attention 256*256 + 2*256*128 + 256*256 = 196,608; MLP 3*256*768 = 589,824; 2 norms 512)
     # + embedding and LM head 2*4096*256 + final norm 256 = 5,245,184 (tests/adapters/test_fsdp.py
