@@ -233,6 +233,35 @@ def draw_episode_cap(rng: np.random.Generator, case: Case, n: int, K: int) -> Ca
     return case
 
 
+def window_record(rng: np.random.Generator, rec, n: int):
+    """``rec`` with an admission window (``admit_window_episodes`` 1..3n episodes per ``admit_window_s``: a dyadic
+    0.25..2 s half the time, so that its timeouts tie with dyadic events, else 0.02..3 s; completions refunded half
+    the time; prime-rl's dispatcher window), or None where the fast path would refuse it (per-instance sync, an
+    inexact lowering)."""
+    if rec is None or rec.sync_per_instance or not rec.fast_path_exact:
+        return None
+    w = int(rng.integers(1, 3 * n + 1))
+    length = float(rng.choice([0.25, 0.5, 1.0, 2.0])) if rng.random() < 0.5 else float(rng.uniform(0.02, 3.0))
+    return attrs.evolve(rec, admit_window_episodes=w, admit_window_s=length,
+                        admit_window_refund=int(rng.integers(0, 2)))
+
+
+def draw_window(rng: np.random.Generator, case: Case, n: int, K: int) -> Case:
+    """The drawn policy's record with `window_record` (unchanged where the fast path would refuse it)."""
+    from simrl.policy.errors import PolicyError
+
+    try:
+        rec = case.cfg.policy.lower(LoweringContext(group_size=n, instances=K))
+    except PolicyError:  # (a policy without a record: the fast path refuses it anyway)
+        return case
+    rec = window_record(rng, rec, n)
+    if rec is not None:
+        case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+        case.label += (f" window={rec.admit_window_episodes}/{rec.admit_window_s:.3g}s"
+                       f"{' refund' if rec.admit_window_refund else ''}")
+    return case
+
+
 def zero_slots_record(rec):
     """``rec`` with zero-variance groups dropped and holding their place in the batch (``zero_variance_holds_slot``,
     prime-rl's ``filter_zero_advantages``) where its batches allow it (fixed-size FIFO), else None."""
