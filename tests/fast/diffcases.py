@@ -112,7 +112,9 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     (least_requests or round_robin, drawn with the deployment) or ``any`` (after everything else,
     `draw_router`: dp_shard too, and an active_cap). Last of all, a quarter of the cases but psrl's cap the
     unfinished trajectories, read when the dispatcher wakes (`draw_episode_cap`, prime-rl's permits), drawn from
-    a generator seeded by the case's label: ``rng`` is not advanced, so later cases keep their values."""
+    a generator seeded by the case's label: ``rng`` is not advanced, so later cases keep their values; then, from
+    that generator, an admission window on a quarter of the cases but psrl's (`draw_window`, prime-rl's dispatcher
+    window)."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -206,6 +208,9 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     own = np.random.default_rng(zlib.crc32(case.label.encode()))
     if not psrl_drawn and own.random() < 0.25:
         case = draw_episode_cap(own, case, n, K)
+    # then, from the same generator: prime-rl's admission window on a quarter of the cases but psrl's
+    if not psrl_drawn and own.random() < 0.25:
+        case = draw_window(own, case, n, K)
     return case
 
 
