@@ -58,8 +58,9 @@ engine takes whole groups, ceil(batch_size / group size) of them, in completion 
 Fast path: the record of `lower` holds the batch size, the ship barrier (``admit_max_ship_lag`` =
 ``TARGET_LAG``) and ``max_off_policy_steps`` (drop at completion, eviction and ``abort_stale_on_publish``
 at publications), the slot-holding zero-advantage drops (``zero_variance_holds_slot``) and the episode
-permits read when the dispatcher wakes (``admit_episode_cap``, at the cap the controller starts from); the
-controller, the admission window, and the zero-advantage threshold (std <= 1e-12, the record's is 0) and
+permits read when the dispatcher wakes (``admit_episode_cap``, at the cap the controller starts from) and the
+admission window at that cap (``admit_window_episodes``, ``admit_window_s``, ``admit_window_refund``); the
+controller, and the zero-advantage threshold (std <= 1e-12, the record's is 0) and
 stop (10 x batch in a row) have no record fields (`fast_path_gaps` names them), so simrl_fast refuses the
 preset (``fast_path_exact=0``) rather than approximate it.
 
@@ -81,7 +82,7 @@ from attrs import validators as v
 
 from simrl.policy.base import GroupRecord, InstanceLoad, PipelineState, Policy, PublishActions, Verdict
 from simrl.policy.errors import PolicyError
-from simrl.policy.params import LoweringContext, PolicyParams
+from simrl.policy.params import ADMIT_WINDOW_EPS_S, LoweringContext, PolicyParams
 from simrl.policy.registry import register
 from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync, code
 
@@ -374,7 +375,7 @@ class PrimeRLPolicy(Policy):
 
     def _budget(self, st: PipelineState, c: PrimeRLState) -> int:
         """``Dispatcher.admission_budget`` (dispatcher.py:280-287)."""
-        if st.now - c.window_start >= ADMISSION_WINDOW_S - 1e-9:
+        if st.now - c.window_start >= ADMISSION_WINDOW_S - ADMIT_WINDOW_EPS_S:  # (the record's rule)
             c.window_start, c.admissions_in_window = st.now, 0
         return max(c.group_size or 1, c.cap // 10) - c.admissions_in_window
 
@@ -482,6 +483,11 @@ class PrimeRLPolicy(Policy):
             # the episode permits, read when the dispatcher wakes, at the cap the controller starts from
             # (`init_state`); the controller that moves it has no field
             admit_episode_cap=int(self._clamp(self.initial_inflight or self.min_inflight)),
+            # the dispatcher's admission window (`_budget`, `recheck_in`) at that cap: max(group size, cap // 10)
+            # episodes per ADMISSION_WINDOW_S, natural completions refunded under AIMD (`on_group_done`)
+            admit_window_episodes=max(ctx.group_size, int(self._clamp(self.initial_inflight or self.min_inflight))
+                                      // 10),
+            admit_window_s=ADMISSION_WINDOW_S, admit_window_refund=1 if self.aimd else 0,
             fast_path_exact=0,  # the rules of `fast_path_gaps` have no fields
         )
 
@@ -490,17 +496,18 @@ class PrimeRLPolicy(Policy):
         """What the record of `lower` cannot hold, each named with its knob (simrl_fast names them when it
         refuses this policy). The ship barrier is in the record (``admit_max_ship_lag``), and so are
         ``max_off_policy_steps`` (dropped at completion, evicted and aborted at publications:
-        ``abort_stale_on_publish``) and the episode permits read when the dispatcher wakes
-        (``admit_episode_cap``, the controller's starting cap: the controller is the gap)."""
+        ``abort_stale_on_publish``), the episode permits read when the dispatcher wakes
+        (``admit_episode_cap``, the controller's starting cap: the controller is the gap) and the admission window
+        (``admit_window_episodes`` at that cap, ``admit_window_s``, ``admit_window_refund``)."""
+        # (the admission window is in the record too: admit_window_episodes; its size follows the controller's cap)
         if self.aimd:
             control = ("AIMD permits from instance-load polls (policy.concurrency_control=aimd, every "
-                       "policy.poll_interval_s; cuts cancel the youngest groups)")
+                       "policy.poll_interval_s; cuts cancel the youngest groups; the admission window's size "
+                       "follows the cap)")
         else:
-            control = "kappa-EWMA permits from instance-load polls (policy.concurrency_control=kappa_ewma)"
-        gaps = [
-            control,
-            f"a {ADMISSION_WINDOW_S:g} s admission window reopened by time (recheck_in)",
-        ]
+            control = ("kappa-EWMA permits from instance-load polls (policy.concurrency_control=kappa_ewma; the "
+                       "admission window's size follows the cap)")
+        gaps = [control]
         if self.filter_zero_advantages:
             # the slots themselves are in the record (zero_variance_holds_slot); its guard and threshold are not
             gaps.append("zero-advantage groups counted at reward std <= 1e-12 and a stop after 10 x batch of them "

@@ -548,6 +548,9 @@ def instance_action(st, p, w, static, on, i, new_now):
         buf=Gs.buf.at[jnp.where(put, slot, Gm)].set(g_f, mode="drop"),
     )
     trainer, publish = pause_acked(tr, p, new_now, seq, on & do_pause)
+    if static.window:  # admit_window_refund: a completion takes its episodes back off the window's count
+        st = st._replace(win_adm=jnp.where(complete & (p.win_refund == 1), jnp.maximum(st.win_adm - n, 0),
+                                           st.win_adm))
     return st._replace(
         inst=inst, calls=calls, groups=groups, trainer=trainer,
         out=st.out._replace(fin_rid=jnp.where(fin_on, r_f, st.out.fin_rid), fin_group=st.out.fin_group | complete,

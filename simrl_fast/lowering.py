@@ -88,6 +88,10 @@ FEATURES = {
     "policy.admit_episode_cap": "any (unfinished trajectories of running groups < the cap, read only where SimPy "
                                  "wakes the dispatcher: a group completion, a batch taken, a publication); not "
                                  "with per-instance sync",
+    "policy.admit_window_episodes": "any, with any admit_window_s and admit_window_refund (episodes dispatched per "
+                                     "window, read last and only where SimPy wakes the dispatcher, which also "
+                                     "wakes by itself when the window alone holds admission and runs out); not "
+                                     "with per-instance sync",
     "policy.max_dispatch_age": "any: a group whose version - dispatch version exceeds it is dropped when it "
                                "finishes and evicted from the buffer at each publication",
     "policy.admit_max_ship_lag": "any (a ship barrier: batches taken - version + buffered // batch <= the lag) with "
@@ -163,6 +167,7 @@ class Static(NamedTuple):
     dispatch_age: bool = False  # some configuration drops by dispatch age (Params.age > 0; else not traced)
     oldest_first: bool = False  # some configuration forms oldest-dispatch-first batches (Params.batch_oldest)
     episode_cap: bool = False  # some configuration caps unfinished trajectories (Params.ep_cap > 0; else not traced)
+    window: bool = False  # some configuration has an admission window (Params.win_n > 0; else not traced)
 
     @property
     def max_calls(self) -> int:
@@ -238,6 +243,10 @@ class Params(NamedTuple):
     zslot: np.ndarray  # int32: 1 = a zero-variance drop keeps its place in the FIFO batch order (a placeholder)
     # record extension admit_episode_cap (step.can_dispatch, chain_due; SimState.wake)
     ep_cap: np.ndarray  # int32: admission holds while unfinished trajectories >= it, read at wake-ups (-1: none)
+    # record extension admit_window_episodes (step.window_open, sleep_timer; instance: refunds; SimState.win_*)
+    win_n: np.ndarray  # int32: admit_window_episodes, episodes dispatched per window (-1: no window)
+    win_s: np.ndarray  # float64: admit_window_s, the window's length
+    win_refund: np.ndarray  # int32: admit_window_refund (1: a group's completion takes its episodes back)
 
 
 class WorkloadArrays(NamedTuple):
@@ -410,6 +419,8 @@ def perinst_rejections(pp: PolicyParams, name: str) -> list[str]:
         out.append(_feature(f"{what} with zero_variance_holds_slot", name))
     if pp.admit_episode_cap >= 0:
         out.append(_feature(f"{what} with admit_episode_cap", name))
+    if pp.admit_window_episodes >= 1:
+        out.append(_feature(f"{what} with an admission window (admit_window_episodes)", name))
     # not drawn together with per-instance sync by the differential generators: refused until they are
     if pp.admit_max_ship_lag >= 0:
         out.append(_feature(f"{what} with a ship barrier (admit_max_ship_lag)", name))
@@ -751,6 +762,8 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         return_evicted=np.int32(pp.admit_return_evicted), stale_abort=np.int32(pp.abort_stale_on_publish),
         zslot=np.int32(pp.zero_variance_holds_slot), ep_cap=np.int32(pp.admit_episode_cap),
         cap=np.int32(cfg.router.active_cap), shard=np.int32(_shard_calls(cfg, pp, wa)),
+        win_n=np.int32(pp.admit_window_episodes), win_s=np.float64(pp.admit_window_s),
+        win_refund=np.int32(pp.admit_window_refund),
     )
     static = static_for([params], wa)
     return static, params, wa
@@ -833,6 +846,7 @@ def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None 
         dispatch_age=any(int(p.age) > 0 for p in params),
         oldest_first=any(int(p.batch_oldest) == 1 for p in params),
         episode_cap=any(int(getattr(p, "ep_cap", -1)) > 0 for p in params),
+        window=any(int(getattr(p, "win_n", -1)) > 0 for p in params),
     )
 
 

@@ -241,6 +241,11 @@ class SimState(NamedTuple):
     # -- record extension admit_episode_cap (Params.ep_cap; simrl_fast.step.chain_due) --
     wake: jnp.ndarray  # bool: GroupBook.changed notified and the dispatcher not yet run since (set at a group
     #                    completion, a batch taken, a publication; the start): admission is read only then
+    # -- record extension admit_window_episodes (Params.win_n; simrl_fast.step.window_open, sleep_timer) --
+    win_start: jnp.ndarray  # f64: RecordState.window_start, when the admission window began
+    win_adm: jnp.ndarray  # int32: RecordState.window_admitted, episodes dispatched in it (less refunds)
+    win_t: jnp.ndarray  # f64: the dispatcher's pending recheck timeout (RecordPolicy.recheck_in), inf: none; while
+    #                     SimState.wake is set the dispatcher has yet to sleep and `step.sleep_timer` gives it
 
 
 def serials(static) -> bool:
@@ -302,7 +307,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         buf_live=i32(0), buf_minv=i32(0, P + 1), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
         count_off=i32(0), cross=init_cross(static), pi=init_perinst(static), evicted_n=i32(0), pub_disp=i32(0, P + 1),
         zs_live=i32(0), zs_real=i32(0), zs_wait=jnp.array(False),
-        wake=jnp.array(True),
+        wake=jnp.array(True), win_start=f64(0.0), win_adm=i32(0), win_t=f64(jnp.inf),
     )
 
 

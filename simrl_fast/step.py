@@ -18,6 +18,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from simrl.policy.params import ADMIT_WINDOW_EPS_S
 from simrl_fast import router as _router
 from simrl_fast import state as _state
 from simrl_fast.closed_form import N_FORKS, WALK, event_of, first_after, forks_of, walk_back
@@ -49,6 +50,8 @@ from simrl_fast.state import (
 from simrl_fast.trainer import batch_ready, mark_evicted, timer_action, trainer_react
 
 A_NONE, A_INST, A_TIMER, A_REACT, A_DISPATCH, A_ROUTE = 0, 1, 2, 3, 4, 5
+# the dispatcher's recheck timeout (admit_window_episodes: `RecordPolicy.recheck_in`) fires: it wakes the dispatcher
+A_WINDOW = 6
 
 
 def _lexmin(t, prev, start, seq, forks=None, walk=None):
@@ -192,10 +195,53 @@ def episode_permit(st, p, static):
     wake-up (a group completion, a batch taken, a publication)."""
     if not static.episode_cap:
         return jnp.asarray(True)
+    return (p.ep_cap <= 0) | (st.wake & episode_count_ok(st, p, static))
+
+
+def episode_count_ok(st, p, static):
+    """``admit_episode_cap``'s count alone (unfinished trajectories of running groups < the cap; true where none)."""
+    if not static.episode_cap:
+        return jnp.asarray(True)
     G = st.groups
     done = jnp.sum(jnp.where(G.status == G_RUNNING, G.done, 0), dtype=jnp.int32)
     unfinished = st.n_running * static.group_size - done
-    return (p.ep_cap <= 0) | (st.wake & (unfinished < p.ep_cap))
+    return (p.ep_cap <= 0) | (unfinished < p.ep_cap)
+
+
+def window_expired(st, p):
+    """The admission window (``admit_window_episodes``) has run its length: now - its start >= its length -
+    `ADMIT_WINDOW_EPS_S` (`simrl.policy.record.window_budget`, the same float64 operations)."""
+    return (st.now - st.win_start) >= (p.win_s - ADMIT_WINDOW_EPS_S)
+
+
+def window_open(st, p, static):
+    """The record's admission window (``admit_window_episodes`` = ``Params.win_n``; true where it is -1 or not
+    traced), read last in SimPy (`simrl.policy.record.admits`) and only when the dispatcher is awake
+    (`SimState.wake`): a window that has run its length restarts at this consultation (`dispatch_action`), else
+    the episodes dispatched in it must be fewer than ``win_n``."""
+    if not static.window:
+        return jnp.asarray(True)
+    return (p.win_n <= 0) | (st.wake & (window_expired(st, p) | (st.win_adm < p.win_n)))
+
+
+def sleep_timer(st, p, static):
+    """When the dispatcher's recheck timeout fires if it goes to sleep now (`RecordPolicy.recheck_in` then
+    SimPy's ``env.timeout``: now + ((start + length) - now), the same float64 operations), inf: it sleeps without
+    one. It has one when the admission window alone holds admission: not paused, every other condition admits
+    (the episode cap's count read as it is), the window has not run out and its episodes are spent."""
+    if not static.window:
+        return jnp.asarray(jnp.inf, st.now.dtype)
+    others = can_dispatch(st, p) & episode_count_ok(st, p, static)
+    hold = (p.win_n > 0) & others & ~window_expired(st, p) & (st.win_adm >= p.win_n)
+    return jnp.where(hold, st.now + ((st.win_start + p.win_s) - st.now), jnp.inf)
+
+
+def window_due(st, p, static):
+    """The pending recheck timeout's time: `sleep_timer` while the dispatcher is awake (it has yet to sleep in
+    this instant), else the one it set when it last slept (`SimState.win_t`)."""
+    if not static.window:
+        return jnp.asarray(jnp.inf, st.now.dtype)
+    return jnp.where(st.wake, sleep_timer(st, p, static), st.win_t)
 
 
 def chain_due(st, p, static):
@@ -203,7 +249,7 @@ def chain_due(st, p, static):
     tr = st.trainer
     forming = (tr.phase == T_WAIT) & ((tr.taken > 0) | batch_ready(st, p, static))
     react = forming | ((tr.phase == T_DRAIN) & (st.n_running == 0))
-    disp = can_dispatch(st, p) & episode_permit(st, p, static)
+    disp = can_dispatch(st, p) & episode_permit(st, p, static) & window_open(st, p, static)
     route = (st.routed < st.dispatched * static.group_size) & routable(st, p, static) & _router.head_ok(st, p, static)
     return react, disp, route
 
@@ -304,7 +350,12 @@ def local_phase(st, p, w, static, rounds):
         woken = woken | (active & (st.inst.phase == _state.PULL))
     # (admit_episode_cap: a pending wake-up is due now; the dispatcher reads the count before any later finish)
     woke = (st.wake & (p.ep_cap > 0)) if static.episode_cap else jnp.asarray(False)
-    fixed_h = jnp.minimum(jnp.where(timer_on, tr.timer_t, jnp.inf),
+    if static.window:  # (admit_window_episodes: likewise a pending wake-up, and the dispatcher's recheck timeout)
+        woke = woke | (st.wake & (p.win_n > 0))
+        timer_on_t = jnp.minimum(jnp.where(timer_on, tr.timer_t, jnp.inf), window_due(st, p, static))
+    else:
+        timer_on_t = jnp.where(timer_on, tr.timer_t, jnp.inf)
+    fixed_h = jnp.minimum(timer_on_t,
                           jnp.minimum(jnp.where(react | disp | route | woke, st.now, jnp.inf),
                                       jnp.min(jnp.where(woken, st.inst.ev_t, jnp.inf))))
     rows = jnp.arange(K, dtype=i32)
@@ -453,25 +504,40 @@ def select(st, p, static):
     cont = st.cur >= 0
     timed = jnp.where(bidx < K, A_INST, A_TIMER)
     chain_act = jnp.where(react, A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE))
-    later = jnp.where(gt < jnp.inf, A_INST, jnp.where(bt < jnp.inf, timed, A_NONE))
+    # admit_window_episodes: the dispatcher's recheck timeout. Its place among the timeouts due at its time does not
+    # matter (firing, it only wakes the dispatcher, which runs after all of them: SimPy pushes the condition event
+    # it waits on when the timeout is processed); here it goes after them, before the chain, and time advances to
+    # it when it is strictly the earliest pending timeout.
+    wt = window_due(st, p, static)
+    w_due = wt <= st.now
+    later = jnp.where(gt < jnp.inf, A_INST, jnp.where(wt < bt, A_WINDOW, jnp.where(bt < jnp.inf, timed, A_NONE)))
     due = bt <= st.now
     # A batch being formed is one synchronous form_batch call: finish it first.
-    act = jnp.where(cont, A_INST, jnp.where(tr.taken > 0, A_REACT,
-                                            jnp.where(due, timed, jnp.where(chain, chain_act, later))))
+    act = jnp.where(cont, A_INST, jnp.where(tr.taken > 0, A_REACT, jnp.where(
+        due, timed, jnp.where(w_due, A_WINDOW, jnp.where(chain, chain_act, later)))))
     act = jnp.where(tr.phase == T_DONE, A_NONE, act)
     i = jnp.where(cont, st.cur, jnp.where(~due & ~chain & (gt < jnp.inf), gidx, bidx))
     i = jnp.minimum(i, K - 1).astype(jnp.int32)
-    timed_now = jnp.where(act == A_TIMER, tr.timer_t, jnp.where(i < K, ins.ev_t[i], jnp.inf))
-    new_now = jnp.where(((act == A_INST) & ~cont) | (act == A_TIMER), jnp.maximum(timed_now, st.now), st.now)
+    timed_now = jnp.where(act == A_TIMER, tr.timer_t, jnp.where(act == A_WINDOW, wt,
+                                                                 jnp.where(i < K, ins.ev_t[i], jnp.inf)))
+    new_now = jnp.where(((act == A_INST) & ~cont) | (act == A_TIMER) | (act == A_WINDOW),
+                        jnp.maximum(timed_now, st.now), st.now)
     return act, i, new_now
 
 
-def dispatch_action(st, on, static):
-    """Simulation.start_group: the next group enters st.running; its calls join the router queue."""
+def dispatch_action(st, on, static, p=None):
+    """Simulation.start_group: the next group enters st.running; its calls join the router queue. With an
+    admission window (``p.win_n`` > 0) the consultation restarts a window that has run its length (start now,
+    count 0), then the group's episodes are counted in it (`RecordPolicy.on_dispatch`)."""
     gid = st.dispatched
     ok = on & (gid < static.max_groups)
     G = st.groups
     status = G.status.at[jnp.where(ok, gid, static.max_groups)].set(G_RUNNING, mode="drop")
+    if static.window:
+        on_w = ok & (p.win_n > 0)
+        exp = window_expired(st, p)
+        st = st._replace(win_start=jnp.where(on_w & exp, st.now, st.win_start),
+                         win_adm=jnp.where(on_w, jnp.where(exp, 0, st.win_adm) + static.group_size, st.win_adm))
     st = redispatch(st, ok, gid, static)  # fail_on_version_crossing: a failed group's prompt first
     return st._replace(
         groups=G._replace(status=status), dispatched=st.dispatched + ok, n_running=st.n_running + ok,
@@ -575,15 +641,19 @@ def prepare(st0, p, w, static):
     local = rounds and not static.chunked_prefill
     st, par = local_phase(st, p, with_map(w, st, static), static, rounds) if local else (st, jnp.asarray(False))
     act, i, new_now = select(st, p, static)
-    if static.episode_cap:
-        # admit_episode_cap: the dispatcher has run in this instant (and, admitting nothing more, slept) once the
-        # step takes an action after its place in SimPy's order (tie rules 1-3): anything but an instance's
-        # boundary in progress or due now, the trainer's timer due now, its reaction or a dispatch. A wake-up that
-        # this step's own action sets (a group completion, a batch taken, a publication) is added after it.
+    if static.episode_cap or static.window:
+        # admit_episode_cap, admit_window_episodes: the dispatcher has run in this instant (and, admitting nothing
+        # more, slept) once the step takes an action after its place in SimPy's order (tie rules 1-3): anything but
+        # an instance's boundary in progress or due now, the trainer's timer due now, its reaction or a dispatch. A
+        # wake-up that this step's own action sets (a group completion, a batch taken, a publication, the recheck
+        # timeout) is added after it. Going to sleep, the dispatcher sets its recheck timeout (`sleep_timer`, on the
+        # state it last read: nothing after its turn in the instant changes what admission reads).
         tr, ins = st.trainer, st.inst
         due = (((act == A_TIMER) & (tr.timer_t <= st.now))
                | ((act == A_INST) & (ins.phase[i] != START) & (ins.ev_t[i] <= st.now)))
         before = (st.cur >= 0) | (tr.taken > 0) | (act == A_REACT) | (act == A_DISPATCH) | due
+        if static.window:
+            st = st._replace(win_t=jnp.where(st.wake & ~before, sleep_timer(st, p, static), st.win_t))
         st = st._replace(wake=st.wake & before)
     return st, par, act, i, new_now
 
@@ -601,6 +671,9 @@ def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
     held = jnp.asarray(False) if defer is None else defer & _is_rare(act)
     act = jnp.where(held, A_NONE, act)
     st = st._replace(now=jnp.where(held, st.now, new_now))
+    if static.window:  # the recheck timeout fires: the dispatcher wakes (admit_window_episodes)
+        fire = act == A_WINDOW
+        st = st._replace(wake=st.wake | fire, win_t=jnp.where(fire, jnp.inf, st.win_t))
     # (the map changes only when a group is dispatched, so one `wm` serves every action up to the dispatch)
     wm = with_map(w, st, static)
     pos0 = st.inst.wq_pos[i]
@@ -611,7 +684,7 @@ def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
     st = note_admitted(st, pos0, static, turn, i)
     st = pull_action(st, p, static, begins, ends, i, new_now)
     if route:  # (else `route_action` does it: the batched step)
-        st = dispatch_action(st, act == A_DISPATCH, static)
+        st = dispatch_action(st, act == A_DISPATCH, static, p)
         # A dispatched group's calls are routed in the step that dispatches it (exact: see route_all).
         st = route_all(st, p, with_map(w, st, static), static,
                        ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static))
@@ -649,7 +722,7 @@ def queue_pos(wq_pos, wq_len, inst_k, on_k):
 def route_action(st0, p, w, static, act):
     """A dispatch (``act`` = A_DISPATCH: the group and its calls' routing) or a routing (A_ROUTE); the identity
     for any other ``act``."""
-    st = dispatch_action(st0, act == A_DISPATCH, static)
+    st = dispatch_action(st0, act == A_DISPATCH, static, p)
     st = route_all(st, p, with_map(w, st, static), static,
                    ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static))
     return jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), st, st0)

@@ -31,6 +31,15 @@ admission (a group may start when all hold):
     finishing does not wake the dispatcher: the count is read only when it wakes (a group
     completion, a batch taken, a publication), so a permit freed by a finish is used at the next
     wake-up (prime-rl's episode permits, ``min_inflight..max_inflight``).
+    With ``admit_window_episodes`` = W >= 1 (-1: none), an admission window of ``admit_window_s`` seconds:
+    read last, when every other condition admits, a window that has run its length (now - its start >=
+    ``admit_window_s`` - `ADMIT_WINDOW_EPS_S`) restarts there (its start is that consultation's time, its
+    count 0); a group may start while the episodes (trajectories) dispatched in the window number fewer than
+    W (so the last group may overshoot it); with ``admit_window_refund`` = 1 every group that finishes (a
+    natural completion, whatever its verdict; not an abort) takes its episodes back off the count (floored at
+    0). When the window alone holds admission the dispatcher also wakes by itself when the window runs out
+    (`RecordPolicy.recheck_in`: a timeout of start + length - now seconds). prime-rl's dispatcher
+    (``admission_budget``: max(group size, cap // 10) episodes per 5 s, completions refunded under AIMD).
 
 in flight: ``inflight_rule`` (`code` of an `InflightRule`), ``sync_per_instance`` (0/1),
 ``clear_cache_on_sync`` (0/1), ``colocated`` (0/1), ``disaggregated`` (0/1: the policy itself
@@ -89,6 +98,10 @@ import attrs
 
 from simrl.policy.rules import Enforcement, InflightRule, code
 
+#: an admission window has run its length when now - its start >= its length - this (the timeout that reopens it
+#: fires at now + (start + length - now), which float rounding may put a few ulps before start + length)
+ADMIT_WINDOW_EPS_S = 1e-9
+
 
 @attrs.frozen
 class LoweringContext:
@@ -135,6 +148,9 @@ class PolicyParams:
     abort_stale_on_publish: int = 0
     zero_variance_holds_slot: int = 0
     admit_episode_cap: int = -1
+    admit_window_episodes: int = -1
+    admit_window_s: float = 0.0
+    admit_window_refund: int = 0
 
     def __attrs_post_init__(self):
         if self.admit_count_since_publish and not self.admit_count_dispatched:
@@ -173,6 +189,15 @@ class PolicyParams:
         if self.admit_episode_cap == 0 or self.admit_episode_cap < -1:
             raise ValueError(f"admit_episode_cap={self.admit_episode_cap}: expected -1 (none) or a cap >= 1 "
                              "(0 would never admit a group)")
+
+        if self.admit_window_episodes == 0 or self.admit_window_episodes < -1:
+            raise ValueError(f"admit_window_episodes={self.admit_window_episodes}: expected -1 (none) or a window of "
+                             ">= 1 episodes (0 would never admit a group)")
+        if self.admit_window_episodes >= 1 and not (0.0 < self.admit_window_s < math.inf):
+            raise ValueError(f"admit_window_s={self.admit_window_s}: an admission window (admit_window_episodes="
+                             f"{self.admit_window_episodes}) needs a finite length > 0 s")
+        if self.admit_window_refund not in (0, 1):
+            raise ValueError(f"admit_window_refund={self.admit_window_refund}: expected 0 or 1")
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in attrs.asdict(self).items()}

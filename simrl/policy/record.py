@@ -18,7 +18,7 @@ import attrs
 
 from simrl.policy.base import GroupRecord, PipelineState, Policy, PublishActions, Verdict
 from simrl.policy.errors import PolicyError
-from simrl.policy.params import LoweringContext, PolicyParams
+from simrl.policy.params import ADMIT_WINDOW_EPS_S, LoweringContext, PolicyParams
 from simrl.policy.rules import Enforcement, InflightRule, Placement, Staleness, Sync, SyncScope
 
 _RULES = list(InflightRule)
@@ -41,13 +41,17 @@ class RecordState:
     zero_variance_since_batch: int = 0  # zero-variance drops since the last batch (collapse_zero_variance_groups)
     places: int = 0  # groups the record's filter has seen, in completion order (zero_variance_holds_slot)
     zero_places: list[int] = attrs.field(factory=list)  # places held by zero-variance drops, not yet consumed
+    window_start: float = 0.0  # when the admission window began (admit_window_episodes)
+    window_admitted: int = 0  # episodes dispatched in it (less the refunds of admit_window_refund)
+    window_live: dict = attrs.field(factory=dict)  # gid -> running GroupRecord (admit_window_refund: who finished)
 
 
 _NO_STATE = RecordState()
 
 
-def admits(p: PolicyParams, st: PipelineState, rs: RecordState | None = None) -> bool:
-    """The superset admission rule of `simrl.policy.params` (``rs``: the run's `RecordState`)."""
+def admits(p: PolicyParams, st: PipelineState, rs: RecordState | None = None, window: bool = True) -> bool:
+    """The superset admission rule of `simrl.policy.params` (``rs``: the run's `RecordState`; ``window``: False
+    leaves the admission window out, neither read nor restarted)."""
     rs = _NO_STATE if rs is None else rs
     if p.admit_block_while_training and st.training:
         return False
@@ -67,8 +71,20 @@ def admits(p: PolicyParams, st: PipelineState, rs: RecordState | None = None) ->
     budget = (p.admit_budget_base_groups + p.admit_budget_per_version_groups * st.version
               + p.admit_budget_per_batch_groups * rs.batches_taken)
     blocked = max(0, len(st.buffer) - p.admit_queue_blocks_groups)  # 0 when the queue is unbounded (inf)
-    return (st.n_running + blocked < p.admit_concurrency_groups and count < budget
-            and len(st.buffer) < p.admit_buffer_cap_groups)
+    if not (st.n_running + blocked < p.admit_concurrency_groups and count < budget
+            and len(st.buffer) < p.admit_buffer_cap_groups):
+        return False
+    if window and p.admit_window_episodes >= 1:  # read last: only a consultation that would otherwise admit restarts it
+        return window_budget(p, st, RecordState() if rs is _NO_STATE else rs) > 0
+    return True
+
+
+def window_budget(p: PolicyParams, st: PipelineState, rs: RecordState) -> int:
+    """Episodes the admission window (``admit_window_episodes``) still allows; a window that has run its length
+    restarts now (prime-rl's ``Dispatcher.admission_budget``)."""
+    if st.now - rs.window_start >= p.admit_window_s - ADMIT_WINDOW_EPS_S:
+        rs.window_start, rs.window_admitted = st.now, 0
+    return p.admit_window_episodes - rs.window_admitted
 
 
 def unfinished_trajectories(st: PipelineState) -> int:
@@ -131,6 +147,22 @@ class RecordPolicy(Policy):
     def admit(self, st: PipelineState) -> bool:
         return admits(self.params, st, st.policy_state)
 
+    def recheck_in(self, st: PipelineState) -> float | None:
+        """With an admission window that alone holds admission: the seconds until it runs out."""
+        p, rs = self.params, st.policy_state
+        if p.admit_window_episodes < 1 or not admits(p, st, rs, window=False):
+            return None
+        if window_budget(p, st, rs) > 0:
+            return None
+        return rs.window_start + p.admit_window_s - st.now
+
+    def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
+        p, rs = self.params, st.policy_state
+        if p.admit_window_episodes >= 1:
+            rs.window_admitted += len(group.trajs)  # one admission per episode
+            if p.admit_window_refund:
+                rs.window_live[group.gid] = group
+
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
         p = self.params
         verdict = Verdict.ACCEPT
@@ -177,6 +209,15 @@ class RecordPolicy(Policy):
         return PublishActions(drop_buffered=aged)
 
     def after_group_done(self, st: PipelineState) -> PublishActions:
+        if self.params.admit_window_refund:
+            # the group that just finished (all its trajectories done; an aborted one is not) takes its episodes back,
+            # whatever its verdict: also one the engine dropped at completion before `on_group_done`
+            rs = st.policy_state
+            for gid, g in list(rs.window_live.items()):
+                if gid not in st.running:
+                    del rs.window_live[gid]
+                    if g.done:
+                        rs.window_admitted = max(0, rs.window_admitted - len(g.trajs))
         cap = self.params.buffer_capacity_groups
         if 0 <= cap < len(st.buffer):  # overflow evicts the oldest
             return PublishActions(drop_buffered=tuple(g.gid for g in st.buffer[: len(st.buffer) - cap]))

@@ -112,7 +112,9 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     (least_requests or round_robin, drawn with the deployment) or ``any`` (after everything else,
     `draw_router`: dp_shard too, and an active_cap). Last of all, a quarter of the cases but psrl's cap the
     unfinished trajectories, read when the dispatcher wakes (`draw_episode_cap`, prime-rl's permits), drawn from
-    a generator seeded by the case's label: ``rng`` is not advanced, so later cases keep their values."""
+    a generator seeded by the case's label: ``rng`` is not advanced, so later cases keep their values; then, from
+    that generator, an admission window on a quarter of the cases but psrl's (`draw_window`, prime-rl's dispatcher
+    window)."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -206,6 +208,9 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     own = np.random.default_rng(zlib.crc32(case.label.encode()))
     if not psrl_drawn and own.random() < 0.25:
         case = draw_episode_cap(own, case, n, K)
+    # then, from the same generator: prime-rl's admission window on a quarter of the cases but psrl's
+    if not psrl_drawn and own.random() < 0.25:
+        case = draw_window(own, case, n, K)
     return case
 
 
@@ -230,6 +235,35 @@ def draw_episode_cap(rng: np.random.Generator, case: Case, n: int, K: int) -> Ca
     if rec is not None:
         case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
         case.label += f" episode_cap={rec.admit_episode_cap}"
+    return case
+
+
+def window_record(rng: np.random.Generator, rec, n: int):
+    """``rec`` with an admission window (``admit_window_episodes`` 1..3n episodes per ``admit_window_s``: a dyadic
+    0.25..2 s half the time, so that its timeouts tie with dyadic events, else 0.02..3 s; completions refunded half
+    the time; prime-rl's dispatcher window), or None where the fast path would refuse it (per-instance sync, an
+    inexact lowering)."""
+    if rec is None or rec.sync_per_instance or not rec.fast_path_exact:
+        return None
+    w = int(rng.integers(1, 3 * n + 1))
+    length = float(rng.choice([0.25, 0.5, 1.0, 2.0])) if rng.random() < 0.5 else float(rng.uniform(0.02, 3.0))
+    return attrs.evolve(rec, admit_window_episodes=w, admit_window_s=length,
+                        admit_window_refund=int(rng.integers(0, 2)))
+
+
+def draw_window(rng: np.random.Generator, case: Case, n: int, K: int) -> Case:
+    """The drawn policy's record with `window_record` (unchanged where the fast path would refuse it)."""
+    from simrl.policy.errors import PolicyError
+
+    try:
+        rec = case.cfg.policy.lower(LoweringContext(group_size=n, instances=K))
+    except PolicyError:  # (a policy without a record: the fast path refuses it anyway)
+        return case
+    rec = window_record(rng, rec, n)
+    if rec is not None:
+        case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+        case.label += (f" window={rec.admit_window_episodes}/{rec.admit_window_s:.3g}s"
+                       f"{' refund' if rec.admit_window_refund else ''}")
     return case
 
 

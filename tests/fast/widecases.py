@@ -38,7 +38,8 @@ A case draws, independently:
   their batch places (``zero_variance_holds_slot``) on a quarter of the records with fixed-size FIFO batches.
   After everything, half the time, the router redrawn (`diffcases.draw_router`: dp_shard too, and a
   router.active_cap); last of all, an episode cap of 1..3n unfinished trajectories read when the dispatcher wakes
-  (``admit_episode_cap``, prime-rl's permits) on a quarter of the records.
+  (``admit_episode_cap``, prime-rl's permits) on a quarter of the records; after it, an admission window
+  (``admit_window_episodes``, `diffcases.window_record`, prime-rl's dispatcher window) on a quarter of the records.
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -58,6 +59,7 @@ from diffcases import (
     episode_cap_record,
     set_stale_abort,
     shared_prompts,
+    window_record,
     zero_slots_record,
 )
 from simhelpers import random_workload
@@ -409,6 +411,13 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
         if rec is not None:
             case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
             case.label += f" episode_cap={rec.admit_episode_cap}"
+    # after it: prime-rl's admission window (admit_window_episodes, its recheck timeout) on a quarter of the records
+    if kind == "record" and rng.random() < 0.25:
+        rec = window_record(rng, case.cfg.policy.params_record, n)
+        if rec is not None:
+            case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+            case.label += (f" window={rec.admit_window_episodes}/{rec.admit_window_s:.3g}s"
+                           f"{' refund' if rec.admit_window_refund else ''}")
     return case
 
 
