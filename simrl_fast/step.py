@@ -41,6 +41,7 @@ from simrl_fast.state import (
     T_TRAIN,
     T_WAIT,
     empty_out,
+    materialize,
     pack,
     tie,
     unpack_fin,
@@ -600,6 +601,9 @@ def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
     st, par, act, i, new_now = prepare(st0, p, w, static) if prepared is None else prepared
     held = jnp.asarray(False) if defer is None else defer & _is_rare(act)
     act = jnp.where(held, A_NONE, act)
+    # The action and its instance computed once, into buffers: else XLA fuses the selection into every gather
+    # by ``i`` and every select over the instances, recomputing it there (docs/fastpath.md, "Speed, session 9").
+    act, i, new_now = materialize(act), materialize(i), materialize(new_now)
     st = st._replace(now=jnp.where(held, st.now, new_now))
     # (the map changes only when a group is dispatched, so one `wm` serves every action up to the dispatch)
     wm = with_map(w, st, static)
