@@ -50,6 +50,7 @@ from simrl_fast.state import (
     RESUME,
     START,
     admit_max,
+    materialize,
     pack,
     queued_gen,
     row_min,
@@ -327,7 +328,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     adm_go = (nfin <= 1) & ~pausing & ~in_plan
     if PX:
         adm_go = adm_go & (rq_n == 0)
-    n_adm = jnp.where(adm_go, jnp.min(jnp.where(ok, A, kk)), 0)
+    n_adm = materialize(jnp.where(adm_go, jnp.min(jnp.where(ok, A, kk)), 0))
     adm_v = kk < n_adm
     adm_p = jnp.sum(jnp.where(adm_v, hp_v, 0))
     adm_pf = jnp.sum(jnp.where(adm_v, hp_v + gens[:A], 0))  # prefill: prompt + tokens to recompute
@@ -418,6 +419,7 @@ def instance_action(st, p, w, static, on, i, new_now):
             fin_min = jnp.minimum(fin_min, jnp.where(zl, it + 2, BIG))
     else:
         fin_min = unpack_fin(jnp.minimum(k2, jnp.min(adm_keys)))
+    fin_min = materialize(fin_min)
     adm_it = jnp.int32(BIG)
     if OD:
         fin_min = jnp.minimum(fin_min, preempt_boundary(p, it, kv_used, nd, na))
@@ -440,8 +442,8 @@ def instance_action(st, p, w, static, on, i, new_now):
     K = static.instances
     sel = on & (jnp.arange(K) == i)
 
-    def put(arr, val):  # an elementwise select over [K]: cheaper than a masked scatter
-        return jnp.where(sel, jnp.asarray(val).astype(arr.dtype), arr)
+    def put(arr, val):  # an elementwise select over [K]: cheaper than a masked scatter (the value computed once)
+        return jnp.where(sel, materialize(jnp.asarray(val).astype(arr.dtype)), arr)
 
     inst = ins._replace(
         phase=put(ins.phase, phase), clock=put(ins.clock, clock), it=put(ins.it, it), nd=put(ins.nd, nd),

@@ -321,6 +321,8 @@ def materialize(x):
     is never fused into a consumer, so ``x`` goes through one (the max of ``x`` and the type's lowest value:
     ``x`` itself, NaN included)."""
     x = jnp.asarray(x)
+    if x.dtype == jnp.bool_:
+        return jnp.any(jnp.stack([x, jnp.zeros_like(x)], axis=-1), axis=-1)
     lo = jnp.iinfo(x.dtype).min if jnp.issubdtype(x.dtype, jnp.integer) else -jnp.inf
     return jnp.max(jnp.stack([x, jnp.full_like(x, lo)], axis=-1), axis=-1)
 

@@ -529,6 +529,7 @@ def route_group(st, p, w, static, on, j_all):
         sh = call_shared(w, f_rid, n, G)
         hit = jnp.where((p.pc == 1) & (ins.sh_ref[kk, f_rid // n] > 0), sh, 0)
     fit = got & (ins.phase == BUSY) & was_empty & fits_routed(p, static, ins, j_all, hp, hl, hit)
+    fit = materialize(fit)  # (computed once: else each of the updates below recomputes it)
     adm_it = jnp.where(fit, ins.it + j_all, ins.adm_it)
     ev_it, ev_t, ev_prev = event_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.fin_min, adm_it, ins.pause_it)
     rank = jnp.sum((wake[None, :] & (first[None, :] < first[:, None])).astype(i32), axis=1)
