@@ -6,8 +6,8 @@ Each kernel is mapped through the compiled program's metadata (its stack frames)
 ``simrl_fast`` that produced it, and to its family (the function of the step it belongs to:
 `instance.instance_action`, `step.route_all`, `step.select`, the trainer's `rare_action`, ...). Prints the
 CPU time per step and configuration of the untraced chunks, the shares by family, by line and the largest
-kernels with their shapes, and the copies of carried arrays in the compiled program (a `copy` of an
-``[M, ...]`` array inside the loop: a scatter XLA could not do in place; docs/fastpath.md, "In-place
+kernels with their shapes, and every `copy` of an ``[M, ...]`` array in the compiled program (one of a
+carried array inside the loop body is a scatter XLA could not do in place; docs/fastpath.md, "In-place
 updates"). Shares only: on a loaded machine the absolute kernel times are noise.
 
     .venv/bin/python benchmarks/fast_profile.py [--m 1000] [--warm 16] [--chunks 2] [--top 30]
