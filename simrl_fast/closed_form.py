@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from simrl.engine.instance import boundary_time as _run_boundary
-from simrl_fast.state import BIG
+from simrl_fast.state import BIG, materialize
 
 
 def key_after(t, prev, start, seq, t2, prev2, start2, seq2):
@@ -135,7 +135,7 @@ def latest_first(f, b, g):
     stacked on a last axis: three compare-exchanges (a stable bubble sort)."""
     f, b, g = list(f), list(b), list(g)
     for x, y in ((0, 1), (1, 2), (0, 1)):
-        sw = _after(f[x], f[y])
+        sw = materialize(_after(f[x], f[y]))  # (once: else every output element recomputes the network)
         for a in (f, b, g):
             a[x], a[y] = jnp.where(sw, a[y], a[x]), jnp.where(sw, a[x], a[y])
     return jnp.stack(f, axis=-1), jnp.stack(b, axis=-1), jnp.stack(g, axis=-1)

@@ -50,8 +50,10 @@ from simrl_fast.state import (
     RESUME,
     START,
     admit_max,
+    materialize,
     pack,
     queued_gen,
+    row_min,
     serials,
     tie,
     unpack_fin,
@@ -233,9 +235,9 @@ def instance_action(st, p, w, static, on, i, new_now):
     # second lowest tells whether another request finishes here too (two plain min reductions and
     # one for the slot: the row is read, never rewritten, and updated by a few scatters below).
     sidx = jnp.arange(S)
-    k1 = jnp.min(key)
+    k1 = row_min(key)
     has_fin = unpack_fin(k1) == it
-    s_f = jnp.min(jnp.where(key == k1, sidx, S))
+    s_f = row_min(jnp.where(key == k1, sidx, S))
     # Instance.plan's victim: the newest admitted running request (max admit_serial)
     if CH:  # the slots are in admission order: the newest is the last occupied one
         top, s_v = jnp.int32(-1), jnp.where(running > 0, running - 1, S).astype(jnp.int32)
@@ -248,7 +250,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     if PX:  # the plan evicts the whole cache before it preempts
         do_vic = do_vic & (~pcx | (kv_used + nd > p.kv_cap))
     # the lowest key left once this step's finish or victim is gone (the second lowest after a finish)
-    k2 = jnp.min(jnp.where(jnp.where(has_fin, key == k1, do_vic & (sidx == s_v)), KEY_EMPTY, key))
+    k2 = row_min(jnp.where(jnp.where(has_fin, key == k1, do_vic & (sidx == s_v)), KEY_EMPTY, key))
     nfin = jnp.where(has_fin, jnp.where(unpack_fin(k2) == it, 2, 1), 0)  # 2: two or more
     r_f = jnp.where(has_fin, unpack_rid(k1), -1)
     last = jnp.maximum(running - 1, 0)  # the last occupied slot: it moves into s_f (or s_v)
@@ -326,7 +328,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     adm_go = (nfin <= 1) & ~pausing & ~in_plan
     if PX:
         adm_go = adm_go & (rq_n == 0)
-    n_adm = jnp.where(adm_go, jnp.min(jnp.where(ok, A, kk)), 0)
+    n_adm = materialize(jnp.where(adm_go, jnp.min(jnp.where(ok, A, kk)), 0))
     adm_v = kk < n_adm
     adm_p = jnp.sum(jnp.where(adm_v, hp_v, 0))
     adm_pf = jnp.sum(jnp.where(adm_v, hp_v + gens[:A], 0))  # prefill: prompt + tokens to recompute
@@ -417,6 +419,7 @@ def instance_action(st, p, w, static, on, i, new_now):
             fin_min = jnp.minimum(fin_min, jnp.where(zl, it + 2, BIG))
     else:
         fin_min = unpack_fin(jnp.minimum(k2, jnp.min(adm_keys)))
+    fin_min = materialize(fin_min)
     adm_it = jnp.int32(BIG)
     if OD:
         fin_min = jnp.minimum(fin_min, preempt_boundary(p, it, kv_used, nd, na))
@@ -439,8 +442,8 @@ def instance_action(st, p, w, static, on, i, new_now):
     K = static.instances
     sel = on & (jnp.arange(K) == i)
 
-    def put(arr, val):  # an elementwise select over [K]: cheaper than a masked scatter
-        return jnp.where(sel, jnp.asarray(val).astype(arr.dtype), arr)
+    def put(arr, val):  # an elementwise select over [K]: cheaper than a masked scatter (the value computed once)
+        return jnp.where(sel, materialize(jnp.asarray(val).astype(arr.dtype)), arr)
 
     inst = ins._replace(
         phase=put(ins.phase, phase), clock=put(ins.clock, clock), it=put(ins.it, it), nd=put(ins.nd, nd),
@@ -539,11 +542,12 @@ def instance_action(st, p, w, static, on, i, new_now):
     # batch_order 1: buffer positions are laid out by dispatch window (window k at k*batch ..), in
     # acceptance order within it, so the trainer's FIFO pop takes step k's window in buffer order
     win = (g_f // p.batch) * p.batch
-    slot = jnp.where(p.batch_window == 1, win + window_buffered(Gs.status, win, p, static), st.buf_tail)
+    wbuf = window_buffered(Gs.status, win, p, static)
+    slot = jnp.where(p.batch_window == 1, win + wbuf, st.buf_tail)
     g_h = jnp.where(on & adm_v, jnp.maximum(heads[:A], 0) // n, Gm)
     groups = Gs._replace(
         done=Gs.done.at[tie(jnp.where(fin_on, g_f, Gm), Gm, done_f)].add(1, mode="drop"),
-        status=Gs.status.at[jnp.where(complete, g_f, Gm)].set(jnp.where(drop, G_DROPPED, G_BUFFERED), mode="drop"),
+        status=Gs.status.at[tie(jnp.where(complete, g_f, Gm), Gm, wbuf)].set(jnp.where(drop, G_DROPPED, G_BUFFERED), mode="drop"),
         minv=Gs.minv.at[tie(g_h, Gm, minv_f)].min(st.version, mode="drop"),
         buf=Gs.buf.at[jnp.where(put, slot, Gm)].set(g_f, mode="drop"),
     )

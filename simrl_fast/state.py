@@ -319,6 +319,44 @@ def empty_out(n: int, k: int) -> StepOut:
 
 
 
+def materialize(x):
+    """``x``, computed once into a buffer of its own. XLA on CPU fuses an elementwise computation into each
+    of its consumers -- recomputing it per element of a gather that uses it as an index, and per element of
+    a select over the instances -- and removes optimization barriers before fusing; a reduction's result
+    is never fused into a consumer, so ``x`` goes through one (the max of ``x`` and the type's lowest value:
+    ``x`` itself, NaN included)."""
+    x = jnp.asarray(x)
+    if x.dtype == jnp.bool_:
+        return jnp.any(jnp.stack([x, jnp.zeros_like(x)], axis=-1), axis=-1)
+    lo = jnp.iinfo(x.dtype).min if jnp.issubdtype(x.dtype, jnp.integer) else -jnp.inf
+    return jnp.max(jnp.stack([x, jnp.full_like(x, lo)], axis=-1), axis=-1)
+
+
+#: XLA on CPU rewrites a reduction over more than this many elements into a reduce-window and a reduce (also
+#: one written as a reshape and two reductions: it merges them back), and the reduce-window's operand (a
+#: select over a slot row, say) is then written out as an [M, S] array and read back
+REDUCE_SPAN = 32
+
+
+def row_min(x):
+    """``jnp.min(x, axis=-1)`` as the elementwise minimum of the row's `REDUCE_SPAN`-wide slices (the last one
+    padded with the largest value), then one reduction over `REDUCE_SPAN` elements: one fused pass that
+    computes its operand on the fly (docs/fastpath.md, "Speed, session 9"). The same value: min is exact
+    and does not depend on the order."""
+    n = x.shape[-1]
+    if n <= REDUCE_SPAN:
+        return jnp.min(x, axis=-1)
+    top = jnp.iinfo(x.dtype).max if jnp.issubdtype(x.dtype, jnp.integer) else jnp.inf
+    acc = x[..., :REDUCE_SPAN]
+    for lo in range(REDUCE_SPAN, n, REDUCE_SPAN):
+        part = x[..., lo:lo + REDUCE_SPAN]
+        if part.shape[-1] < REDUCE_SPAN:
+            part = jnp.concatenate([part, jnp.full((*x.shape[:-1], REDUCE_SPAN - part.shape[-1]), top, x.dtype)],
+                                   axis=-1)
+        acc = jnp.minimum(acc, part)
+    return jnp.min(acc, axis=-1)
+
+
 def tie(idx, oob, *reads):
     """``idx``, made data-dependent on ``reads`` (int values gathered from the array ``idx`` will
     write into, never INT32_MIN): XLA then orders those gathers before the in-place scatter. Without

@@ -42,6 +42,7 @@ from simrl_fast.state import (
     T_TRAIN,
     T_WAIT,
     empty_out,
+    materialize,
     pack,
     tie,
     unpack_fin,
@@ -594,6 +595,7 @@ def route_group(st, p, w, static, on, j_all):
         sh = call_shared(w, f_rid, n, G)
         hit = jnp.where((p.pc == 1) & (ins.sh_ref[kk, f_rid // n] > 0), sh, 0)
     fit = got & (ins.phase == BUSY) & was_empty & fits_routed(p, static, ins, j_all, hp, hl, hit)
+    fit = materialize(fit)  # (computed once: else each of the updates below recomputes it)
     adm_it = jnp.where(fit, ins.it + j_all, ins.adm_it)
     ev_it, ev_t, ev_prev = event_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.fin_min, adm_it, ins.pause_it)
     rank = jnp.sum((wake[None, :] & (first[None, :] < first[:, None])).astype(i32), axis=1)
@@ -670,6 +672,9 @@ def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
     st, par, act, i, new_now = prepare(st0, p, w, static) if prepared is None else prepared
     held = jnp.asarray(False) if defer is None else defer & _is_rare(act)
     act = jnp.where(held, A_NONE, act)
+    # The action and its instance computed once, into buffers: else XLA fuses the selection into every gather
+    # by ``i`` and every select over the instances, recomputing it there (docs/fastpath.md, "Speed, session 9").
+    act, i, new_now = materialize(act), materialize(i), materialize(new_now)
     st = st._replace(now=jnp.where(held, st.now, new_now))
     if static.window:  # the recheck timeout fires: the dispatcher wakes (admit_window_episodes)
         fire = act == A_WINDOW
