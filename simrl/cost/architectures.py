@@ -69,6 +69,9 @@ class ModelArch:
     sliding_window_layers: int = 0
     shared_expert_gate: bool = True  # a sigmoid gate scales the shared expert (Qwen); DeepSeek has none
     mtp_layers: int = 0  # multi-token-prediction modules shipped with the weights (not counted here)
+    # RMSNorms per decoder layer: 2 (input, post-attention); Gemma 2/3 "sandwich" layers have 4
+    # (input, post-attention, pre-feedforward, post-feedforward).
+    norms_per_layer: int = 2
 
     # -- layer counts -------------------------------------------------------------------------
 
@@ -200,7 +203,7 @@ class ModelArch:
             + self.n_linear_attention * self.linear_attention_params
             + self.n_dense_mlp_layers * self.dense_mlp_params
             + self.n_moe_layers * self.moe_block_dense_params
-            + (2 * self.layers + 1) * self.hidden  # RMSNorms
+            + (self.norms_per_layer * self.layers + 1) * self.hidden  # RMSNorms
             + self.embedding_params
             + self.lm_head_params
         )
@@ -218,7 +221,7 @@ class ModelArch:
     def matmul_active_params(self) -> int:
         """Active parameters that enter a matmul: no embedding lookup or norms, plus the LM head
         even when it is tied."""
-        norms = (2 * self.layers + 1) * self.hidden
+        norms = (self.norms_per_layer * self.layers + 1) * self.hidden
         return self.active_params - self.embedding_params - norms - self.lm_head_params + self.vocab * self.hidden
 
     def weight_bytes(self, dtype_bytes: float = 2) -> float:
@@ -299,8 +302,28 @@ ALIASES_FILE = "aliases.yaml"
 KNOWN_MODEL_TYPES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5",
     "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "deepseek_v2", "deepseek_v3", "phi", "phi3",
-    "gemma", "gemma2", "gemma3_text", "olmo2", "granite", "gpt_oss",
+    "gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "granite", "gpt_oss",
 )
+# Keys a family's transformers config class fills in when config.json omits them (the Gemma 3
+# multimodal files list only what differs from these in ``text_config``). Checked against
+# huggingface/transformers@008e574391258935f3ecc3035c882e73bbcac419
+# src/transformers/models/gemma2/configuration_gemma2.py (Gemma2Config) and
+# @d903f323453edf4511f3eb8a5fe21e992a75d774 src/transformers/models/gemma3/modular_gemma3.py
+# (Gemma3TextConfig.__init__).
+_CONFIG_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma2": {
+        "vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 8192,
+        "tie_word_embeddings": True, "sliding_window": 4096,
+    },
+    "gemma3_text": {
+        "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131072,
+        "tie_word_embeddings": True, "sliding_window": 4096,
+    },
+}
+_GEMMA_SANDWICH = ("gemma2", "gemma3_text")
+
 _UNSUPPORTED = ("mamba", "mamba2", "rwkv", "jamba", "falcon_h1", "whisper", "t5", "bert")
 
 
@@ -340,10 +363,20 @@ def arch_from_hf_config(cfg: Mapping[str, Any], name: str, where: str | None = N
     if not isinstance(cfg, Mapping):
         raise CostModelError(f"{where}: expected a JSON object (a Hugging Face config.json)")
     top_tied = cfg.get("tie_word_embeddings")
+    top_type = str(cfg.get("model_type", ""))
     if isinstance(cfg.get("text_config"), Mapping):
         cfg = cfg["text_config"]
         where = f"{where}.text_config"
+        if top_type == "gemma3" and "model_type" not in cfg:  # Gemma3Config's text sub-config class
+            cfg = {**cfg, "model_type": "gemma3_text"}
     mtype = str(cfg.get("model_type", ""))
+    if mtype == "gemma3":  # a wrapper without text_config: the text config class's defaults apply
+        mtype = "gemma3_text"
+    if mtype in _CONFIG_CLASS_DEFAULTS:
+        defaults = dict(_CONFIG_CLASS_DEFAULTS[mtype])
+        if top_tied is not None:  # the wrapper's own setting beats the sub-config class default
+            defaults.pop("tie_word_embeddings")
+        cfg = {**defaults, **cfg}
     if mtype in _UNSUPPORTED:
         raise CostModelError(f"{where}.model_type: {mtype!r} is not a decoder-only transformer SimRL can price")
     hidden = _req(cfg, "hidden_size", where)
@@ -425,6 +458,7 @@ def arch_from_hf_config(cfg: Mapping[str, Any], name: str, where: str | None = N
         attention_bias=bool(cfg.get("attention_bias", mtype in ("qwen2", "qwen2_moe"))),
         max_position=_opt(cfg, "max_position_embeddings", where, 131072),
         mtp_layers=_opt(cfg, "num_nextn_predict_layers", where),
+        norms_per_layer=4 if mtype in _GEMMA_SANDWICH else 2,
         **kw,
     )
 
@@ -453,7 +487,21 @@ def _default_swa_layers(cfg: Mapping[str, Any], mtype: str, layers: int, where: 
         return max(0, layers - _opt(cfg, "max_window_layers", where, layers))
     if mtype in ("mistral", "mixtral", "phi3"):
         return layers
-    return 0
+    # transformers derives ``layer_types`` when config.json has none: layer i slides unless
+    # (i + 1) % pattern == 0. Gemma2Config.__post_init__ uses pattern 2 (layers 0, 2, 4, ... slide;
+    # 1, 3, 5, ... are global); Gemma3TextConfig.__init__ uses the config's ``sliding_window_pattern``
+    # (default 6: layers 5, 11, 17, ... are global, 5 local : 1 global). (Commits as in
+    # _CONFIG_CLASS_DEFAULTS.)
+    if mtype == "gemma2":
+        pattern = 2
+    elif mtype == "gemma3_text":
+        key = "sliding_window_pattern" if "sliding_window_pattern" in cfg else "_sliding_window_pattern"
+        pattern = _opt(cfg, key, where, 6)
+        if pattern == 0:
+            raise CostModelError(f"{where}.{key}: expected a positive integer, got 0")
+    else:
+        return 0
+    return layers - layers // pattern
 
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelArch:

@@ -231,8 +231,15 @@ class RooflineRollout:
         states = math.ceil(self.max_num_seqs / self.dp) * self._state_bytes_per_seq_per_gpu()
         swa = self._swa_fraction()
         if swa:  # vLLM's hybrid KV manager: sliding layers hold at most a window per sequence
-            states += (math.ceil(self.max_num_seqs / self.dp) * self.model.sliding_window
-                       * swa * self._kv_bytes_per_token_per_gpu())
+            window = (math.ceil(self.max_num_seqs / self.dp) * self.model.sliding_window
+                      * swa * self._kv_bytes_per_token_per_gpu())
+            # Reserving a whole window for every sequence only pays when the pool holds that many
+            # tokens (free / bytes-per-token >= seqs x window); otherwise (long windows: Gemma 2's
+            # 4,096) pricing the sliding layers as full is the larger of the two safe bounds.
+            if free - states - window > (free - states) * (1 - swa):
+                states += window
+            else:
+                swa = 0.0
         free -= states
         if free <= 0:
             raise CostModelError(

@@ -271,7 +271,7 @@ def hf_tensor_count(m: ModelArch) -> int:
         moe = 1 + m.num_experts * mats + (mats if m.shared_experts else 0)
         moe += 1 if m.shared_experts and m.shared_expert_gate else 0
     per_layers = (m.n_full_attention * attn + m.n_linear_attention * linear + m.n_dense_mlp_layers * mats
-                  + m.n_moe_layers * moe + 2 * m.layers)
+                  + m.n_moe_layers * moe + m.norms_per_layer * m.layers)
     return per_layers + 2 + (0 if m.tied_embeddings else 1)
 
 
@@ -292,5 +292,5 @@ def engine_param_tensors(m: ModelArch) -> int:
     if m.is_moe:
         moe = 3 + (2 if m.shared_experts else 0) + (1 if m.shared_experts and m.shared_expert_gate else 0)
     per_layers = (m.n_full_attention * attn + m.n_linear_attention * linear + m.n_dense_mlp_layers * 2
-                  + m.n_moe_layers * moe + 2 * m.layers)
+                  + m.n_moe_layers * moe + m.norms_per_layer * m.layers)
     return per_layers + 2 + (0 if m.tied_embeddings else 1)

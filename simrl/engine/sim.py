@@ -40,8 +40,11 @@ def load_workload(cfg: SimConfig) -> Workload:
 def run_name(cfg: SimConfig) -> str:
     if cfg.run.name:
         return cfg.run.name
+    from simrl.cost.architectures import model_slug
+
     digest = hashlib.sha256(to_yaml(cfg).encode()).hexdigest()[:8]
-    return f"{cfg.policy.kind}-{cfg.deployment.model}-{digest}"
+    # one path component: a repo id "google/gemma-2-9b" becomes "google--gemma-2-9b"
+    return f"{cfg.policy.kind}-{model_slug(cfg.deployment.model)}-{digest}"
 
 
 def build_simulation(cfg: SimConfig, workload: Workload | None = None, costs=None) -> Simulation:

@@ -50,6 +50,11 @@ PUBLISHED = {
     "Qwen/Qwen3-Coder-30B-A3B-Instruct": 30.5e9,  # 30.5B total, 3.3B active
     "allenai/OLMo-2-1124-7B": 7_298_617_344,  # HF safetensors metadata (test_catalog.py: the 0.003 % gap)
     "allenai/OLMo-2-1124-13B": 13_716_198_400,
+    # keras-team/keras-hub preset metadata "params" (exact; test_catalog.py pins them to the parameter).
+    "google/gemma-2-2b": 2_614_341_888,
+    "google/gemma-2-9b": 9_241_705_984,
+    "google/gemma-2-27b": 27_227_128_320,
+    "google/gemma-3-1b-it": 999_885_952,
     # Not published: the CPU profiling model srl-profile fsdp builds, counted by hand: 4 layers x
     # (attention 256*256 + 2*256*128 + 256*256 = 196,608; MLP 3*256*768 = 589,824; 2 norms 512)
     # + embedding and LM head 2*4096*256 + final norm 256 = 5,245,184 (tests/adapters/test_fsdp.py

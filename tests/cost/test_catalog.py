@@ -6,6 +6,7 @@ import pytest
 
 from simrl.config import ConfigError, load_config
 from simrl.cost.architectures import model_arch
+from simrl.cost.base import CostModelError
 from simrl.cost.build import build_costs
 from simrl.cost.catalog import data_path
 
@@ -77,6 +78,16 @@ EXACT_PARAMS = {
     "meta-llama/Llama-3.2-1B": 1_235_814_400,
     "meta-llama/Llama-3.2-3B": 3_212_749_824,
     "deepseek-ai/DeepSeek-V2-Lite": 15_706_484_224,
+    # keras-hub keras_hub/src/models/gemma/gemma_presets.py @cf8818bc ("gemma2_2b_en", "gemma2_9b_en",
+    # "gemma2_27b_en") and keras_hub/src/models/gemma3/gemma3_presets.py @46f3b4a0 ("gemma3_instruct_1b").
+    # Exact only with Gemma's four norms per layer and tied embeddings. gemma-2-2b by hand: per layer
+    # attention 2304 x (2048 + 1024 + 1024) + 2048 x 2304 = 14,155,776, MLP 3 x 2304 x 9216 =
+    # 63,700,992, norms 4 x 2304 = 9,216; x 26 = 2,024,515,584; + embedding 256000 x 2304 =
+    # 589,824,000 + final norm 2,304 = 2,614,341,888.
+    "google/gemma-2-2b": 2_614_341_888,
+    "google/gemma-2-9b": 9_241_705_984,
+    "google/gemma-2-27b": 27_227_128_320,
+    "google/gemma-3-1b-it": 999_885_952,
 }
 
 
@@ -161,6 +172,12 @@ KV_BYTES = {
     "Qwen/Qwen3-Coder-30B-A3B-Instruct": 48 * 4 * 128 * 2 * 2,  # 98,304
     "allenai/OLMo-2-1124-7B": 32 * 32 * 128 * 2 * 2,  # 524,288 (no GQA)
     "allenai/OLMo-2-1124-13B": 40 * 40 * 128 * 2 * 2,  # 819,200
+    # Gemma: every layer counted (the bound for a cache without window eviction); the sliding layers'
+    # window is priced by kv_bytes_per_seq, pinned in test_gemma_sliding_layers_hold_at_most_the_window.
+    "google/gemma-2-2b": 26 * 4 * 256 * 2 * 2,  # 106,496
+    "google/gemma-2-9b": 42 * 8 * 256 * 2 * 2,  # 344,064
+    "google/gemma-2-27b": 46 * 16 * 128 * 2 * 2,  # 376,832
+    "google/gemma-3-1b-it": 26 * 1 * 256 * 2 * 2,  # 26,624
 }
 
 
@@ -231,3 +248,61 @@ def test_olmo2_count_misses_only_the_full_width_qk_norms(name, published, layers
     assert m.qk_norm and m.max_position == 4096
     assert published - m.total_params == layers * (hidden + kv_width - 2 * 128)
     assert m.total_params == pytest.approx(published, rel=1e-4)
+
+
+# Gemma config.json files carry no layer_types; transformers derives them (layer i slides unless
+# (i + 1) % pattern == 0): Gemma 2 pattern 2, Gemma 3 sliding_window_pattern 6.
+@pytest.mark.parametrize(("name", "window", "sliding", "global_"), [
+    ("google/gemma-2-2b", 4096, 13, 13),  # layers 0, 2, ..., 24 slide; 1, 3, ..., 25 global
+    ("google/gemma-2-9b", 4096, 21, 21),
+    ("google/gemma-2-27b", 4096, 23, 23),
+    ("google/gemma-3-1b-it", 512, 22, 4),  # global: layers 5, 11, 17, 23
+])
+def test_gemma_sliding_layer_counts(name, window, sliding, global_):
+    m = model_arch(name)
+    assert m.norms_per_layer == 4 and m.tied_embeddings
+    assert (m.sliding_window, m.sliding_window_layers, m.n_full_attention - m.sliding_window_layers) == (
+        window, sliding, global_)
+
+
+def test_gemma_sliding_layers_hold_at_most_the_window():
+    # gemma-2-9b: per token and layer 8 KV heads x 256 x 2 (K, V) x 2 bytes = 8,192 bytes. At 8,192
+    # tokens: 21 global layers x 8,192 tokens + 21 sliding layers x 4,096 tokens = 258,048 token-layers
+    # x 8,192 = 2,113,929,216 bytes (all 42 layers full would be 2,818,572,288).
+    m = model_arch("google/gemma-2-9b")
+    assert m.kv_bytes_per_seq(8192) == (21 * 8192 + 21 * 4096) * 8192 == 2_113_929_216
+    assert m.kv_bytes_per_seq(2000) == 42 * 2000 * 8192  # shorter than the window: every layer keeps all
+    # gemma-3-1b-it: 1 KV head x 256 x 2 x 2 = 1,024 bytes per token and layer; at 32,768 tokens
+    # 4 global x 32,768 + 22 sliding x 512 = 142,336 token-layers = 145,752,064 bytes.
+    g3 = model_arch("google/gemma-3-1b-it")
+    assert g3.kv_bytes_per_seq(32768) == (4 * 32768 + 22 * 512) * 1024 == 145_752_064
+
+
+def test_gemma3_multimodal_text_config_takes_the_config_class_defaults():
+    # A Gemma 3 multimodal config.json lists in text_config only what differs from Gemma3TextConfig's
+    # defaults (heads 8, KV heads 4, head_dim 256, vocab 262,208, tied, sliding_window_pattern 6).
+    # Shapes of gemma-3-4b (2,560 wide, 10,240 MLP, 34 layers, 1,024 window) as in simaai's published
+    # devkit copy of that model's config. keras-hub gemma3_presets.py @46f3b4a0 counts the text-only
+    # 4B at 3,880,099,328 with a 262,144 vocabulary; the default 262,208 rows add 64 x 2,560.
+    text = {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+            "num_hidden_layers": 34, "sliding_window": 1024}
+    m = model_arch({"model_type": "gemma3", "text_config": text, "vision_config": {}})
+    assert (m.heads, m.kv_heads, m.head_dim, m.vocab, m.tied_embeddings) == (8, 4, 256, 262_208, True)
+    assert (m.sliding_window, m.sliding_window_layers) == (1024, 34 - 5)  # global: 5, 11, 17, 23, 29
+    assert m.total_params == 3_880_099_328 + 64 * 2560
+    assert model_arch({"model_type": "gemma3", "text_config": {**text, "vocab_size": 262_144}}).total_params == (
+        3_880_099_328)
+    # An explicit pattern is honoured; a zero one is an error naming the key.
+    assert model_arch({"model_type": "gemma3", "text_config": {**text, "sliding_window_pattern": 2}}
+                      ).sliding_window_layers == 17
+    with pytest.raises(CostModelError, match="text_config.sliding_window_pattern"):
+        model_arch({"model_type": "gemma3", "text_config": {**text, "sliding_window_pattern": 0}})
+    # Explicit layer_types win over the pattern.
+    lt = ["full_attention"] * 34
+    assert model_arch({"model_type": "gemma3", "text_config": {**text, "layer_types": lt}}).sliding_window_layers == 0
+
+
+def test_gemma_2_9b_builds_costs_from_the_run_config():
+    costs = build_costs(load_config(None, ["deployment.model=google/gemma-2-9b"]))
+    assert costs.rollout.kv_capacity_tokens() > 0
+    assert costs.training.step_time([1000, 2000]) > 0
