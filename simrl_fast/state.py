@@ -241,6 +241,9 @@ class SimState(NamedTuple):
     # -- record extension admit_episode_cap (Params.ep_cap; simrl_fast.step.chain_due) --
     wake: jnp.ndarray  # bool: GroupBook.changed notified and the dispatcher not yet run since (set at a group
     #                    completion, a batch taken, a publication; the start): admission is read only then
+    # -- record extension zero_variance_stop_groups (Params.zv_stop; simrl_fast.instance.instance_action) --
+    zrow: jnp.ndarray  # int32: RecordState.zero_in_a_row (zero-variance groups in a row that reached the filter)
+    zstop: jnp.ndarray  # bool: the stop fired (SimPy's PolicyError): the configuration takes no further action
 
 
 def serials(static) -> bool:
@@ -302,7 +305,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         buf_live=i32(0), buf_minv=i32(0, P + 1), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
         count_off=i32(0), cross=init_cross(static), pi=init_perinst(static), evicted_n=i32(0), pub_disp=i32(0, P + 1),
         zs_live=i32(0), zs_real=i32(0), zs_wait=jnp.array(False),
-        wake=jnp.array(True),
+        wake=jnp.array(True), zrow=i32(0), zstop=jnp.array(False),
     )
 
 

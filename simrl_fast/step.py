@@ -198,6 +198,21 @@ def episode_permit(st, p, static):
     return (p.ep_cap <= 0) | (st.wake & (unfinished < p.ep_cap))
 
 
+def dispatcher_first(st, p):
+    """Whether SimPy's dispatcher runs before the trainer's `form_batch` when one `changed.notify()` wakes both.
+
+    Both wait on the one `GroupBook.changed` event and resume in the order they waited on it. At the start the
+    dispatcher runs first (its process starts before the trainer's) and waits first; each wake-up resumes it
+    first again, so it re-waits before the trainer does: first throughout step 1. Every later wait for a batch
+    begins right after `Trainer.finish_step`'s notify, with the dispatcher not yet resumed: the trainer makes
+    the new event and waits on it first, and stays first until it takes the batch. The order decides
+    admission only where taking a batch closes it: a ship barrier with batches of placeholders
+    (``admit_max_ship_lag`` with ``zero_variance_holds_slot``: a batch with placeholders takes fewer than
+    ``batch`` buffered groups, so the barrier's sum grows); everywhere else a batch taken only opens admission,
+    and the dispatcher, notified again, admits the rest in the same instant (the trainer-first order, kept)."""
+    return (p.ship_lag >= 0) & (p.zslot == 1) & (st.trainer.step == 0)
+
+
 def chain_due(st, p, static):
     """(trainer reaction, dispatch, routing) due in this instant, after every timeout due now."""
     tr = st.trainer
@@ -296,7 +311,7 @@ def local_phase(st, p, w, static, rounds):
     K, S, n, G, Gm = static.instances, static.slots, static.group_size, static.groups, static.max_groups
     i32 = jnp.int32
     active = jnp.arange(K) < p.n_inst
-    quiet = (st.cur < 0) & (tr.taken == 0) & (tr.phase != T_DONE)
+    quiet = (st.cur < 0) & (tr.taken == 0) & (tr.phase != T_DONE) & ~st.zstop
     react, disp, route = chain_due(st, p, static)
     timer_on = (tr.phase == T_TRAIN) | (tr.phase == T_PUBLISH) | (tr.phase == T_OFFLOAD)
     woken = active & ((st.inst.phase == START) | (st.inst.phase == RESUME))
@@ -452,13 +467,15 @@ def select(st, p, static):
     chain = react | disp | route
     cont = st.cur >= 0
     timed = jnp.where(bidx < K, A_INST, A_TIMER)
-    chain_act = jnp.where(react, A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE))
+    # The dispatcher before the trainer's batch while the trainer waits for its first batch (`dispatcher_first`)
+    first = disp & dispatcher_first(st, p) & (tr.taken == 0) & (tr.phase == T_WAIT)
+    chain_act = jnp.where(react & ~first, A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE))
     later = jnp.where(gt < jnp.inf, A_INST, jnp.where(bt < jnp.inf, timed, A_NONE))
     due = bt <= st.now
     # A batch being formed is one synchronous form_batch call: finish it first.
     act = jnp.where(cont, A_INST, jnp.where(tr.taken > 0, A_REACT,
                                             jnp.where(due, timed, jnp.where(chain, chain_act, later))))
-    act = jnp.where(tr.phase == T_DONE, A_NONE, act)
+    act = jnp.where((tr.phase == T_DONE) | st.zstop, A_NONE, act)  # (zero_variance_stop_groups: SimPy stopped)
     i = jnp.where(cont, st.cur, jnp.where(~due & ~chain & (gt < jnp.inf), gidx, bidx))
     i = jnp.minimum(i, K - 1).astype(jnp.int32)
     timed_now = jnp.where(act == A_TIMER, tr.timer_t, jnp.where(i < K, ins.ev_t[i], jnp.inf))

@@ -61,6 +61,11 @@ dropped for zero reward variance keeps its place in the batch order (completion 
 first ``batch_min_groups`` places, buffered groups and such placeholders, and trains its buffered groups
 only; a batch of placeholders alone is consumed and not taken (the trainer waits for the next change;
 prime-rl's ``filter_zero_advantages`` without backfill).
+``zero_variance_std_max`` (>= 0): a group has zero reward variance when its reward std is at most this (0: exactly
+0; prime-rl's ``filter_zero_advantages`` tests std <= 1e-12). ``zero_variance_stop_groups`` = n > 0 (with
+``drop_zero_variance``): the run stops with an error when n groups in a row that reached the filter had zero
+reward variance (an accepted group restarts the count; a group dropped for staleness or dispatch age leaves it;
+prime-rl's stop after 10 x batch zero-advantage groups in a row); 0: never.
 ``collapse_zero_variance_groups`` = n > 0 (with ``drop_zero_variance``): the run stops with an
 error when the n-th group since the last batch is dropped for zero reward variance (ART's
 "MODEL COLLAPSE DETECTED" failsafe); 0: never.
@@ -135,6 +140,8 @@ class PolicyParams:
     abort_stale_on_publish: int = 0
     zero_variance_holds_slot: int = 0
     admit_episode_cap: int = -1
+    zero_variance_std_max: float = 0.0
+    zero_variance_stop_groups: int = 0
 
     def __attrs_post_init__(self):
         if self.admit_count_since_publish and not self.admit_count_dispatched:
@@ -173,6 +180,14 @@ class PolicyParams:
         if self.admit_episode_cap == 0 or self.admit_episode_cap < -1:
             raise ValueError(f"admit_episode_cap={self.admit_episode_cap}: expected -1 (none) or a cap >= 1 "
                              "(0 would never admit a group)")
+
+        if not (0.0 <= self.zero_variance_std_max < math.inf):
+            raise ValueError(f"zero_variance_std_max={self.zero_variance_std_max}: expected a finite std >= 0")
+        if self.zero_variance_stop_groups < 0:
+            raise ValueError(f"zero_variance_stop_groups={self.zero_variance_stop_groups}: expected 0 (never) or a "
+                             "count >= 1")
+        if self.zero_variance_stop_groups and not self.drop_zero_variance:
+            raise ValueError("zero_variance_stop_groups > 0 needs drop_zero_variance >= 1")
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in attrs.asdict(self).items()}
