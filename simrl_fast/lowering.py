@@ -86,12 +86,15 @@ FEATURES = {
                                         "after a batch of placeholders alone the trainer waits for the next "
                                         "group completion); not with per-instance sync",
     "policy.admit_episode_cap": "any (unfinished trajectories of running groups < the cap, read only where SimPy "
-                                 "wakes the dispatcher: a group completion, a batch taken, a publication); not "
-                                 "with per-instance sync",
+                                 "wakes the dispatcher: a group completion, a batch taken, a publication; it bounds "
+                                 "admission alone too: at most the cap's groups run); not with per-instance sync",
+    "policy.zero_variance_std_max": "any std >= 0 (a group has zero reward variance at reward std <= it)",
+    "policy.zero_variance_stop_groups": "any (the run stops after that many zero-variance groups in a row; the fast "
+                                        "path stops the configuration there and raises the same diagnosis)",
     "policy.max_dispatch_age": "any: a group whose version - dispatch version exceeds it is dropped when it "
                                "finishes and evicted from the buffer at each publication",
     "policy.admit_max_ship_lag": "any (a ship barrier: batches taken - version + buffered // batch <= the lag) with "
-                                 "batch_min_groups == batch_max_groups",
+                                 "batch_min_groups == batch_max_groups, zero_variance_holds_slot too",
     "run.time_horizon_s": "inf",
     "workload.knobs.length_growth_per_step / length_drift_knots": "unset (no length drift)",
     "deployment.training.reward_s_per_trajectory": "0",
@@ -376,10 +379,6 @@ def policy_rejections(pp: PolicyParams, name: str, gaps: tuple[str, ...] = ()) -
         # dispatcher in an instant would matter
         out.append(_feature("a ship barrier (admit_max_ship_lag) with variable batch sizes (batch_min_groups != "
                             "batch_max_groups)", name))
-    if False and pp.admit_max_ship_lag >= 0 and pp.zero_variance_holds_slot:
-        # a batch with placeholders takes fewer than batch_max_groups buffered groups, so the barrier's sum
-        # moves by another amount when it is taken and the order of trainer and dispatcher in an instant matters
-        out.append(_feature("a ship barrier (admit_max_ship_lag) with zero_variance_holds_slot", name))
     if pp.evict_stale_on_publish and pp.staleness_bound < 0:
         out.append(_feature("eviction at publication without a staleness bound", name))
     return out

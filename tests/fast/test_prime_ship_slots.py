@@ -20,7 +20,6 @@ from simhelpers import linear_costs  # noqa: E402
 from simrl.policy.params import PolicyParams  # noqa: E402
 from simrl.policy.record import ParamsPolicy  # noqa: E402
 from simrl.policy.rules import InflightRule, code  # noqa: E402
-from simrl_fast.lowering import policy_rejections  # noqa: E402
 from workloads.types import build_workload, single_turn_group  # noqa: E402
 
 # (completion length L of both calls, zero reward variance) per prompt group
@@ -82,9 +81,3 @@ def test_the_dispatcher_reads_the_barrier_before_the_first_batch_and_after_every
     assert [disp[g] for g in sorted(disp)] == pytest.approx([0, 0, 0.01, 0.02, 0.385, 0.40], abs=1e-12)
     res = run_fast([case])
     compare(case, res, 0)  # every step and call, times equal
-
-
-def test_the_pair_is_no_longer_refused():
-    rec = PolicyParams(zero_variance_holds_slot=1, drop_zero_variance=1, batch_min_groups=2, batch_max_groups=2,
-                       admit_concurrency_groups=4.0, fast_path_exact=1, admit_max_ship_lag=1)
-    assert policy_rejections(rec, "record") == []
