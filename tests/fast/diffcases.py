@@ -256,15 +256,16 @@ def ship_zero_slots_record(rng: np.random.Generator, rec):
 
 def zero_test_record(rng: np.random.Generator, rec, wl):
     """``rec`` (dropping zero-variance groups, not per-instance, exact) with a zero-variance threshold
-    (``zero_variance_std_max``: 0, or one of the workload's group reward stds, so the groups up to it count as zero;
-    the test is <=) and half the time a stop after 2..8 such groups in a row (``zero_variance_stop_groups``; where it
-    fires both engines stop, `Case.run_simpy` keeps SimPy's error and `compare` checks the fast path's flag)."""
+    (``zero_variance_std_max``: 0, or one of the workload's group reward stds but the largest, so the groups up to
+    it count as zero; the test is <=) and half the time a stop after 2..8 such groups in a row
+    (``zero_variance_stop_groups``; where it fires both engines stop, `Case.run_simpy` keeps SimPy's error and
+    `compare` checks the fast path's flag)."""
     if rec.drop_zero_variance != 1 or rec.sync_per_instance or not rec.fast_path_exact:
         return None
     from simrl_fast.lowering import lower_workload
 
     stds = sorted(set(lower_workload(wl).reward_std.tolist()) - {0.0})  # GroupRecord.reward_std's arithmetic
-    k = int(rng.integers(0, len(stds) + 1))
+    k = int(rng.integers(0, len(stds)))  # (below the largest: some prompt keeps its variance, so batches can form)
     tol = stds[k - 1] if k else 0.0
     stop = int(rng.integers(2, 9)) if rng.random() < 0.5 else 0
     return attrs.evolve(rec, zero_variance_std_max=tol, zero_variance_stop_groups=stop)
