@@ -206,11 +206,14 @@ def dispatcher_first(st, p):
     first again, so it re-waits before the trainer does: first throughout step 1. Every later wait for a batch
     begins right after `Trainer.finish_step`'s notify, with the dispatcher not yet resumed: the trainer makes
     the new event and waits on it first, and stays first until it takes the batch. The order decides
-    admission only where taking a batch closes it: a ship barrier with batches of placeholders
-    (``admit_max_ship_lag`` with ``zero_variance_holds_slot``: a batch with placeholders takes fewer than
-    ``batch`` buffered groups, so the barrier's sum grows); everywhere else a batch taken only opens admission,
-    and the dispatcher, notified again, admits the rest in the same instant (the trainer-first order, kept)."""
-    return (p.ship_lag >= 0) & (p.zslot == 1) & (st.trainer.step == 0)
+    admission only where taking a batch closes it and a batch can form while admission is open: with batches
+    of placeholders (``zero_variance_holds_slot``: a batch with placeholders takes fewer than ``batch`` buffered
+    groups) a ship barrier (``admit_max_ship_lag``: the barrier's sum grows) or ``admit_block_while_training``
+    (the sync shape's budget counts accepted groups, not places, so it is still open when such a batch forms, and
+    training closes it); everywhere else a batch taken only opens admission, and the dispatcher, notified again,
+    admits the rest in the same instant (the trainer-first order, kept)."""
+    closes = (p.ship_lag >= 0) | (p.block_training == 1)
+    return (p.zslot == 1) & closes & (st.trainer.step == 0)
 
 
 def chain_due(st, p, static):

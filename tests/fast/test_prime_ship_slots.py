@@ -81,3 +81,40 @@ def test_the_dispatcher_reads_the_barrier_before_the_first_batch_and_after_every
     assert [disp[g] for g in sorted(disp)] == pytest.approx([0, 0, 0.01, 0.02, 0.385, 0.40], abs=1e-12)
     res = run_fast([case])
     compare(case, res, 0)  # every step and call, times equal
+
+
+def _sync_case() -> Case:
+    # rewards: g0 zero variance (a placeholder), the rest varied; every call 1 token
+    wl = build_workload("hand sync", 0, [single_turn_group(g, 2, 100, [1, 1], [1.0, 1.0] if g == 0 else [0.0, 1.0])
+                                         for g in range(8)])
+    costs = linear_costs(kv_tokens=10**6, step_s=0.055, sync_s=0.1, a=0.01, b=0.0, c=0.0, p=0.0)
+    rec = PolicyParams(admit_budget_base_groups=2.0, admit_budget_per_version_groups=2.0, admit_block_while_training=1,
+                       inflight_rule=code(InflightRule.CONTINUE), fast_path_exact=1, batch_min_groups=2,
+                       batch_max_groups=2, drop_zero_variance=1, zero_variance_holds_slot=1)
+    ov = [*BASE, "deployment.rollout.instances=1", "deployment.rollout.max_num_seqs=8", "run.training_steps=2"]
+    case = Case(ov, wl, costs, label="sync shape with zero slots")
+    case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+    return case
+
+
+def test_the_sync_shape_with_placeholders_admits_before_the_first_batch_blocks_it():
+    """The sync shape (budget (version + 1) x 2 counting accepted + running, admission blocked while training) with
+    placeholders: a batch of places can form while accepted + running < the budget, and training closes admission,
+    so the order matters here too (diffscan seed 11023 differed). One instance, every call 1 token (0.01 s).
+
+    t=0      g0 (Z), g1 (N) dispatched (count 0, 1 < 2) and admitted; both done at 0.01, in rid order.
+    0.01     places [Z0, N1] make batch 1, accepted 1 + running 0 = 1 < 2: the dispatcher goes first (step 1)
+             and starts g2 (done 0.02); then the trainer takes the batch (trains g1, 0.01 .. 0.065, published
+             0.165), and training blocks admission.
+    0.165    version 1, budget 4, count 2 (g1, g2 accepted): g3, g4 start, both done at 0.175.
+    0.175    [N2, N3] make batch 2 (0.175 .. 0.23, published 0.33).
+    With the trainer first at 0.01 g2 would start only at 0.165."""
+    case = _sync_case()
+    case.run_simpy()
+    rep = case.report
+    assert [(s.gids, s.batch_ready, s.publish_end) for s in rep.steps] == [
+        ((1,), pytest.approx(0.01, abs=1e-12), pytest.approx(0.165, abs=1e-12)),
+        ((2, 3), pytest.approx(0.175, abs=1e-12), pytest.approx(0.33, abs=1e-12))]
+    disp = _dispatch(rep)
+    assert [disp[g] for g in range(5)] == pytest.approx([0, 0, 0.01, 0.165, 0.165], abs=1e-12)
+    compare(case, run_fast([case]), 0)
