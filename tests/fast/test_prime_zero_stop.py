@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("jax")
 
 import attrs  # noqa: E402
-from diffcases import BASE, Case, compare, run_fast  # noqa: E402
+from diffcases import BASE, Case, compare  # noqa: E402
 from simhelpers import linear_costs  # noqa: E402
 
 from simrl.engine.errors import SimulationError  # noqa: E402
@@ -18,7 +18,7 @@ from simrl.policy.params import LoweringContext, PolicyParams  # noqa: E402
 from simrl.policy.record import ParamsPolicy, zero_stop_message  # noqa: E402
 from simrl.policy.rules import InflightRule, code  # noqa: E402
 from simrl_fast import lower  # noqa: E402
-from simrl_fast.engine import run_params  # noqa: E402
+from simrl_fast.engine import check_zero_stop, run_params  # noqa: E402
 from simrl_fast.lowering import FastPathNoProgress  # noqa: E402
 from workloads.types import build_workload, single_turn_group  # noqa: E402
 
@@ -62,19 +62,21 @@ def test_the_threshold_and_the_stop_by_hand():
     assert str(simpy_err.value) == msg
     stop.run_simpy()  # (the generators' way: the error kept as Case.stopped)
     assert stop.stopped == msg and stop.report is None
-    res = run_fast([exact, tiny])
+    # one batch, one compile (16 group slots: the dropped groups would overflow the 6 sized from concurrency 1 and
+    # grow the slots, one compile each): the fast path stops the configuration at the same group
+    lowered = [lower(c.cfg, c.workload, c.costs) for c in (exact, tiny, stop)]
+    ps, was = [p for _, p, _ in lowered], [wa for _, _, wa in lowered]
+    res = run_params(ps, was, max_groups=16, stops=False)
     compare(exact, res, 0)  # every step and call, times equal
     compare(tiny, res, 1)
-    # the fast path stops the configuration at the same group and raises the same diagnosis, naming it
-    lowered = [lower(c.cfg, c.workload, c.costs) for c in (exact, stop)]
-    with pytest.raises(FastPathNoProgress) as fast_err:
-        run_params([p for _, p, _ in lowered], [wa for _, _, wa in lowered])
-    assert str(fast_err.value).endswith(msg) and "configuration 1 " in str(fast_err.value)
-    res = run_fast([exact, stop])  # (the generators' way: the stop as a flag, compared with SimPy's error)
-    assert res.zero_stop.tolist() == [False, True]
-    compare(stop, res, 1)
+    assert res.zero_stop.tolist() == [False, False, True]
+    compare(stop, res, 2)  # (the generators' way: the stop as a flag, compared with SimPy's error)
     # it stopped at g6's completion: 7 groups dispatched (one at a time), the last one finished at 0.07
-    assert int(res.groups_dispatched[1]) == 7 and float(res.group_finish[1, 6]) == pytest.approx(0.07, abs=1e-12)
+    assert int(res.groups_dispatched[2]) == 7 and float(res.group_finish[2, 6]) == pytest.approx(0.07, abs=1e-12)
+    # and raises the same diagnosis, naming the configuration (run_params' default)
+    with pytest.raises(FastPathNoProgress) as fast_err:
+        check_zero_stop(ps, res)
+    assert str(fast_err.value).endswith(msg) and "configuration 2 " in str(fast_err.value)
 
 
 def test_the_fields_are_checked():
