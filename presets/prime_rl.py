@@ -58,11 +58,11 @@ engine takes whole groups, ceil(batch_size / group size) of them, in completion 
 Fast path: the record of `lower` holds the batch size, the ship barrier (``admit_max_ship_lag`` =
 ``TARGET_LAG``) and ``max_off_policy_steps`` (drop at completion, eviction and ``abort_stale_on_publish``
 at publications), the slot-holding zero-advantage drops (``zero_variance_holds_slot``) and the episode
-permits read when the dispatcher wakes (``admit_episode_cap``, at the cap the controller starts from) and the
-admission window at that cap (``admit_window_episodes``, ``admit_window_s``, ``admit_window_refund``); the
-controller, and the zero-advantage threshold (std <= 1e-12, the record's is 0) and
-stop (10 x batch in a row) have no record fields (`fast_path_gaps` names them), so simrl_fast refuses the
-preset (``fast_path_exact=0``) rather than approximate it.
+permits read when the dispatcher wakes (``admit_episode_cap``, at the cap the controller starts from), the
+admission window at that cap (``admit_window_episodes``, ``admit_window_s``, ``admit_window_refund``), the
+zero-advantage threshold (std <= 1e-12: ``zero_variance_std_max``) and stop (10 x batch in a row:
+``zero_variance_stop_groups``); the controller has no record fields (`fast_path_gaps` names it), so simrl_fast
+refuses the preset (``fast_path_exact=0``) rather than approximate it.
 
 Approximations: the engine dispatches a group's episodes together (upstream schedules them one
 permit at a time, so a group may straddle the cap by up to group size - 1 episodes here) and
@@ -83,6 +83,7 @@ from attrs import validators as v
 from simrl.policy.base import GroupRecord, InstanceLoad, PipelineState, Policy, PublishActions, Verdict
 from simrl.policy.errors import PolicyError
 from simrl.policy.params import ADMIT_WINDOW_EPS_S, LoweringContext, PolicyParams
+from simrl.policy.record import zero_stop_message
 from simrl.policy.registry import register
 from simrl.policy.rules import Enforcement, InflightRule, Staleness, Sync, code
 
@@ -99,6 +100,9 @@ PREEMPTION_CUT_FRACTION, ESCALATED_CUT_FRACTION, ESCALATION_GRACE_POLLS = 0.8, 0
 GROWTH_GATE_TTL_S = 15.0
 # dispatcher.py@559b4477:194-197: the pool grows by at most max(group size, cap // 10) per window
 ADMISSION_WINDOW_S = 5.0
+# filter_zero_advantages: a group's advantages are all zero at reward std <= this, and the run stops after this many
+# batches' worth of such groups in a row (the record's zero_variance_std_max and zero_variance_stop_groups)
+ZERO_ADVANTAGE_STD, ZERO_STOP_BATCHES = 1e-12, 10
 REPLAY_POLLS = 12  # polls replayed at most on one consultation (all counters saturate by then)
 
 # The earlier law, concurrency.py@014aa9d0:66-215
@@ -421,15 +425,13 @@ class PrimeRLPolicy(Policy):
                     c.cost = tokens if c.cost is None else (1 - EWMA_ALPHA) * c.cost + EWMA_ALPHA * tokens
         if self._too_old(group, st):
             return Verdict.DROP
-        if self.filter_zero_advantages and group.reward_std() <= 1e-12:
+        if self.filter_zero_advantages and group.reward_std() <= ZERO_ADVANTAGE_STD:
             c.zero_pending.append(c.seq)  # keeps its batch slot; no backfill
             c.zero_in_a_row += 1
-            if c.zero_in_a_row >= 10 * self._batch_groups(st):
-                # Every batch would be empty forever; stop with the cause instead of hanging.
-                raise PolicyError(
-                    f"prime_rl: {c.zero_in_a_row} groups in a row had zero advantage and "
-                    "filter_zero_advantages removes them all (group size 1, or all rewards equal?)"
-                )
+            if c.zero_in_a_row >= ZERO_STOP_BATCHES * self._batch_groups(st):
+                # Every batch would be empty forever; stop with the cause instead of hanging (the record's
+                # zero_variance_stop_groups, with its message: the same diagnosis on both engines)
+                raise PolicyError(zero_stop_message(c.zero_in_a_row, ZERO_ADVANTAGE_STD))
             return Verdict.DROP
         c.zero_in_a_row = 0
         return Verdict.ACCEPT
@@ -488,6 +490,10 @@ class PrimeRLPolicy(Policy):
             admit_window_episodes=max(ctx.group_size, int(self._clamp(self.initial_inflight or self.min_inflight))
                                       // 10),
             admit_window_s=ADMISSION_WINDOW_S, admit_window_refund=1 if self.aimd else 0,
+            # filter_zero_advantages: zero advantage at reward std <= 1e-12, and the stop after 10 x batch of them in
+            # a row (a group dropped as too old leaves the count, as `on_group_done` checks the age first)
+            zero_variance_std_max=ZERO_ADVANTAGE_STD if self.filter_zero_advantages else 0.0,
+            zero_variance_stop_groups=ZERO_STOP_BATCHES * b if self.filter_zero_advantages else 0,
             fast_path_exact=0,  # the rules of `fast_path_gaps` have no fields
         )
 
@@ -508,8 +514,6 @@ class PrimeRLPolicy(Policy):
             control = ("kappa-EWMA permits from instance-load polls (policy.concurrency_control=kappa_ewma; the "
                        "admission window's size follows the cap)")
         gaps = [control]
-        if self.filter_zero_advantages:
-            # the slots themselves are in the record (zero_variance_holds_slot); its guard and threshold are not
-            gaps.append("zero-advantage groups counted at reward std <= 1e-12 and a stop after 10 x batch of them "
-                        "in a row (policy.filter_zero_advantages=true)")
+        # filter_zero_advantages is in the record: the slots (zero_variance_holds_slot), the threshold
+        # (zero_variance_std_max) and the stop (zero_variance_stop_groups)
         return tuple(gaps)

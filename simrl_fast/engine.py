@@ -450,7 +450,9 @@ def expected_work(params: Params, group_size: int) -> np.ndarray:
         budget = (np.asarray(params.budget_base, np.float64)
                   + np.asarray(params.budget_per_version, np.float64) * np.maximum(steps - 1, 0))
     unbounded = ~np.isfinite(budget)
-    budget = np.where(unbounded, np.asarray(params.conc, np.float64) + 2 * steps * batch, budget)
+    ep = np.asarray(params.ep_cap, np.float64)  # admit_episode_cap bounds the groups running at once too
+    running = np.where(ep > 0, np.minimum(np.asarray(params.conc, np.float64), ep), np.asarray(params.conc, np.float64))
+    budget = np.where(unbounded, running + 2 * steps * batch, budget)
     return (np.ceil(budget) + batch) * group_size
 
 
@@ -493,7 +495,7 @@ def simulate_batch(configs, workload, costs, chunk: int | None = None) -> FastRe
 
 def run_params(params: list[Params] | Params, wa, chunk: int | None = None, max_groups: int | None = None,
                static: Static | None = None, on_chunk=None, sort: bool = True,
-               devices: int | None = None) -> FastResults:
+               devices: int | None = None, stops: bool = True) -> FastResults:
     """Run lowered configurations in batches of at most ``chunk``; grow the group slots on overflow.
 
     ``params``: a list of per-configuration Params, or Params stacked along a leading axis
@@ -510,6 +512,8 @@ def run_params(params: list[Params] | Params, wa, chunk: int | None = None, max_
     the slots); otherwise `FastPathNoProgress` names them and what they did.
     ``static``: the shapes to use (e.g. one Static for every chunk of a sharded sweep; it must hold
     every configuration); ``on_chunk(k)`` is called after each batch with its real size.
+    ``stops``: raise `check_zero_stop`'s error where a configuration stopped as SimPy does (else only
+    `FastResults.zero_stop` says so).
     """
 
     per = isinstance(wa, list)
@@ -530,6 +534,8 @@ def run_params(params: list[Params] | Params, wa, chunk: int | None = None, max_
             wa = [wa[i] for i in order] if per else wa
     res = _run_growing(params, wa, per, w0, chunk, max_groups, static, on_chunk, devices, order, rows)
     _check_collapse(params, wa, res, order)
+    if stops:
+        check_zero_stop(params, res, order)
     if order is None:
         return res
     inv = np.empty_like(order)
@@ -547,12 +553,28 @@ def _check_collapse(params, wa, res: FastResults, order) -> None:
         w = wa[m] if isinstance(wa, list) else wa
         gf = res.group_finish[m]
         gids = np.nonzero(np.isfinite(gf))[0]
-        n_zero = int(np.sum(w.zero_var[gids % w.zero_var.shape[0]]))
+        tol = float(np.asarray(params.zv_tol)[m] if isinstance(params, Params) else params[m].zv_tol)
+        n_zero = int(np.sum(w.reward_std[gids % w.reward_std.shape[0]] <= tol))  # the record's zero test
         if n_zero >= collapse[m]:
             raise FastPathUnsupported(
                 f"simrl_fast does not support configuration {int(order[m]) if order is not None else int(m)}: the "
                 f"collapse failsafe (collapse_zero_variance_groups={int(collapse[m])}) may have fired ({n_zero} "
                 "groups with zero reward variance finished in the run); use the SimPy engine")
+
+
+def check_zero_stop(params, res: FastResults, order=None) -> None:
+    """The record's ``zero_variance_stop_groups``: SimPy stops the run with `record.zero_stop_message` (a
+    `PolicyError`, raised as a `SimulationError`) at the n-th zero-variance group in a row; the scan stops that
+    configuration there (`SimState.zstop`). Raise the same diagnosis, naming the configuration."""
+    from simrl.policy.record import zero_stop_message
+
+    stopped = np.nonzero(np.asarray(res.zero_stop))[0]
+    if len(stopped):
+        m = int(stopped[0])
+        row = (lambda f: np.asarray(getattr(params, f))[m]) if isinstance(params, Params) else (
+            lambda f: getattr(params[m], f))
+        raise FastPathNoProgress(f"configuration {int(order[m]) if order is not None else m} of the batch stopped: "
+                                 f"{zero_stop_message(int(row('zv_stop')), float(row('zv_tol')))}")
 
 
 def _run_growing(params, wa, per: bool, w0, chunk, max_groups, static, on_chunk, devices, order,

@@ -196,16 +196,15 @@ def _static_vectorised(params: Params, wa: WorkloadArrays, max_groups: int | Non
         return static_for([one], wa, max_groups)
 
     # group_bound depends on (steps, batch, budget_base, budget_per_version, conc, budget_per_batch,
-    # count_since_pub, batch_max): one call per distinct row
-    key = np.stack([params.steps.astype(np.float64), params.batch.astype(np.float64), params.budget_base,
-                    params.budget_per_version, params.conc, params.budget_per_batch,
-                    params.count_since_pub.astype(np.float64), params.batch_max.astype(np.float64)], axis=1)
+    # count_since_pub, batch_max, ep_cap, ship_lag, cross, stale_abort): one call per distinct row
+    fields = ("steps", "batch", "budget_base", "budget_per_version", "conc", "budget_per_batch", "count_since_pub",
+              "batch_max", "ep_cap", "ship_lag", "cross", "stale_abort")
+    key = np.stack([np.asarray(getattr(params, f), np.float64) for f in fields], axis=1)
     uniq = np.unique(key, axis=0)
-    mg = max(group_bound(Params(*(np.asarray(0)  # only the fields group_bound reads matter
-                                  for _ in Params._fields))._replace(
-        steps=np.int32(u[0]), batch=np.int32(u[1]), budget_base=u[2], budget_per_version=u[3], conc=u[4],
-        budget_per_batch=u[5], count_since_pub=np.int32(u[6]), batch_max=np.int32(u[7])))
-        for u in uniq)
+    zero = Params(*(np.asarray(0) for _ in Params._fields))  # only the fields group_bound reads matter
+    ints = {"steps", "batch", "count_since_pub", "batch_max", "ep_cap", "ship_lag", "cross", "stale_abort"}
+    mg = max(group_bound(zero._replace(**{f: np.int32(u[j]) if f in ints else u[j] for j, f in enumerate(fields)}))
+             for u in uniq)
     return static_for([one], wa, mg)
 
 

@@ -530,7 +530,7 @@ def instance_action(st, p, w, static, on, i, new_now):
     complete = fin_on & (done_f + 1 == n)
     stale = st.version - minv_f
     stale_drop = (p.drop_stale == 1) & (stale > p.stale_bound)
-    zero = (p.drop_zero_var == 1) & w.zero_var[workload_group(w, g_f, G)]
+    zero = (p.drop_zero_var == 1) & (w.reward_std[workload_group(w, g_f, G)] <= p.zv_tol)
     drop = stale_drop | zero
     if static.dispatch_age:  # past the record's max_dispatch_age (traced only when a configuration has one)
         drop = drop | (g_f < age_cut(st, p))
@@ -539,6 +539,10 @@ def instance_action(st, p, w, static, on, i, new_now):
     # the FIFO as a placeholder (status G_DROPPED in the buffer: `trainer.trainer_react`)
     zs = complete & (p.zslot == 1) & zero & ~stale_drop
     put = acc | zs
+    # zero_variance_stop_groups: zero-variance groups in a row among those reaching the record's filter (after the
+    # engine's staleness drop); an accepted group restarts the count, a drop by dispatch age leaves it
+    seen_zero = complete & zero & ~stale_drop
+    zrow = jnp.where(seen_zero, st.zrow + 1, jnp.where(acc, 0, st.zrow))
     # batch_order 1: buffer positions are laid out by dispatch window (window k at k*batch ..), in
     # acceptance order within it, so the trainer's FIFO pop takes step k's window in buffer order
     win = (g_f // p.batch) * p.batch
@@ -562,6 +566,7 @@ def instance_action(st, p, w, static, on, i, new_now):
         accepted=st.accepted + acc, n_running=st.n_running - complete, buf_tail=st.buf_tail + put,
         zs_live=st.zs_live + zs, zs_wait=st.zs_wait & ~complete,  # a completion notifies the waiting trainer
         wake=st.wake | complete,  # GroupBook.finish_group: changed.notify() (admit_episode_cap)
+        zrow=zrow, zstop=st.zstop | (seen_zero & (p.zv_stop > 0) & (zrow >= p.zv_stop)),
         buf_live=st.buf_live + acc,
         buf_minv=st.buf_minv.at[jnp.where(acc, minv_f, st.buf_minv.shape[0])].add(1, mode="drop"), cur=jnp.where(on, jnp.where(more, i, -1), st.cur),
     )

@@ -86,16 +86,19 @@ FEATURES = {
                                         "after a batch of placeholders alone the trainer waits for the next "
                                         "group completion); not with per-instance sync",
     "policy.admit_episode_cap": "any (unfinished trajectories of running groups < the cap, read only where SimPy "
-                                 "wakes the dispatcher: a group completion, a batch taken, a publication); not "
-                                 "with per-instance sync",
+                                 "wakes the dispatcher: a group completion, a batch taken, a publication; it bounds "
+                                 "admission alone too: at most the cap's groups run); not with per-instance sync",
     "policy.admit_window_episodes": "any, with any admit_window_s and admit_window_refund (episodes dispatched per "
                                      "window, read last and only where SimPy wakes the dispatcher, which also "
                                      "wakes by itself when the window alone holds admission and runs out); not "
                                      "with per-instance sync",
+    "policy.zero_variance_std_max": "any std >= 0 (a group has zero reward variance at reward std <= it)",
+    "policy.zero_variance_stop_groups": "any (the run stops after that many zero-variance groups in a row; the fast "
+                                        "path stops the configuration there and raises the same diagnosis)",
     "policy.max_dispatch_age": "any: a group whose version - dispatch version exceeds it is dropped when it "
                                "finishes and evicted from the buffer at each publication",
     "policy.admit_max_ship_lag": "any (a ship barrier: batches taken - version + buffered // batch <= the lag) with "
-                                 "batch_min_groups == batch_max_groups",
+                                 "batch_min_groups == batch_max_groups, zero_variance_holds_slot too",
     "run.time_horizon_s": "inf",
     "workload.knobs.length_growth_per_step / length_drift_knots": "unset (no length drift)",
     "deployment.training.reward_s_per_trajectory": "0",
@@ -247,6 +250,9 @@ class Params(NamedTuple):
     win_n: np.ndarray  # int32: admit_window_episodes, episodes dispatched per window (-1: no window)
     win_s: np.ndarray  # float64: admit_window_s, the window's length
     win_refund: np.ndarray  # int32: admit_window_refund (1: a group's completion takes its episodes back)
+    # record extensions zero_variance_std_max and zero_variance_stop_groups (instance: completion; SimState.zrow)
+    zv_tol: np.ndarray  # float64: a group has zero reward variance when its reward std <= it (0: std == 0)
+    zv_stop: np.ndarray  # int32: the run stops when this many groups in a row reaching the filter had zero variance
 
 
 class WorkloadArrays(NamedTuple):
@@ -259,6 +265,7 @@ class WorkloadArrays(NamedTuple):
     completion_sum: np.ndarray  # [G] int64: group completion tokens (trained tokens)
     shared: np.ndarray  # [G, n] int32: Request.shared_tokens of each call (group_shared_prompt_tokens; 0 if salted)
     gshared: np.ndarray  # [G] int32: group_shared_prompt_tokens (the tokens of a group's cache entry)
+    reward_std: np.ndarray  # [G] float64: GroupRecord.reward_std() (zero variance: <= Params.zv_tol)
 
 
 def workload_group(w, g, G):
@@ -294,14 +301,15 @@ def lower_workload(workload) -> WorkloadArrays:
     G, n = w.n_groups, int(sizes[0])
     prompt = w.call_prompt_tokens.reshape(G, n)
     comp = w.call_completion_tokens.reshape(G, n)
-    zero_var = np.array([_reward_std(w, g) == 0.0 for g in range(G)], dtype=bool)
+    reward_std = np.array([_reward_std(w, g) for g in range(G)], dtype=np.float64)
+    zero_var = reward_std == 0.0
     gshared = np.asarray(w.group_shared_prompt_tokens, dtype=np.int64)
     salted = np.asarray(w.call_cache_salted, dtype=bool).reshape(G, n)
     shared = np.where(salted, 0, gshared[:, None])  # simrl.engine.groups: shared_tokens=0 when salted
     return WorkloadArrays(
         prompt=prompt.astype(np.int32), completion=comp.astype(np.int32), zero_var=zero_var,
         seq_tokens=(prompt + comp).sum(axis=1).astype(np.int64), completion_sum=comp.sum(axis=1).astype(np.int64),
-        shared=shared.astype(np.int32), gshared=gshared.astype(np.int32),
+        shared=shared.astype(np.int32), gshared=gshared.astype(np.int32), reward_std=reward_std,
     )
 
 
@@ -366,8 +374,9 @@ def policy_rejections(pp: PolicyParams, name: str, gaps: tuple[str, ...] = ()) -
     if pp.batch_order == 1 and _can_drop(pp):
         # without drops batch k is exactly the groups dispatched k-th (k*B .. k*B+B-1)
         out.append(_feature("dispatch-window batches (batch_order=1) with a rule that drops groups", name))
-    if math.isinf(pp.admit_concurrency_groups) and math.isinf(pp.admit_budget_base_groups):
-        out.append(_feature("unbounded admission (no concurrency cap and no budget)", name))
+    if (math.isinf(pp.admit_concurrency_groups) and math.isinf(pp.admit_budget_base_groups)
+            and pp.admit_episode_cap < 0):
+        out.append(_feature("unbounded admission (no concurrency cap, no budget and no episode cap)", name))
     if pp.admit_block_while_training and not (
         pp.admit_budget_base_groups == pp.admit_budget_per_version_groups == pp.batch_min_groups
         and not pp.admit_count_dispatched
@@ -379,10 +388,6 @@ def policy_rejections(pp: PolicyParams, name: str, gaps: tuple[str, ...] = ()) -
         # dispatcher in an instant would matter
         out.append(_feature("a ship barrier (admit_max_ship_lag) with variable batch sizes (batch_min_groups != "
                             "batch_max_groups)", name))
-    if pp.admit_max_ship_lag >= 0 and pp.zero_variance_holds_slot:
-        # a batch with placeholders takes fewer than batch_max_groups buffered groups, so the barrier's sum
-        # moves by another amount when it is taken and the order of trainer and dispatcher in an instant matters
-        out.append(_feature("a ship barrier (admit_max_ship_lag) with zero_variance_holds_slot", name))
     if pp.evict_stale_on_publish and pp.staleness_bound < 0:
         out.append(_feature("eviction at publication without a staleness bound", name))
     return out
@@ -727,7 +732,8 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         # Weights._push publishes as continue does (no pause; version + 1), then wakes every instance to pull;
         # the rule only acts on a pulling instance's running requests, which the sync shape leaves none
         rule = RULE_CONTINUE
-    if pp.drop_zero_variance and wa.zero_var.all():
+    if pp.drop_zero_variance and (wa.reward_std <= pp.zero_variance_std_max).all() and not pp.zero_variance_stop_groups:
+        # (with zero_variance_stop_groups both engines stop at the n-th group with the same diagnosis)
         raise FastPathNoProgress(
             f"every group of workload {workload.name!r} has rewards with zero variance and policy {cfg.policy.kind!r} "
             "drops such groups (drop_zero_variance=1): no batch can ever form, the run would dispatch groups forever")
@@ -764,6 +770,7 @@ def lower(cfg, workload, costs, wa: WorkloadArrays | None = None) -> tuple[Stati
         cap=np.int32(cfg.router.active_cap), shard=np.int32(_shard_calls(cfg, pp, wa)),
         win_n=np.int32(pp.admit_window_episodes), win_s=np.float64(pp.admit_window_s),
         win_refund=np.int32(pp.admit_window_refund),
+        zv_tol=np.float64(pp.zero_variance_std_max), zv_stop=np.int32(pp.zero_variance_stop_groups),
     )
     static = static_for([params], wa)
     return static, params, wa
@@ -791,18 +798,40 @@ def _crossing_checks(rule: int, what: str = "groups failed at a publication (fai
 
 
 def group_bound(p: Params) -> int:
-    """Groups one run is expected to dispatch (dropped groups beyond it are detected as overflow)."""
+    """Groups one run is expected to dispatch (dropped groups beyond it are detected as overflow).
+
+    With a budget: the budget (accepted + running, or dispatched) over the run. Without one, the groups running
+    at once (`running_at_once`) plus what the buffer may hold: with a ship barrier (``admit_max_ship_lag`` = L)
+    a group starts only while buffered // batch <= L - (batches taken - version) <= L, so buffered + running
+    never exceeds (L + 1) x batch - 1 + running at once (between admissions it only falls), and a run trains
+    steps x batch groups: a bound for every run without drops. Otherwise the buffer is not bounded by
+    admission, and twice the run's batches are expected."""
     steps, batch = int(p.steps), max(int(p.batch), int(p.batch_max))
     budget = (float(p.budget_base) + float(p.budget_per_version) * max(steps - 1, 0)
               + float(p.budget_per_batch) * steps)
     if int(p.count_since_pub):  # the count restarts at each of the run's publications
         budget *= steps + 1
+    running = running_at_once(p, budget)
     if math.isinf(budget):
-        budget = float(p.conc) + 2 * steps * batch
+        lag = int(getattr(p, "ship_lag", -1))
+        if lag >= 0 and math.isfinite(running):
+            budget = steps * batch + (lag + 1) * int(p.batch) - 1 + running
+        else:
+            budget = running + 2 * steps * batch
     extra = 0.0
     if fails_groups(p):  # each publication re-dispatches (or aborts, freeing their slots) at most the groups running
-        extra = min(float(p.conc), budget) * steps
+        extra = min(running, budget) * steps
     return int(math.ceil(budget + extra)) + batch
+
+
+def running_at_once(p: Params, budget: float) -> float:
+    """Groups running at once: the concurrency cap, the budget, and with an episode cap E (``admit_episode_cap``)
+    E: every running group holds at least one unfinished trajectory (a group whose last trajectory finishes
+    leaves st.running), and a group starts only while fewer than E are unfinished, so the running groups after
+    a start number at most E - 1 + 1 (the unfinished trajectories at most E - 1 + group size)."""
+    running = min(float(p.conc), budget)
+    ep = int(getattr(p, "ep_cap", -1))
+    return min(running, float(ep)) if ep > 0 else running
 
 
 def fails_groups(p: Params) -> bool:
@@ -815,7 +844,7 @@ def running_bound(p: Params) -> float:
     """Groups that can run at once: the concurrency cap, or the largest budget of the run (inf: unbounded)."""
     steps = int(p.steps)
     budget = (float(p.budget_base) + float(p.budget_per_version) * steps + float(p.budget_per_batch) * (steps + 1))
-    return min(float(p.conc), budget)
+    return running_at_once(p, budget)
 
 
 def static_for(params: list[Params], wa: WorkloadArrays, max_groups: int | None = None) -> Static:

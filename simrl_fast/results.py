@@ -36,6 +36,7 @@ class FastResults(NamedTuple):
     actions: np.ndarray  # [M] int32: scan steps that did something
     preemptions: np.ndarray  # [M, K] int32: per instance, Instance.preemptions (on_demand KV)
     cache_tokens: np.ndarray  # [M, K] int64: per instance, Instance.cache_tokens at the end (prefix cache)
+    zero_stop: np.ndarray  # [M] bool: the record's zero_variance_stop_groups fired (SimPy stops with an error)
 
     @classmethod
     def from_state(cls, st, steps, static, per_call) -> FastResults:
@@ -49,7 +50,7 @@ class FastResults(NamedTuple):
             seq_tokens=lg.seq_tokens, offload_s=lg.offload_s,
             call_finish=call_finish, call_inst=call_inst, group_finish=group_finish,
             groups_dispatched=st.dispatched, groups_accepted=st.accepted, stuck=st.stuck, overflow=st.overflow, actions=st.actions,
-            preemptions=st.inst.preempt, cache_tokens=st.inst.cache_tok,
+            preemptions=st.inst.preempt, cache_tokens=st.inst.cache_tok, zero_stop=st.zstop,
         )
 
     @classmethod

@@ -245,6 +245,26 @@ def window_due(st, p, static):
     return jnp.where(st.wake, sleep_timer(st, p, static), st.win_t)
 
 
+def dispatcher_first(st, p):
+    """Whether SimPy's dispatcher runs before the trainer's `form_batch` when one `changed.notify()` wakes both.
+
+    Both wait on the one `GroupBook.changed` event and resume in the order they waited on it. At the start the
+    dispatcher runs first (its process starts before the trainer's) and waits first; each wake-up resumes it
+    first again, so it re-waits before the trainer does: first throughout step 1. Every later wait for a batch
+    begins right after `Trainer.finish_step`'s notify, with the dispatcher not yet resumed: the trainer makes
+    the new event and waits on it first, and stays first until it takes the batch. The order decides
+    admission only where taking a batch closes it and a batch can form while admission is open: with batches
+    of placeholders (``zero_variance_holds_slot``: a batch with placeholders takes fewer than ``batch`` buffered
+    groups) a ship barrier (``admit_max_ship_lag``: the barrier's sum grows) or ``admit_block_while_training``
+    (the sync shape's budget counts accepted groups, not places, so it is still open when such a batch forms, and
+    training closes it); everywhere else a batch taken only opens admission, and the dispatcher, notified again,
+    admits the rest in the same instant (the trainer-first order, kept). A dispatcher that last slept with a
+    recheck timeout (``admit_window_episodes``: `SimState.win_t` finite) waits on the condition "changed or the
+    timeout", whose own event SimPy schedules when the notify runs its check: it then resumes after the trainer."""
+    closes = (p.ship_lag >= 0) | (p.block_training == 1)
+    return (p.zslot == 1) & closes & (st.trainer.step == 0) & (st.win_t == jnp.inf)
+
+
 def chain_due(st, p, static):
     """(trainer reaction, dispatch, routing) due in this instant, after every timeout due now."""
     tr = st.trainer
@@ -343,7 +363,7 @@ def local_phase(st, p, w, static, rounds):
     K, S, n, G, Gm = static.instances, static.slots, static.group_size, static.groups, static.max_groups
     i32 = jnp.int32
     active = jnp.arange(K) < p.n_inst
-    quiet = (st.cur < 0) & (tr.taken == 0) & (tr.phase != T_DONE)
+    quiet = (st.cur < 0) & (tr.taken == 0) & (tr.phase != T_DONE) & ~st.zstop
     react, disp, route = chain_due(st, p, static)
     timer_on = (tr.phase == T_TRAIN) | (tr.phase == T_PUBLISH) | (tr.phase == T_OFFLOAD)
     woken = active & ((st.inst.phase == START) | (st.inst.phase == RESUME))
@@ -504,7 +524,9 @@ def select(st, p, static):
     chain = react | disp | route
     cont = st.cur >= 0
     timed = jnp.where(bidx < K, A_INST, A_TIMER)
-    chain_act = jnp.where(react, A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE))
+    # The dispatcher before the trainer's batch while the trainer waits for its first batch (`dispatcher_first`)
+    first = disp & dispatcher_first(st, p) & (tr.taken == 0) & (tr.phase == T_WAIT)
+    chain_act = jnp.where(react & ~first, A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE))
     # admit_window_episodes: the dispatcher's recheck timeout. Its place among the timeouts due at its time does not
     # matter (firing, it only wakes the dispatcher, which runs after all of them: SimPy pushes the condition event
     # it waits on when the timeout is processed); here it goes after them, before the chain, and time advances to
@@ -516,7 +538,7 @@ def select(st, p, static):
     # A batch being formed is one synchronous form_batch call: finish it first.
     act = jnp.where(cont, A_INST, jnp.where(tr.taken > 0, A_REACT, jnp.where(
         due, timed, jnp.where(w_due, A_WINDOW, jnp.where(chain, chain_act, later)))))
-    act = jnp.where(tr.phase == T_DONE, A_NONE, act)
+    act = jnp.where((tr.phase == T_DONE) | st.zstop, A_NONE, act)  # (zero_variance_stop_groups: SimPy stopped)
     i = jnp.where(cont, st.cur, jnp.where(~due & ~chain & (gt < jnp.inf), gidx, bidx))
     i = jnp.minimum(i, K - 1).astype(jnp.int32)
     timed_now = jnp.where(act == A_TIMER, tr.timer_t, jnp.where(act == A_WINDOW, wt,

@@ -70,6 +70,11 @@ dropped for zero reward variance keeps its place in the batch order (completion 
 first ``batch_min_groups`` places, buffered groups and such placeholders, and trains its buffered groups
 only; a batch of placeholders alone is consumed and not taken (the trainer waits for the next change;
 prime-rl's ``filter_zero_advantages`` without backfill).
+``zero_variance_std_max`` (>= 0): a group has zero reward variance when its reward std is at most this (0: exactly
+0; prime-rl's ``filter_zero_advantages`` tests std <= 1e-12). ``zero_variance_stop_groups`` = n > 0 (with
+``drop_zero_variance``): the run stops with an error when n groups in a row that reached the filter had zero
+reward variance (an accepted group restarts the count; a group dropped for staleness or dispatch age leaves it;
+prime-rl's stop after 10 x batch zero-advantage groups in a row); 0: never.
 ``collapse_zero_variance_groups`` = n > 0 (with ``drop_zero_variance``): the run stops with an
 error when the n-th group since the last batch is dropped for zero reward variance (ART's
 "MODEL COLLAPSE DETECTED" failsafe); 0: never.
@@ -151,6 +156,8 @@ class PolicyParams:
     admit_window_episodes: int = -1
     admit_window_s: float = 0.0
     admit_window_refund: int = 0
+    zero_variance_std_max: float = 0.0
+    zero_variance_stop_groups: int = 0
 
     def __attrs_post_init__(self):
         if self.admit_count_since_publish and not self.admit_count_dispatched:
@@ -198,6 +205,13 @@ class PolicyParams:
                              f"{self.admit_window_episodes}) needs a finite length > 0 s")
         if self.admit_window_refund not in (0, 1):
             raise ValueError(f"admit_window_refund={self.admit_window_refund}: expected 0 or 1")
+        if not (0.0 <= self.zero_variance_std_max < math.inf):
+            raise ValueError(f"zero_variance_std_max={self.zero_variance_std_max}: expected a finite std >= 0")
+        if self.zero_variance_stop_groups < 0:
+            raise ValueError(f"zero_variance_stop_groups={self.zero_variance_stop_groups}: expected 0 (never) or a "
+                             "count >= 1")
+        if self.zero_variance_stop_groups and not self.drop_zero_variance:
+            raise ValueError("zero_variance_stop_groups > 0 needs drop_zero_variance >= 1")
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in attrs.asdict(self).items()}

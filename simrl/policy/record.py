@@ -44,6 +44,7 @@ class RecordState:
     window_start: float = 0.0  # when the admission window began (admit_window_episodes)
     window_admitted: int = 0  # episodes dispatched in it (less the refunds of admit_window_refund)
     window_live: dict = attrs.field(factory=dict)  # gid -> running GroupRecord (admit_window_refund: who finished)
+    zero_in_a_row: int = 0  # zero-variance groups in a row that reached the filter (zero_variance_stop_groups)
 
 
 _NO_STATE = RecordState()
@@ -96,6 +97,18 @@ def collapse_message(limit: int) -> str:
     """The record's ``collapse_zero_variance_groups`` failsafe, as the run's error."""
     return (f"MODEL COLLAPSE DETECTED: {limit} groups in a row since the last batch had zero reward variance "
             f"(collapse_zero_variance_groups={limit})")
+
+
+def zero_stop_message(limit: int, std_max: float) -> str:
+    """The record's ``zero_variance_stop_groups`` stop, as the run's error (SimPy's and the fast path's)."""
+    return (f"zero-variance stop: {limit} groups in a row had zero reward variance (reward std <= {std_max:g}) and "
+            f"are all dropped, so no batch would ever train on them (zero_variance_stop_groups={limit}; group size "
+            "1, or all rewards equal?)")
+
+
+def zero_variance(p: PolicyParams, group: GroupRecord) -> bool:
+    """The record's zero-variance test: reward std <= ``zero_variance_std_max`` (0: std == 0)."""
+    return group.reward_std() <= p.zero_variance_std_max
 
 
 def crossed(g: GroupRecord, version: int) -> bool:
@@ -166,22 +179,29 @@ class RecordPolicy(Policy):
     def on_group_done(self, group: GroupRecord, st: PipelineState) -> Verdict:
         p = self.params
         verdict = Verdict.ACCEPT
-        if p.drop_zero_variance and group.reward_std() == 0.0:
+        rs = st.policy_state
+        zero = bool(p.drop_zero_variance) and zero_variance(p, group)
+        if zero:
             retry = p.drop_zero_variance == 2 and (p.max_retries <= 0 or group.retries < p.max_retries)
             verdict = Verdict.RETRY if retry else Verdict.DROP
             if p.collapse_zero_variance_groups:
-                st.policy_state.zero_variance_since_batch += 1
-                if st.policy_state.zero_variance_since_batch >= p.collapse_zero_variance_groups:
+                rs.zero_variance_since_batch += 1
+                if rs.zero_variance_since_batch >= p.collapse_zero_variance_groups:
                     raise PolicyError(collapse_message(p.collapse_zero_variance_groups))
+            if p.zero_variance_stop_groups:
+                rs.zero_in_a_row += 1
+                if rs.zero_in_a_row >= p.zero_variance_stop_groups:
+                    raise PolicyError(zero_stop_message(p.zero_variance_stop_groups, p.zero_variance_std_max))
         elif dispatch_aged(p, group, st.version):
             verdict = Verdict.DROP
-        if verdict is not Verdict.ACCEPT:
-            st.policy_state.dropped_since_batch += 1
+        if verdict is Verdict.ACCEPT:
+            rs.zero_in_a_row = 0
+        else:
+            rs.dropped_since_batch += 1
         if p.zero_variance_holds_slot:
-            rs = st.policy_state
             rs.places += 1
             group.tag["place"] = rs.places
-            if verdict is not Verdict.ACCEPT and p.drop_zero_variance and group.reward_std() == 0.0:
+            if zero:
                 rs.zero_places.append(rs.places)
         return verdict
 
@@ -274,5 +294,6 @@ class ParamsPolicy(RecordPolicy):
 
     def __attrs_post_init__(self):
         p = self.params_record
-        if math.isinf(p.admit_concurrency_groups) and math.isinf(p.admit_budget_base_groups):
-            raise ValueError("a PolicyParams record with unbounded admission")
+        if math.isinf(p.admit_concurrency_groups) and math.isinf(p.admit_budget_base_groups) and p.admit_episode_cap < 0:
+            raise ValueError("a PolicyParams record with unbounded admission (no concurrency cap, no budget and no "
+                             "episode cap)")

@@ -39,8 +39,18 @@ class Case:
         self.cfg = load_config(overrides=self.overrides)
 
     def run_simpy(self):
+        """SimPy's run (``stopped``: the record's ``zero_variance_stop_groups`` error where it stopped the run)."""
+        from simrl.engine.errors import SimulationError
+
+        self.stopped = None
         sim = build_simulation(self.cfg, self.workload, self.costs)
-        sim.run()
+        try:
+            sim.run()
+        except SimulationError as exc:
+            if not str(exc).startswith("zero-variance stop:"):
+                raise
+            self.stopped, self.report = str(exc), None
+            return None
         self.report = summarise(sim)
         self.preemptions = preemptions_until_done(sim)
         return self.report
@@ -114,7 +124,8 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     unfinished trajectories, read when the dispatcher wakes (`draw_episode_cap`, prime-rl's permits), drawn from
     a generator seeded by the case's label: ``rng`` is not advanced, so later cases keep their values; then, from
     that generator, an admission window on a quarter of the cases but psrl's (`draw_window`, prime-rl's dispatcher
-    window)."""
+    window), then a ship barrier together with zero-variance placeholders on a fifth of the cases but psrl's
+    (`ship_zero_slots_record`) and a zero-variance threshold and stop on a quarter (`zero_test_record`)."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -211,7 +222,57 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     # then, from the same generator: prime-rl's admission window on a quarter of the cases but psrl's
     if not psrl_drawn and own.random() < 0.25:
         case = draw_window(own, case, n, K)
+    # then (from the same generator, after the episode cap): a ship barrier together with zero-variance placeholders
+    # on a fifth of the cases but psrl's, and prime-rl's zero-variance threshold and stop on a quarter
+    if not psrl_drawn and own.random() < 0.2:
+        case = draw_record(case, n, K, lambda rec: ship_zero_slots_record(own, rec), "ship+zero_slots")
+    if not psrl_drawn and own.random() < 0.25:
+        case = draw_record(case, n, K, lambda rec: zero_test_record(own, rec, case.workload), "zero_test")
     return case
+
+
+def draw_record(case: Case, n: int, K: int, change, what: str) -> Case:
+    """The drawn policy's record changed by ``change`` (unchanged where it returns None or there is no record)."""
+    from simrl.policy.errors import PolicyError
+
+    try:
+        rec = case.cfg.policy.lower(LoweringContext(group_size=n, instances=K))
+    except PolicyError:  # (a policy without a record: the fast path refuses it anyway)
+        return case
+    new = change(rec)
+    if new is not None:
+        case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(new))
+        case.label += f" {what}(lag={new.admit_max_ship_lag} std_max={new.zero_variance_std_max:g} " \
+                      f"stop={new.zero_variance_stop_groups})"
+    return case
+
+
+def ship_zero_slots_record(rng: np.random.Generator, rec):
+    """``rec`` with a ship barrier (lag 0..2) and zero-variance placeholders together (prime-rl's pair): a record
+    with one of them gets the other, where its batches allow it (`zero_slots_record`); else None."""
+    if rec.zero_variance_holds_slot and rec.admit_max_ship_lag < 0:
+        return attrs.evolve(rec, admit_max_ship_lag=int(rng.integers(0, 3)))
+    if rec.admit_max_ship_lag >= 0 and not rec.zero_variance_holds_slot:
+        slots = zero_slots_record(attrs.evolve(rec, admit_max_ship_lag=-1))
+        return None if slots is None else attrs.evolve(slots, admit_max_ship_lag=rec.admit_max_ship_lag)
+    return None
+
+
+def zero_test_record(rng: np.random.Generator, rec, wl):
+    """``rec`` (dropping zero-variance groups, not per-instance, exact) with a zero-variance threshold
+    (``zero_variance_std_max``: 0, or one of the workload's group reward stds but the largest, so the groups up to
+    it count as zero; the test is <=) and half the time a stop after 2..8 such groups in a row
+    (``zero_variance_stop_groups``; where it fires both engines stop, `Case.run_simpy` keeps SimPy's error and
+    `compare` checks the fast path's flag)."""
+    if rec.drop_zero_variance != 1 or rec.sync_per_instance or not rec.fast_path_exact:
+        return None
+    from simrl_fast.lowering import lower_workload
+
+    stds = sorted(set(lower_workload(wl).reward_std.tolist()) - {0.0})  # GroupRecord.reward_std's arithmetic
+    k = int(rng.integers(0, len(stds)))  # (below the largest: some prompt keeps its variance, so batches can form)
+    tol = stds[k - 1] if k else 0.0
+    stop = int(rng.integers(2, 9)) if rng.random() < 0.5 else 0
+    return attrs.evolve(rec, zero_variance_std_max=tol, zero_variance_stop_groups=stop)
 
 
 def episode_cap_record(rng: np.random.Generator, rec, n: int):
@@ -272,7 +333,7 @@ def zero_slots_record(rec):
     prime-rl's ``filter_zero_advantages``) where its batches allow it (fixed-size FIFO), else None."""
     if (rec.batch_order != 0 or rec.batch_min_groups != rec.batch_max_groups or rec.batch_shrink_by_drops
             or rec.collapse_zero_variance_groups or rec.sync_per_instance or rec.drop_zero_variance == 2
-            or not rec.fast_path_exact or rec.admit_max_ship_lag >= 0):  # (refused with a ship barrier)
+            or not rec.fast_path_exact or rec.admit_max_ship_lag >= 0):  # (the pair: `ship_zero_slots_record`)  # (refused with a ship barrier)
         return None
     return attrs.evolve(rec, drop_zero_variance=1, zero_variance_holds_slot=1)
 
@@ -378,7 +439,7 @@ def run_fast(cases: list[Case], chunk: int | None = None):
     from simrl_fast.engine import run_params
 
     lowered = [lower(c.cfg, c.workload, c.costs) for c in cases]
-    return run_params([p for _, p, _ in lowered], [wa for _, _, wa in lowered], chunk=chunk)
+    return run_params([p for _, p, _ in lowered], [wa for _, _, wa in lowered], chunk=chunk, stops=False)
 
 
 def compare(case: Case, res, m: int, rel: float = 0.0) -> dict:
@@ -390,6 +451,12 @@ def compare(case: Case, res, m: int, rel: float = 0.0) -> dict:
     wl = case.workload
     n = int(wl.group_traj_start[1] - wl.group_traj_start[0])
     where = f"[{case.label}]"
+    # zero_variance_stop_groups: SimPy stopped with the record's error, and the fast path stopped too
+    stopped = getattr(case, "stopped", None)
+    assert bool(res.zero_stop[m]) == (stopped is not None), f"{where} zero-variance stop: fast {bool(res.zero_stop[m])}" \
+                                                           f" vs simpy {stopped!r}"
+    if stopped is not None:
+        return {"time": 0.0, "call": 0.0}
     # The observable record first (per step: times, version, groups, staleness histogram,
     # trained tokens, trainer busy time), then what it does not hold (batch order, calls).
     bad = from_fast(res, m).mismatches(from_report(rep), rel)

@@ -101,10 +101,12 @@ def test_prime_rl_lowers_its_ship_barrier_and_names_what_the_record_cannot_hold(
     with pytest.raises(FastPathUnsupported) as exc:
         lower_policy(pol, LoweringContext(group_size=8, instances=4))
     msg = str(exc.value)
-    for knob in ("policy.concurrency_control=aimd", "policy.poll_interval_s", "policy.filter_zero_advantages=true"):
+    for knob in ("policy.concurrency_control=aimd", "policy.poll_interval_s"):
         assert knob in msg, knob
     # the admission window is in the record (admit_window_episodes; tests/fast/test_prime_window.py)
     assert rec.admit_window_episodes >= 1 and "recheck_in" not in msg
+    # the zero-advantage threshold and stop are in the record (tests/fast/test_prime_zero_stop.py)
+    assert rec.zero_variance_stop_groups == 320 and "filter_zero_advantages" not in msg
     # the episode permits read at wake-ups are in the record (admit_episode_cap; tests/fast/test_prime_permits.py)
     assert rec.admit_episode_cap >= 1 and "episode permits" not in msg
     # max_off_policy_steps is in the record (abort_stale_on_publish; tests/fast/test_prime_stale_abort.py)

@@ -39,7 +39,10 @@ A case draws, independently:
   After everything, half the time, the router redrawn (`diffcases.draw_router`: dp_shard too, and a
   router.active_cap); last of all, an episode cap of 1..3n unfinished trajectories read when the dispatcher wakes
   (``admit_episode_cap``, prime-rl's permits) on a quarter of the records; after it, an admission window
-  (``admit_window_episodes``, `diffcases.window_record`, prime-rl's dispatcher window) on a quarter of the records.
+  (``admit_window_episodes``, `diffcases.window_record`, prime-rl's dispatcher window) on a quarter of the records;
+  then a ship barrier together with zero-variance placeholders (`diffcases.ship_zero_slots_record`) on a fifth of
+  them, and a zero-variance threshold and stop (`diffcases.zero_test_record`: ``zero_variance_std_max``,
+  ``zero_variance_stop_groups``) on a quarter.
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -59,8 +62,10 @@ from diffcases import (
     episode_cap_record,
     set_stale_abort,
     shared_prompts,
+    ship_zero_slots_record,
     window_record,
     zero_slots_record,
+    zero_test_record,
 )
 from simhelpers import random_workload
 
@@ -418,6 +423,18 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
             case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
             case.label += (f" window={rec.admit_window_episodes}/{rec.admit_window_s:.3g}s"
                            f"{' refund' if rec.admit_window_refund else ''}")
+    # then: a ship barrier together with zero-variance placeholders (prime-rl's pair) on a fifth of the records, and
+    # prime-rl's zero-variance threshold and stop on a quarter (diffcases.ship_zero_slots_record, zero_test_record)
+    if kind == "record" and rng.random() < 0.2:
+        rec = ship_zero_slots_record(rng, case.cfg.policy.params_record)
+        if rec is not None:
+            case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+            case.label += f" ship_lag={rec.admit_max_ship_lag} zero_slots"
+    if kind == "record" and rng.random() < 0.25:
+        rec = zero_test_record(rng, case.cfg.policy.params_record, case.workload)
+        if rec is not None:
+            case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+            case.label += f" zero_std_max={rec.zero_variance_std_max:g} zero_stop={rec.zero_variance_stop_groups}"
     return case
 
 

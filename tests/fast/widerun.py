@@ -72,7 +72,7 @@ def run_cases(cases, idx, rel: float = 0.0, min_groups: int = 64, min_batch: int
         return out
     params = [low[1]._replace(collapse=np.int32(0)) for _, _, low in todo]
     was = [low[2] for _, _, low in todo]
-    res = run_params(params, was, static=_static(params, was[0], min_groups, min_batch))
+    res = run_params(params, was, static=_static(params, was[0], min_groups, min_batch), stops=False)
     for m, (i, c, low) in enumerate(todo):
         p = low[1]
         refused_after = False
