@@ -198,13 +198,33 @@ def episode_permit(st, p, static):
     return (p.ep_cap <= 0) | (st.wake & (unfinished < p.ep_cap))
 
 
+def disp_first(st):
+    """Whether the dispatcher is registered on GroupBook.changed before the trainer, so that a notify runs it first:
+    while the trainer waits for its first batch (both processes started at t = 0, the dispatcher first). After a
+    step the trainer notifies, then waits on a fresh event before the dispatcher wakes, and goes first from then on
+    (`Trainer.run`, `finish_step`). Then, in an instant where both act, the dispatcher admits what the state before
+    the batch allows, the trainer takes the batch and notifies, and the dispatcher wakes again after the router has
+    routed its first groups (`trainer_react` sets ``hold_t``; `route_held`)."""
+    tr = st.trainer
+    return (tr.step == 0) & (tr.phase == T_WAIT)
+
+
+def route_held(st, p, static):
+    """The calls the dispatcher admitted after the first batch was taken wait for the instances woken before it in
+    this instant (SimPy: their wake-ups were scheduled before the router's next one): routing is held while such
+    an instance has not run, and released by the first routing after them."""
+    active = jnp.arange(static.instances) < p.n_inst
+    return (st.now == st.hold_t) & jnp.any(active & (st.inst.phase == START))
+
+
 def chain_due(st, p, static):
     """(trainer reaction, dispatch, routing) due in this instant, after every timeout due now."""
     tr = st.trainer
     forming = (tr.phase == T_WAIT) & ((tr.taken > 0) | batch_ready(st, p, static))
     react = forming | ((tr.phase == T_DRAIN) & (st.n_running == 0))
     disp = can_dispatch(st, p) & episode_permit(st, p, static)
-    route = (st.routed < st.dispatched * static.group_size) & routable(st, p, static) & _router.head_ok(st, p, static)
+    route = ((st.routed < st.dispatched * static.group_size) & routable(st, p, static) & _router.head_ok(st, p, static)
+             & ~route_held(st, p, static))
     return react, disp, route
 
 
@@ -452,7 +472,8 @@ def select(st, p, static):
     chain = react | disp | route
     cont = st.cur >= 0
     timed = jnp.where(bidx < K, A_INST, A_TIMER)
-    chain_act = jnp.where(react, A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE))
+    # (before the first batch the dispatcher is notified first: it admits before the trainer takes the batch)
+    chain_act = jnp.where(react & ~(disp & disp_first(st)), A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE))
     later = jnp.where(gt < jnp.inf, A_INST, jnp.where(bt < jnp.inf, timed, A_NONE))
     due = bt <= st.now
     # A batch being formed is one synchronous form_batch call: finish it first.
@@ -611,10 +632,8 @@ def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
     st = note_admitted(st, pos0, static, turn, i)
     st = pull_action(st, p, static, begins, ends, i, new_now)
     if route:  # (else `route_action` does it: the batched step)
-        st = dispatch_action(st, act == A_DISPATCH, static)
         # A dispatched group's calls are routed in the step that dispatches it (exact: see route_all).
-        st = route_all(st, p, with_map(w, st, static), static,
-                       ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static))
+        st = _dispatch_route(st, p, w, static, act)
     # (a rare action neither leaves a run stuck nor is "no action")
     done = st.trainer.phase == T_DONE
     st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~par & ~done & ~held),
@@ -649,10 +668,17 @@ def queue_pos(wq_pos, wq_len, inst_k, on_k):
 def route_action(st0, p, w, static, act):
     """A dispatch (``act`` = A_DISPATCH: the group and its calls' routing) or a routing (A_ROUTE); the identity
     for any other ``act``."""
-    st = dispatch_action(st0, act == A_DISPATCH, static)
-    st = route_all(st, p, with_map(w, st, static), static,
-                   ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static))
+    st = _dispatch_route(st0, p, w, static, act)
     return jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), st, st0)
+
+
+def _dispatch_route(st, p, w, static, act):
+    """A dispatch (``act`` = A_DISPATCH) and the routing of its calls, or a routing (A_ROUTE); a dispatch's calls
+    stay in the router queue while `route_held`, and a routing releases the hold."""
+    st = dispatch_action(st, act == A_DISPATCH, static)
+    go = ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static) & ~route_held(st, p, static)
+    st = route_all(st, p, with_map(w, st, static), static, go)
+    return st._replace(hold_t=jnp.where(go, -jnp.inf, st.hold_t))
 
 
 def make_step(static):

@@ -335,4 +335,7 @@ def trainer_react(st, p, w, static, on, pub):
         buf_minv=st.buf_minv.at[jnp.where(take, minv, st.buf_minv.shape[0])].add(-1, mode="drop"),
         zs_live=st.zs_live - n_zs, zs_real=jnp.where(full, 0, n_real), zs_wait=st.zs_wait | empty,
         wake=st.wake | formed,  # Trainer.run: a batch taken notifies (admit_episode_cap)
+        # the first batch: the dispatcher, registered on GroupBook.changed before the trainer, has run in this instant
+        # (`step.disp_first`); the groups it admits after this notify are routed after the instances it woke
+        hold_t=jnp.where(formed & (step == 0), now, st.hold_t),
     )
