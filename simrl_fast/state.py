@@ -241,8 +241,11 @@ class SimState(NamedTuple):
     # -- record extension admit_episode_cap (Params.ep_cap; simrl_fast.step.chain_due) --
     wake: jnp.ndarray  # bool: GroupBook.changed notified and the dispatcher not yet run since (set at a group
     #                    completion, a batch taken, a publication; the start): admission is read only then
-    hold_t: jnp.ndarray  # f64: the instant the first batch was taken (-inf: none, or routed since): routing waits
-    #                    there for the instances woken before it (`step.route_held`)
+    hold_t: jnp.ndarray  # f64: the instant of a router pass that came before the dispatcher's (the router woken by a
+    #                    call's finish or a publication before GroupBook.changed was notified), or of the first batch
+    #                    taken (-inf: none): there the calls from ``hold_rid`` on are routed only after the instances
+    #                    woken before them have run (`step.route_held`)
+    hold_rid: jnp.ndarray  # int32: the first call index held (the calls dispatched after that pass or batch)
 
 
 def serials(static) -> bool:
@@ -304,7 +307,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         buf_live=i32(0), buf_minv=i32(0, P + 1), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
         count_off=i32(0), cross=init_cross(static), pi=init_perinst(static), evicted_n=i32(0), pub_disp=i32(0, P + 1),
         zs_live=i32(0), zs_real=i32(0), zs_wait=jnp.array(False),
-        wake=jnp.array(True), hold_t=f64(-jnp.inf),
+        wake=jnp.array(True), hold_t=f64(-jnp.inf), hold_rid=i32(0),
     )
 
 

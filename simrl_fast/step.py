@@ -210,11 +210,14 @@ def disp_first(st):
 
 
 def route_held(st, p, static):
-    """The calls the dispatcher admitted after the first batch was taken wait for the instances woken before it in
-    this instant (SimPy: their wake-ups were scheduled before the router's next one): routing is held while such
-    an instance has not run, and released by the first routing after them."""
+    """Calls dispatched after a router pass that woke instances in this instant wait for those instances (SimPy:
+    their wake-ups were scheduled before the router's next one): the calls from ``hold_rid`` on are held at
+    ``hold_t`` while an instance woken there has not run. Such a pass: the router woken by a finished call or a
+    publication (both wake it before notifying GroupBook.changed, so it routes the calls queued before the
+    dispatcher acts: `select` routes them first), or, before the first batch, the dispatcher's own first pass
+    (`disp_first`)."""
     active = jnp.arange(static.instances) < p.n_inst
-    return (st.now == st.hold_t) & jnp.any(active & (st.inst.phase == START))
+    return (st.now == st.hold_t) & (st.routed >= st.hold_rid) & jnp.any(active & (st.inst.phase == START))
 
 
 def chain_due(st, p, static):
@@ -472,8 +475,10 @@ def select(st, p, static):
     chain = react | disp | route
     cont = st.cur >= 0
     timed = jnp.where(bidx < K, A_INST, A_TIMER)
-    # (before the first batch the dispatcher is notified first: it admits before the trainer takes the batch)
-    chain_act = jnp.where(react & ~(disp & disp_first(st)), A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE))
+    # (the router woken before GroupBook.changed routes the calls queued before this instant first; before the
+    # first batch the dispatcher is notified first: it admits before the trainer takes the batch)
+    chain_act = jnp.where(route & (react | disp), A_ROUTE,
+                          jnp.where(react & ~(disp & disp_first(st)), A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE)))
     later = jnp.where(gt < jnp.inf, A_INST, jnp.where(bt < jnp.inf, timed, A_NONE))
     due = bt <= st.now
     # A batch being formed is one synchronous form_batch call: finish it first.
@@ -604,7 +609,9 @@ def prepare(st0, p, w, static):
         tr, ins = st.trainer, st.inst
         due = (((act == A_TIMER) & (tr.timer_t <= st.now))
                | ((act == A_INST) & (ins.phase[i] != START) & (ins.ev_t[i] <= st.now)))
-        before = (st.cur >= 0) | (tr.taken > 0) | (act == A_REACT) | (act == A_DISPATCH) | due
+        react, disp, _ = chain_due(st, p, static)
+        before = ((st.cur >= 0) | (tr.taken > 0) | (act == A_REACT) | (act == A_DISPATCH) | due
+                  | ((act == A_ROUTE) & (react | disp)))  # (the router's pass before the dispatcher's: `select`)
         st = st._replace(wake=st.wake & before)
     return st, par, act, i, new_now
 
@@ -675,10 +682,16 @@ def route_action(st0, p, w, static, act):
 def _dispatch_route(st, p, w, static, act):
     """A dispatch (``act`` = A_DISPATCH) and the routing of its calls, or a routing (A_ROUTE); a dispatch's calls
     stay in the router queue while `route_held`, and a routing releases the hold."""
+    react, disp, _ = chain_due(st, p, static)
+    first = (act == A_ROUTE) & (react | disp)  # the router's pass before the dispatcher's (`select`)
     st = dispatch_action(st, act == A_DISPATCH, static)
     go = ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static) & ~route_held(st, p, static)
     st = route_all(st, p, with_map(w, st, static), static, go)
-    return st._replace(hold_t=jnp.where(go, -jnp.inf, st.hold_t))
+    # the calls dispatched after a pass that came before the dispatcher's wait for the instances it woke
+    return st._replace(hold_t=jnp.where(first, st.now, jnp.where(go, -jnp.inf, st.hold_t)),
+                       hold_rid=jnp.where(first, jnp.where(st.hold_t == st.now, jnp.minimum(
+                           st.hold_rid, st.dispatched * static.group_size), st.dispatched * static.group_size),
+                                          st.hold_rid))
 
 
 def make_step(static):

@@ -338,4 +338,5 @@ def trainer_react(st, p, w, static, on, pub):
         # the first batch: the dispatcher, registered on GroupBook.changed before the trainer, has run in this instant
         # (`step.disp_first`); the groups it admits after this notify are routed after the instances it woke
         hold_t=jnp.where(formed & (step == 0), now, st.hold_t),
+        hold_rid=jnp.where(formed & (step == 0), jnp.where(st.hold_t == now, jnp.minimum(st.hold_rid, st.dispatched * static.group_size), st.dispatched * static.group_size), st.hold_rid),
     )

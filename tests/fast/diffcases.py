@@ -112,7 +112,8 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     (least_requests or round_robin, drawn with the deployment) or ``any`` (after everything else,
     `draw_router`: dp_shard too, and an active_cap). Last of all, a quarter of the cases but psrl's cap the
     unfinished trajectories, read when the dispatcher wakes (`draw_episode_cap`, prime-rl's permits), drawn from
-    a generator seeded by the case's label: ``rng`` is not advanced, so later cases keep their values."""
+    a generator seeded by the case's label: ``rng`` is not advanced, so later cases keep their values; then, the
+    same way, a fifth of the cases get equal call lengths (`draw_equal_lengths`: ties)."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -206,7 +207,29 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     own = np.random.default_rng(zlib.crc32(case.label.encode()))
     if not psrl_drawn and own.random() < 0.25:
         case = draw_episode_cap(own, case, n, K)
+    draw_equal_lengths(case)
     return case
+
+
+def draw_equal_lengths(case: Case, share: float = 0.2) -> None:
+    """Drawn after everything (from a generator seeded by the label, so no other draw changes): on ``share`` of the
+    cases every call gets the workload's shortest prompt and completion (ties: whole groups finish in one instant,
+    instances go idle together, a batch forms in the instant the dispatcher admits; found by tests/fast/outsider.py
+    on the ``constant`` generator). The shared prefixes are capped at the prompt; the KV capacity still holds a
+    call."""
+    own = np.random.default_rng(zlib.crc32((case.label + " equal lengths").encode()))
+    if own.random() >= share:
+        return
+    wl = case.workload
+    prompt, comp = int(wl.call_prompt_tokens.min()), int(wl.call_completion_tokens.min())
+    first = np.zeros(len(wl.call_prompt_tokens), dtype=bool)
+    first[wl.traj_call_start[:-1]] = True
+    case.workload = attrs.evolve(
+        wl, call_prompt_tokens=np.full_like(wl.call_prompt_tokens, prompt),
+        call_new_tokens=np.where(first, prompt, wl.call_new_tokens),
+        call_completion_tokens=np.full_like(wl.call_completion_tokens, comp),
+        group_shared_prompt_tokens=np.minimum(wl.group_shared_prompt_tokens, prompt))
+    case.label += f" equal(prompt={prompt}, completion={comp})"
 
 
 def episode_cap_record(rng: np.random.Generator, rec, n: int):

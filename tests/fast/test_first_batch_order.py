@@ -66,3 +66,32 @@ def test_second_wave_waits_for_the_woken_instance():
     for m, case in enumerate(cases):
         np.testing.assert_array_equal(res.call_finish[m, :8], [2.0] * 4 + [4.0, 4.0, 5.0, 5.0])
         compare(case, res, m)
+
+
+def test_router_pass_before_the_dispatcher():
+    """A finished call wakes the router before its group's completion notifies GroupBook.changed (`on_finished`),
+    so the router routes the calls an active_cap held before the dispatcher admits, and the instance it wakes
+    admits them before the dispatcher's calls are routed (`step.route_held`; before, the kernel routed both and the
+    woken instance admitted both).
+
+    Hand-worked: 6 groups of 2 calls as above, concurrency 2, batches of 1, router.active_cap=3, one instance.
+    t = 0: g0, g1 dispatched; a0, a1, b0 routed (the cap: 3), b1 waits in the router queue; the three finish at 2.0.
+    t = 2: the router routes b1 (0 assigned < 3) and wakes the idle instance; the dispatcher admits g2 (1 running <
+    2), the trainer takes g0; the instance admits b1 (finish 4.0), then g2's calls are routed to the busy instance
+    and admitted at its boundary 3.0 (finish 5.0). (The same with 2 steps: the later instants follow SimPy too.)"""
+    rec = PolicyParams(admit_concurrency_groups=2.0, batch_min_groups=1, batch_max_groups=1, fast_path_exact=1)
+    wl = build_workload("hand", 0, [single_turn_group(g, 2, 8, [2, 2]) for g in range(6)])
+    costs = linear_costs(kv_tokens=10**6, step_s=10.0, sync_s=1.0, a=1.0, b=0.0, c=0.0, p=0.0)
+    cases = []
+    for steps in (1, 2):
+        case = Case([*BASE, "deployment.rollout.instances=1", "deployment.rollout.max_num_seqs=64",
+                     f"run.training_steps={steps}", "router.active_cap=3"], wl, costs, label=f"cap steps={steps}")
+        case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
+        rep = case.run_simpy()
+        fin = {(c.gid, c.tid % 2): c.finish for c in rep.calls}
+        assert [fin[(g, k)] for g in range(3) for k in range(2)] == [2.0, 2.0, 2.0, 4.0, 5.0, 5.0]
+        cases.append(case)
+    res = run_fast(cases)
+    for m, case in enumerate(cases):
+        np.testing.assert_array_equal(res.call_finish[m, :6], [2.0, 2.0, 2.0, 4.0, 5.0, 5.0])
+        compare(case, res, m)

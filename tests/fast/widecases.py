@@ -38,7 +38,8 @@ A case draws, independently:
   their batch places (``zero_variance_holds_slot``) on a quarter of the records with fixed-size FIFO batches.
   After everything, half the time, the router redrawn (`diffcases.draw_router`: dp_shard too, and a
   router.active_cap); last of all, an episode cap of 1..3n unfinished trajectories read when the dispatcher wakes
-  (``admit_episode_cap``, prime-rl's permits) on a quarter of the records.
+  (``admit_episode_cap``, prime-rl's permits) on a quarter of the records; then, from a generator seeded by the
+  label, equal call lengths on a fifth of the cases (`diffcases.draw_equal_lengths`: ties).
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -53,6 +54,7 @@ import numpy as np
 from diffcases import (
     BASE,
     Case,
+    draw_equal_lengths,
     draw_router,
     draw_token_budget,
     episode_cap_record,
@@ -409,6 +411,7 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
         if rec is not None:
             case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
             case.label += f" episode_cap={rec.admit_episode_cap}"
+    draw_equal_lengths(case)  # last of all, from the label's own generator: equal lengths (ties) on a fifth
     return case
 
 
