@@ -25,6 +25,9 @@ Anything `simrl_fast.lower` accepts must match SimPy exactly (`diffcases.compare
 must raise `FastPathUnsupported` / `FastPathNoProgress` naming the reason. Any other exception from the fast
 path's lowering or run is a finding. Cases whose configuration the loader or the cost builders refuse
 (ConfigError, CostModelError: a user's mistake, named) or that SimPy itself stops are counted, not compared.
+``--sweep``: `srl-sweep`'s grid mode instead (`simrl_explore.sweep.run_sweep` on a drawn base the fast path accepts,
+with linear costs, and two drawn axes: direct keys, cost columns, policy-free deployment keys), once with
+``engine=auto`` and once on SimPy: every point the fast path ran must give the same row (status and every metric).
 Not collected by pytest (no test_ prefix); tests/fast/test_outsider.py runs a few seeds with ``-m slow``.
 """
 
