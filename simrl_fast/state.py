@@ -249,6 +249,11 @@ class SimState(NamedTuple):
     # -- record extension zero_variance_stop_groups (Params.zv_stop; simrl_fast.instance.instance_action) --
     zrow: jnp.ndarray  # int32: RecordState.zero_in_a_row (zero-variance groups in a row that reached the filter)
     zstop: jnp.ndarray  # bool: the stop fired (SimPy's PolicyError): the configuration takes no further action
+    hold_t: jnp.ndarray  # f64: the instant of a router pass that came before the dispatcher's (the router woken by a
+    #                    call's finish or a publication before GroupBook.changed was notified), or of the first batch
+    #                    taken (-inf: none): there the calls from ``hold_rid`` on are routed only after the instances
+    #                    woken before them have run (`step.route_held`)
+    hold_rid: jnp.ndarray  # int32: the first call index held (the calls dispatched after that pass or batch)
 
 
 def serials(static) -> bool:
@@ -312,6 +317,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         zs_live=i32(0), zs_real=i32(0), zs_wait=jnp.array(False),
         wake=jnp.array(True), win_start=f64(0.0), win_adm=i32(0), win_t=f64(jnp.inf),
         zrow=i32(0), zstop=jnp.array(False),
+        hold_t=f64(-jnp.inf), hold_rid=i32(0),
     )
 
 

@@ -245,24 +245,29 @@ def window_due(st, p, static):
     return jnp.where(st.wake, sleep_timer(st, p, static), st.win_t)
 
 
-def dispatcher_first(st, p):
-    """Whether SimPy's dispatcher runs before the trainer's `form_batch` when one `changed.notify()` wakes both.
-
-    Both wait on the one `GroupBook.changed` event and resume in the order they waited on it. At the start the
-    dispatcher runs first (its process starts before the trainer's) and waits first; each wake-up resumes it
-    first again, so it re-waits before the trainer does: first throughout step 1. Every later wait for a batch
-    begins right after `Trainer.finish_step`'s notify, with the dispatcher not yet resumed: the trainer makes
-    the new event and waits on it first, and stays first until it takes the batch. The order decides
-    admission only where taking a batch closes it and a batch can form while admission is open: with batches
-    of placeholders (``zero_variance_holds_slot``: a batch with placeholders takes fewer than ``batch`` buffered
-    groups) a ship barrier (``admit_max_ship_lag``: the barrier's sum grows) or ``admit_block_while_training``
-    (the sync shape's budget counts accepted groups, not places, so it is still open when such a batch forms, and
-    training closes it); everywhere else a batch taken only opens admission, and the dispatcher, notified again,
-    admits the rest in the same instant (the trainer-first order, kept). A dispatcher that last slept with a
+def disp_first(st):
+    """Whether the dispatcher is registered on GroupBook.changed before the trainer, so that a notify runs it first:
+    while the trainer waits for its first batch (both processes started at t = 0, the dispatcher first). After a
+    step the trainer notifies, then waits on a fresh event before the dispatcher wakes, and goes first from then on
+    (`Trainer.run`, `finish_step`). Then, in an instant where both act, the dispatcher admits what the state before
+    the batch allows, the trainer takes the batch and notifies, and the dispatcher wakes again after the router has
+    routed its first groups (`trainer_react` sets ``hold_t``; `route_held`). A dispatcher that last slept with a
     recheck timeout (``admit_window_episodes``: `SimState.win_t` finite) waits on the condition "changed or the
-    timeout", whose own event SimPy schedules when the notify runs its check: it then resumes after the trainer."""
-    closes = (p.ship_lag >= 0) | (p.block_training == 1)
-    return (p.zslot == 1) & closes & (st.trainer.step == 0) & (st.win_t == jnp.inf)
+    timeout", whose own event SimPy schedules when the notify runs the condition's check: it then resumes after the
+    trainer, so the trainer goes first."""
+    tr = st.trainer
+    return (tr.step == 0) & (tr.phase == T_WAIT) & (st.win_t == jnp.inf)
+
+
+def route_held(st, p, static):
+    """Calls dispatched after a router pass that woke instances in this instant wait for those instances (SimPy:
+    their wake-ups were scheduled before the router's next one): the calls from ``hold_rid`` on are held at
+    ``hold_t`` while an instance woken there has not run. Such a pass: the router woken by a finished call or a
+    publication (both wake it before notifying GroupBook.changed, so it routes the calls queued before the
+    dispatcher acts: `select` routes them first), or, before the first batch, the dispatcher's own first pass
+    (`disp_first`)."""
+    active = jnp.arange(static.instances) < p.n_inst
+    return (st.now == st.hold_t) & (st.routed >= st.hold_rid) & jnp.any(active & (st.inst.phase == START))
 
 
 def chain_due(st, p, static):
@@ -271,7 +276,8 @@ def chain_due(st, p, static):
     forming = (tr.phase == T_WAIT) & ((tr.taken > 0) | batch_ready(st, p, static))
     react = forming | ((tr.phase == T_DRAIN) & (st.n_running == 0))
     disp = can_dispatch(st, p) & episode_permit(st, p, static) & window_open(st, p, static)
-    route = (st.routed < st.dispatched * static.group_size) & routable(st, p, static) & _router.head_ok(st, p, static)
+    route = ((st.routed < st.dispatched * static.group_size) & routable(st, p, static) & _router.head_ok(st, p, static)
+             & ~route_held(st, p, static))
     return react, disp, route
 
 
@@ -524,9 +530,10 @@ def select(st, p, static):
     chain = react | disp | route
     cont = st.cur >= 0
     timed = jnp.where(bidx < K, A_INST, A_TIMER)
-    # The dispatcher before the trainer's batch while the trainer waits for its first batch (`dispatcher_first`)
-    first = disp & dispatcher_first(st, p) & (tr.taken == 0) & (tr.phase == T_WAIT)
-    chain_act = jnp.where(react & ~first, A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE))
+    # (the router woken before GroupBook.changed routes the calls queued before this instant first; before the
+    # first batch the dispatcher is notified first: it admits before the trainer takes the batch)
+    chain_act = jnp.where(route & (react | disp), A_ROUTE,
+                          jnp.where(react & ~(disp & disp_first(st)), A_REACT, jnp.where(disp, A_DISPATCH, A_ROUTE)))
     # admit_window_episodes: the dispatcher's recheck timeout. Its place among the timeouts due at its time does not
     # matter (firing, it only wakes the dispatcher, which runs after all of them: SimPy pushes the condition event
     # it waits on when the timeout is processed); here it goes after them, before the chain, and time advances to
@@ -675,7 +682,9 @@ def prepare(st0, p, w, static):
         tr, ins = st.trainer, st.inst
         due = (((act == A_TIMER) & (tr.timer_t <= st.now))
                | ((act == A_INST) & (ins.phase[i] != START) & (ins.ev_t[i] <= st.now)))
-        before = (st.cur >= 0) | (tr.taken > 0) | (act == A_REACT) | (act == A_DISPATCH) | due
+        react, disp, _ = chain_due(st, p, static)
+        before = ((st.cur >= 0) | (tr.taken > 0) | (act == A_REACT) | (act == A_DISPATCH) | due
+                  | ((act == A_ROUTE) & (react | disp)))  # (the router's pass before the dispatcher's: `select`)
         if static.window:
             st = st._replace(win_t=jnp.where(st.wake & ~before, sleep_timer(st, p, static), st.win_t))
         st = st._replace(wake=st.wake & before)
@@ -711,10 +720,8 @@ def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
     st = note_admitted(st, pos0, static, turn, i)
     st = pull_action(st, p, static, begins, ends, i, new_now)
     if route:  # (else `route_action` does it: the batched step)
-        st = dispatch_action(st, act == A_DISPATCH, static, p)
         # A dispatched group's calls are routed in the step that dispatches it (exact: see route_all).
-        st = route_all(st, p, with_map(w, st, static), static,
-                       ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static))
+        st = _dispatch_route(st, p, w, static, act)
     # (a rare action neither leaves a run stuck nor is "no action")
     done = st.trainer.phase == T_DONE
     st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~par & ~done & ~held),
@@ -749,10 +756,23 @@ def queue_pos(wq_pos, wq_len, inst_k, on_k):
 def route_action(st0, p, w, static, act):
     """A dispatch (``act`` = A_DISPATCH: the group and its calls' routing) or a routing (A_ROUTE); the identity
     for any other ``act``."""
-    st = dispatch_action(st0, act == A_DISPATCH, static, p)
-    st = route_all(st, p, with_map(w, st, static), static,
-                   ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static))
+    st = _dispatch_route(st0, p, w, static, act)
     return jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), st, st0)
+
+
+def _dispatch_route(st, p, w, static, act):
+    """A dispatch (``act`` = A_DISPATCH) and the routing of its calls, or a routing (A_ROUTE); a dispatch's calls
+    stay in the router queue while `route_held`, and a routing releases the hold."""
+    react, disp, _ = chain_due(st, p, static)
+    first = (act == A_ROUTE) & (react | disp)  # the router's pass before the dispatcher's (`select`)
+    st = dispatch_action(st, act == A_DISPATCH, static)
+    go = ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static) & ~route_held(st, p, static)
+    st = route_all(st, p, with_map(w, st, static), static, go)
+    # the calls dispatched after a pass that came before the dispatcher's wait for the instances it woke
+    return st._replace(hold_t=jnp.where(first, st.now, jnp.where(go, -jnp.inf, st.hold_t)),
+                       hold_rid=jnp.where(first, jnp.where(st.hold_t == st.now, jnp.minimum(
+                           st.hold_rid, st.dispatched * static.group_size), st.dispatched * static.group_size),
+                                          st.hold_rid))
 
 
 def make_step(static):

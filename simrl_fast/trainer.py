@@ -335,4 +335,8 @@ def trainer_react(st, p, w, static, on, pub):
         buf_minv=st.buf_minv.at[jnp.where(take, minv, st.buf_minv.shape[0])].add(-1, mode="drop"),
         zs_live=st.zs_live - n_zs, zs_real=jnp.where(full, 0, n_real), zs_wait=st.zs_wait | empty,
         wake=st.wake | formed,  # Trainer.run: a batch taken notifies (admit_episode_cap)
+        # the first batch: the dispatcher, registered on GroupBook.changed before the trainer, has run in this instant
+        # (`step.disp_first`); the groups it admits after this notify are routed after the instances it woke
+        hold_t=jnp.where(formed & (step == 0) & (st.win_t == jnp.inf), now, st.hold_t),
+        hold_rid=jnp.where(formed & (step == 0) & (st.win_t == jnp.inf), jnp.where(st.hold_t == now, jnp.minimum(st.hold_rid, st.dispatched * static.group_size), st.dispatched * static.group_size), st.hold_rid),
     )

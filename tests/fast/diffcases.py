@@ -125,7 +125,8 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     a generator seeded by the case's label: ``rng`` is not advanced, so later cases keep their values; then, from
     that generator, an admission window on a quarter of the cases but psrl's (`draw_window`, prime-rl's dispatcher
     window), then a ship barrier together with zero-variance placeholders on a fifth of the cases but psrl's
-    (`ship_zero_slots_record`) and a zero-variance threshold and stop on a quarter (`zero_test_record`)."""
+    (`ship_zero_slots_record`) and a zero-variance threshold and stop on a quarter (`zero_test_record`); then, the
+    same way, a fifth of the cases get equal call lengths (`draw_equal_lengths`: ties)."""
     K = int(rng.integers(1, 5))
     S = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     lo_c, hi_c = sorted(int(x) for x in rng.integers(1, 600, 2))
@@ -228,6 +229,7 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
         case = draw_record(case, n, K, lambda rec: ship_zero_slots_record(own, rec), "ship+zero_slots")
     if not psrl_drawn and own.random() < 0.25:
         case = draw_record(case, n, K, lambda rec: zero_test_record(own, rec, case.workload), "zero_test")
+    draw_equal_lengths(case)
     return case
 
 
@@ -273,6 +275,28 @@ def zero_test_record(rng: np.random.Generator, rec, wl):
     tol = stds[k - 1] if k else 0.0
     stop = int(rng.integers(2, 9)) if rng.random() < 0.5 else 0
     return attrs.evolve(rec, zero_variance_std_max=tol, zero_variance_stop_groups=stop)
+
+
+
+def draw_equal_lengths(case: Case, share: float = 0.2) -> None:
+    """Drawn after everything (from a generator seeded by the label, so no other draw changes): on ``share`` of the
+    cases every call gets the workload's shortest prompt and completion (ties: whole groups finish in one instant,
+    instances go idle together, a batch forms in the instant the dispatcher admits; found by tests/fast/outsider.py
+    on the ``constant`` generator). The shared prefixes are capped at the prompt; the KV capacity still holds a
+    call."""
+    own = np.random.default_rng(zlib.crc32((case.label + " equal lengths").encode()))
+    if own.random() >= share:
+        return
+    wl = case.workload
+    prompt, comp = int(wl.call_prompt_tokens.min()), int(wl.call_completion_tokens.min())
+    first = np.zeros(len(wl.call_prompt_tokens), dtype=bool)
+    first[wl.traj_call_start[:-1]] = True
+    case.workload = attrs.evolve(
+        wl, call_prompt_tokens=np.full_like(wl.call_prompt_tokens, prompt),
+        call_new_tokens=np.where(first, prompt, wl.call_new_tokens),
+        call_completion_tokens=np.full_like(wl.call_completion_tokens, comp),
+        group_shared_prompt_tokens=np.minimum(wl.group_shared_prompt_tokens, prompt))
+    case.label += f" equal(prompt={prompt}, completion={comp})"
 
 
 def episode_cap_record(rng: np.random.Generator, rec, n: int):

@@ -3,7 +3,7 @@ pair at its defaults, on the JAX fast path against SimPy and against a run worke
 
 A batch with placeholders takes fewer than ``batch`` buffered groups, so taking it raises the barrier's sum
 (batches taken - version + buffered // batch): whether the dispatcher reads the sum before or after the trainer
-takes the batch decides admission. SimPy's order (`step.dispatcher_first`): the dispatcher first while the trainer
+takes the batch decides admission. SimPy's order (`step.disp_first`): the dispatcher first while the trainer
 waits for its first batch, the trainer first for every later one.
 """
 

@@ -86,7 +86,7 @@ def test_prime_rl_lowers_filter_zero_advantages():
 def test_the_field_with_a_ship_barrier_is_accepted():
     # a batch with placeholders takes fewer buffered groups than batch_max_groups, so the barrier's sum moves by
     # another amount when it is taken: the kernel keeps SimPy's order of trainer and dispatcher in an instant
-    # (`step.dispatcher_first`; diffscan seed 8202 differed before; tests/fast/test_prime_ship_slots.py by hand)
+    # (`step.disp_first`; diffscan seed 8202 differed before; tests/fast/test_prime_ship_slots.py by hand)
     from simrl_fast.lowering import policy_rejections
 
     rec = PolicyParams(zero_variance_holds_slot=1, drop_zero_variance=1, batch_min_groups=2, batch_max_groups=2,

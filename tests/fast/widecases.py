@@ -42,7 +42,8 @@ A case draws, independently:
   (``admit_window_episodes``, `diffcases.window_record`, prime-rl's dispatcher window) on a quarter of the records;
   then a ship barrier together with zero-variance placeholders (`diffcases.ship_zero_slots_record`) on a fifth of
   them, and a zero-variance threshold and stop (`diffcases.zero_test_record`: ``zero_variance_std_max``,
-  ``zero_variance_stop_groups``) on a quarter.
+  ``zero_variance_stop_groups``) on a quarter; then, from a generator seeded by the
+  label, equal call lengths on a fifth of the cases (`diffcases.draw_equal_lengths`: ties).
 
 Whatever `simrl_fast.lower` refuses is reported as refused (a named rejection), not compared.
 """
@@ -57,6 +58,7 @@ import numpy as np
 from diffcases import (
     BASE,
     Case,
+    draw_equal_lengths,
     draw_router,
     draw_token_budget,
     episode_cap_record,
@@ -435,6 +437,7 @@ def wide_case(rng: np.random.Generator, groups: int, n: int, steps: int, policy_
         if rec is not None:
             case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
             case.label += f" zero_std_max={rec.zero_variance_std_max:g} zero_stop={rec.zero_variance_stop_groups}"
+    draw_equal_lengths(case)  # last of all, from the label's own generator: equal lengths (ties) on a fifth
     return case
 
 
