@@ -44,3 +44,18 @@ def test_in_flight_updates_keep_requests_running_across_refits():
     # recomputing the KV cache after the update re-prefills the interrupted requests
     recompute, _ = _run("policy.in_flight_weight_updates=true", "policy.recompute_kv_cache_after_weight_updates=true")
     assert recompute.totals["tokens_reprefilled"] > report.totals["tokens_reprefilled"]
+
+
+def test_lowering_refuses_a_group_size_other_than_num_generations_per_prompt():
+    # the engine refuses it at the first dispatch; the fast path's lowering must refuse it with the same message
+    # (tests/fast/outsider.py seed 235 ran it on the fast path while SimPy stopped)
+    import pytest
+
+    from presets.nemo_rl import NemoRLPolicy
+    from simrl.policy.errors import PolicyError
+    from simrl.policy.params import LoweringContext
+
+    pol = NemoRLPolicy(num_generations_per_prompt=1)
+    with pytest.raises(PolicyError, match="num_generations_per_prompt=1 but the workload's groups hold 4 samples"):
+        pol.lower(LoweringContext(group_size=4, instances=2))
+    assert NemoRLPolicy(num_generations_per_prompt=4).lower(LoweringContext(group_size=4, instances=2)).fast_path_exact

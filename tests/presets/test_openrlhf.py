@@ -55,3 +55,16 @@ def test_dynamic_filtering_drops_all_equal_groups_and_refills_the_batch():
     trained = {g for s in report.steps for g in s.gids}
     assert all(len(set(sim.workload.traj_reward[sim.workload.group_trajs(w)])) > 1
                for s in report.steps for w in s.prompts) and trained
+
+
+def test_lowering_refuses_a_group_size_other_than_n_samples_per_prompt():
+    # as the engine does at the first dispatch (same message)
+    import pytest
+
+    from presets.openrlhf import OpenRLHFPolicy
+    from simrl.policy.errors import PolicyError
+    from simrl.policy.params import LoweringContext
+
+    with pytest.raises(PolicyError, match="n_samples_per_prompt=2 but the workload's groups hold 4 samples"):
+        OpenRLHFPolicy(n_samples_per_prompt=2).lower(LoweringContext(group_size=4, instances=2))
+    OpenRLHFPolicy(n_samples_per_prompt=4).lower(LoweringContext(group_size=4, instances=2))
