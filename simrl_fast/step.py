@@ -765,7 +765,7 @@ def _dispatch_route(st, p, w, static, act):
     stay in the router queue while `route_held`, and a routing releases the hold."""
     react, disp, _ = chain_due(st, p, static)
     first = (act == A_ROUTE) & (react | disp)  # the router's pass before the dispatcher's (`select`)
-    st = dispatch_action(st, act == A_DISPATCH, static)
+    st = dispatch_action(st, act == A_DISPATCH, static, p)
     go = ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static) & ~route_held(st, p, static)
     st = route_all(st, p, with_map(w, st, static), static, go)
     # the calls dispatched after a pass that came before the dispatcher's wait for the instances it woke
