@@ -369,7 +369,7 @@ def local_phase(st, p, w, static, rounds):
     K, S, n, G, Gm = static.instances, static.slots, static.group_size, static.groups, static.max_groups
     i32 = jnp.int32
     active = jnp.arange(K) < p.n_inst
-    quiet = (st.cur < 0) & (tr.taken == 0) & (tr.phase != T_DONE) & ~st.zstop
+    quiet = (st.cur < 0) & (tr.taken == 0) & (tr.phase != T_DONE) & ~st.zstop & ~st.overflow
     react, disp, route = chain_due(st, p, static)
     timer_on = (tr.phase == T_TRAIN) | (tr.phase == T_PUBLISH) | (tr.phase == T_OFFLOAD)
     woken = active & ((st.inst.phase == START) | (st.inst.phase == RESUME))
@@ -545,7 +545,10 @@ def select(st, p, static):
     # A batch being formed is one synchronous form_batch call: finish it first.
     act = jnp.where(cont, A_INST, jnp.where(tr.taken > 0, A_REACT, jnp.where(
         due, timed, jnp.where(w_due, A_WINDOW, jnp.where(chain, chain_act, later)))))
-    act = jnp.where((tr.phase == T_DONE) | st.zstop, A_NONE, act)  # (zero_variance_stop_groups: SimPy stopped)
+    # (zero_variance_stop_groups: SimPy stopped; an overflowed configuration stops where it overflowed, so the
+    # progress `engine._run_growing` compares between slot doublings is that of a prefix of the true run: with
+    # more slots it can only be further, never less because the batch's other configurations ran longer)
+    act = jnp.where((tr.phase == T_DONE) | st.zstop | st.overflow, A_NONE, act)
     i = jnp.where(cont, st.cur, jnp.where(~due & ~chain & (gt < jnp.inf), gidx, bidx))
     i = jnp.minimum(i, K - 1).astype(jnp.int32)
     timed_now = jnp.where(act == A_TIMER, tr.timer_t, jnp.where(act == A_WINDOW, wt,
@@ -724,7 +727,7 @@ def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
         st = _dispatch_route(st, p, w, static, act)
     # (a rare action neither leaves a run stuck nor is "no action")
     done = st.trainer.phase == T_DONE
-    st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~par & ~done & ~held),
+    st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~par & ~done & ~held & ~st.overflow),
                      actions=st.actions + ((act != A_NONE) | par))
     # x64 promotes int32 reductions and argmax to int64: keep every leaf's declared dtype.
     return jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), st, st0), act.astype(jnp.int32)

@@ -64,11 +64,11 @@ def test_a_run_whose_every_group_is_dropped_stops_with_a_diagnosis():
     _, p, wa = lower(load_config(overrides=ov), wl, linear_costs())
     # Every group's rewards equal (`lower` diagnoses that itself; this is the engine's own guard).
     with pytest.raises(FastPathNoProgress, match="configuration 0 of the batch makes no progress") as exc:
-        run_params([p], wa._replace(zero_var=np.ones_like(wa.zero_var)))
+        run_params([p], wa._replace(zero_var=np.ones_like(wa.zero_var), reward_std=np.zeros_like(wa.reward_std)))
     assert "groups accepted: 0" in str(exc.value) and "0 of 2 training steps" in str(exc.value)
     # One prompt in six with a reward spread: gids 0, 6, 12, 18 are accepted (the workload repeats every six
     # groups), the 19th dispatch completes the second batch of two; more slots did make progress.
     zero = np.ones_like(wa.zero_var)
     zero[0] = False
-    res = run_params([p], wa._replace(zero_var=zero))
+    res = run_params([p], wa._replace(zero_var=zero, reward_std=np.where(zero, 0.0, 1.0)))  # (the kernel's zero test)
     assert res.complete.all() and int(res.groups_accepted[0]) == 4 and int(res.groups_dispatched[0]) == 19

@@ -54,6 +54,7 @@ def _case(rec, label):
     return case
 
 
+@pytest.mark.slow  # (CI time: a compile of its own; test_router_pass_before_the_dispatcher covers the hold in CI)
 def test_second_wave_waits_for_the_woken_instance():
     cases = [_case(rec, name) for name, rec in RECORDS.items()]
     for case in cases:

@@ -43,7 +43,7 @@ def _check(seed: int, kv_policy: str = "any", prefix: str = "any") -> None:
     mg = max(need.max_groups, 48)
     fixed = static_for([p._replace(n_inst=np.int32(4), max_seqs=np.int32(64), batch=np.int32(4), od=np.int32(1),
                                   token_budget=np.int32(1), pc=np.int32(1), age=np.int32(1),
-                                  batch_oldest=np.int32(1))], wa, mg)
+                                  batch_oldest=np.int32(1), ep_cap=np.int32(1), win_n=np.int32(1))], wa, mg)
     # (chunked prefill's cap on scan chunks grows with the workload's lengths: one fixed cap, so one shape;
     # a finished or deadlocked run stops at once whatever the cap)
     fixed = fixed._replace(max_chunks=1 << 14)
@@ -52,7 +52,7 @@ def _check(seed: int, kv_policy: str = "any", prefix: str = "any") -> None:
     compare(case, res, 0)
 
 
-@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))  # (CI time)
 @given(seed=st.integers(0, 2**31 - 1))
 def test_hypothesis_configurations_match_simpy(seed):
     _check(seed)

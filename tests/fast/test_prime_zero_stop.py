@@ -40,6 +40,7 @@ def _case(tol: float, stop: int) -> Case:
     return case
 
 
+@pytest.mark.slow  # one compile of its own, ~2 min of a CI worker; random_case and wide_case draw the fields in CI
 def test_the_threshold_and_the_stop_by_hand():
     """One instance, one group at a time (concurrency 1), batches of 1 group; every call has 1 token, so a group
     runs one 0.01 s iteration, and the next starts at its completion: g_k is done at (k + 1) x 0.01.
