@@ -281,12 +281,21 @@ def _show(value) -> str:
     return f"{text} ({type(value).__name__})"
 
 
+def _reads_as(text: str, typ: type) -> bool:
+    """Whether ``text`` is a number of ``typ`` written in quotes (``"12"``): the hint to unquote it."""
+    try:
+        typ(text.strip())
+    except ValueError:
+        return False
+    return True
+
+
 def _structure_int(value, _type):
     if type(value) is not int:
         hint = ""
         if isinstance(value, float) and math.isfinite(value):
             hint = "; write a whole number (a float is never truncated)"
-        elif isinstance(value, str):
+        elif isinstance(value, str) and _reads_as(value, int):
             hint = "; write it without quotes"
         raise _Invalid(f"expected an integer, got {_show(value)}{hint}")
     if not INT_MIN <= value <= INT_MAX:
@@ -297,7 +306,7 @@ def _structure_int(value, _type):
 def _structure_float(value, _type, allow_inf: bool = False):
     if isinstance(value, bool) or not isinstance(value, int | float):
         hint = "; write a number without quotes (1.5, 2e-3, .inf where no limit is allowed)" \
-            if isinstance(value, str) else ""
+            if isinstance(value, str) and _reads_as(value, float) else ""
         raise _Invalid(f"expected a number, got {_show(value)}{hint}")
     value = float(value)
     if math.isnan(value) or (math.isinf(value) and not (allow_inf and value > 0)):
@@ -562,6 +571,51 @@ def apply_override(data: dict, dotted: str) -> None:
             raise ConfigError(f"override {key}: {'.'.join(parts[: i + 1])} is a value, not a section")
         node = nxt
     node[parts[-1]] = value
+
+
+def key_field(cfg: SimConfig, dotted: str) -> tuple[str, Any]:
+    """Where the configuration key ``dotted`` is in ``cfg``'s layout: ``("ok", attribute)`` for a
+    typed key (an `attrs.Attribute`: its type and validator), ``("free", None)`` for a key inside a
+    knobs mapping or the policy union itself (checked where it is read),
+    ``("unknown", None)`` where no such key exists. ``policy.X`` is looked up in ``cfg``'s policy
+    class."""
+    node: Any = type(cfg)
+    att = None
+    for p in dotted.split("."):
+        if node is Policy:
+            node = type(cfg.policy)
+        if not (isinstance(node, type) and attrs.has(node)):
+            return ("free", None) if node == dict[str, Any] or node is Any else ("unknown", None)
+        attrs.resolve_types(node)
+        fields = attrs.fields_dict(node)
+        if p not in fields:
+            return ("free", None) if p == "kind" and issubclass(node, Policy) else ("unknown", None)
+        att = fields[p]
+        node = att.type
+    if att is None or node is Policy or node == dict[str, Any]:
+        return "free", None
+    return "ok", att  # (``Any``, e.g. a GPU: no type, but the key's validator)
+
+
+def override_value_error(cfg: SimConfig, key: str, text: str) -> str | None:
+    """What is wrong with the override ``key=text`` on its own for ``cfg``'s layout: the value read
+    as `apply_override` reads it, structured as a configuration file's value is (exact types) and
+    checked by the key's own validator (its range or choices; not the rules that relate keys, such
+    as TP dividing the GPUs). None where it is a valid value of the key (or the key is free-form)."""
+    status, att = key_field(cfg, key)
+    if status != "ok":
+        return None
+    try:
+        value = converter.structure(_parse_value(key, text), att.type)
+        if att.validator is not None:
+            att.validator(None, att, value)
+    except ConfigError as exc:
+        return str(exc)
+    except AttributeError:
+        return None  # a validator that needs the whole section: checked per point
+    except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
+        return "; ".join(line.removeprefix("<top level>: ") for line in error_lines(exc))
+    return None
 
 
 def _drift_errors(cfg: SimConfig) -> list[str]:

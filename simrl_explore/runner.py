@@ -65,9 +65,10 @@ def check_keys(space: Space) -> None:
     from simrl_explore.space import SpaceError
 
     try:
-        data = unstructure(load_config(space.base_config, list(space.base_set)))
+        base_cfg = load_config(space.base_config, list(space.base_set))
     except ConfigError as exc:
         raise SpaceError(f"{space.path or '<space>'}: base: {exc}") from None
+    data = unstructure(base_cfg)
     swept = {a.key for a in space.axes if a.key} | {d.key for d in space.derived if d.key}
     for key in sorted(swept):
         if key == "policy" or (key.startswith("policy.") and "policy" in swept):
@@ -81,6 +82,37 @@ def check_keys(space: Space) -> None:
                 raise SpaceError(f"{space.path or '<space>'}: {key!r} is not a configuration key "
                                  f"({'.'.join(parts[:i + 1])} not found; `srl config` prints them all)")
             node = node[p]
+    check_axis_types(space, base_cfg, swept)
+
+
+def check_axis_types(space: Space, base_cfg: Any, swept: set[str]) -> None:
+    """Every value an axis gives its configuration key has that key's type (`override_value_error`):
+    a grid value of the wrong type (``"two"`` for an integer, ``1.5`` for a count), or a random /
+    LHS axis drawing floats for an integer key, is the space file's error before anything runs, not
+    every point dropped. Ranges and cross-key rules stay per point (a point may legitimately fall
+    out). Keys under ``policy`` are typed by the base's policy kind unless ``policy`` is swept."""
+    from simrl.config import override_value_error
+    from simrl_explore.space import SpaceError, _scale, _yaml_value
+
+    where = space.path or "<space>"
+    for a in space.axes:
+        if not a.key or (a.key.startswith("policy.") and "policy" in swept):
+            continue
+        if a.kind == "grid":
+            cases = [(f"{a.at}.grid[{j}]" if a.at else a.name, v) for j, v in enumerate(a.values)]
+        else:  # the two ends of the draw (integer: false draws floats)
+            cases = [(f"{a.at}.{a.kind}.{end}" if a.at else a.name, _scale(a, u)) for end, u in (("low", 0.0),
+                                                                                                   ("high", 1.0))]
+        for at, v in cases:
+            why = override_value_error(base_cfg, a.key, _yaml_value(v))
+            if why is None:
+                continue
+            hint = ""
+            if a.kind != "grid" and not a.integer and "expected an integer" in why:
+                hint = "; add integer: true to draw whole numbers"
+            loc = f"{where}: {at}" if space.path else f"--grid {a.key}"  # (grid mode: the command line)
+            raise SpaceError(f"{loc}: value {v!r} for {a.key}: {why}{hint} (axis {a.name!r}; every "
+                             f"value of an axis must be a valid value of its key, checked before any point runs)")
 
 
 _COST_KNOBS = ("rollout_knobs", "training_knobs", "weight_sync_knobs", "colocated_knobs")

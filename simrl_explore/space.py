@@ -71,6 +71,7 @@ class Axis:
     integer: bool = False
     log: bool = False
     link: int = -1  # index of the linked block (grid axes that advance together), -1 alone
+    at: str = ""  # where the axis is in its file (``axes[2]``, ``axes[0].linked[1]``), for messages
 
 
 @attrs.frozen
@@ -321,7 +322,7 @@ def _identifier(name: Any, where: str) -> str:
     return name
 
 
-def _parse_axis(raw: Any, where: str, link: int = -1) -> Axis:
+def _parse_axis(raw: Any, where: str, link: int = -1, at: str = "") -> Axis:
     _need(isinstance(raw, dict), where, f"expected a mapping, got {type(raw).__name__}")
     _unknown(raw, _AXIS - {"linked"}, where)
     key = raw.get("key")
@@ -337,8 +338,9 @@ def _parse_axis(raw: Any, where: str, link: int = -1) -> Axis:
         _need(isinstance(vals, list) and len(vals) > 0, f"{where}.{kind}", "expected a non-empty list of values")
         vals = [_subst(v) for v in vals]
         for i, v in enumerate(vals):
-            _need(v not in vals[:i], f"{where}.{kind}[{i}]", f"value {v!r} repeated")
-        return Axis(name, key, "grid", tuple(vals), link=link)
+            _need(not any(type(u) is type(v) and u == v for u in vals[:i]), f"{where}.{kind}[{i}]",
+                  f"value {v!r} repeated")
+        return Axis(name, key, "grid", tuple(vals), link=link, at=at)
     _need(link < 0, where, "a linked block holds grid values only")
     dist = raw[kind]
     _need(isinstance(dist, dict), f"{where}.{kind}", "expected {low, high, integer?, log?}")
@@ -347,7 +349,8 @@ def _parse_axis(raw: Any, where: str, link: int = -1) -> Axis:
     _need(lo < hi, f"{where}.{kind}", f"low={lo:g} must be below high={hi:g}")
     log = _flag(dist.get("log", False), f"{where}.{kind}.log")
     _need(not log or lo > 0, f"{where}.{kind}.low", "must be > 0 with log: true")
-    return Axis(name, key, kind, (), lo, hi, _flag(dist.get("integer", False), f"{where}.{kind}.integer"), log)
+    return Axis(name, key, kind, (), lo, hi, _flag(dist.get("integer", False), f"{where}.{kind}.integer"), log,
+                at=at)
 
 
 def _parse(data: Any, where: str, path: str | None) -> Space:
@@ -380,13 +383,14 @@ def _parse(data: Any, where: str, path: str | None) -> Space:
             _unknown(raw, {"linked"}, aw)
             group = raw["linked"]
             _need(isinstance(group, list) and len(group) >= 2, f"{aw}.linked", "expected a list of at least two grid axes")
-            members = [_parse_axis(g, f"{aw}.linked[{j}]", link=n_links) for j, g in enumerate(group)]
+            members = [_parse_axis(g, f"{aw}.linked[{j}]", link=n_links, at=f"axes[{i}].linked[{j}]")
+                       for j, g in enumerate(group)]
             lens = {len(m.values) for m in members}
             _need(len(lens) == 1, f"{aw}.linked", f"linked axes need equally many values, got {sorted(lens)}")
             axes.extend(members)
             n_links += 1
         else:
-            axes.append(_parse_axis(raw, aw))
+            axes.append(_parse_axis(raw, aw, at=f"axes[{i}]"))
     names: dict[str, str] = {k: f"{where}.constants.{k}" for k in consts}
     keys: dict[str, str] = {}
     for i, a in enumerate(axes):

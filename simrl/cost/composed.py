@@ -141,6 +141,7 @@ class ComposedFamily(FamilyBase):
     shape, so it has no layout keys (TP is in its validity domain)."""
 
     target, name, fittable = "rollout", "composed", True
+    domain_dims = ("num_tokens", "tp")
     basis = "kernel-DB operator times summed per layer + analytical attention + TP/PP communication"
     coefficients = {"kernel_db": "object", "collectives": "object", "cpu_overhead_s": "number",
                     "attention_flops_fraction": "number", "attention_bytes_fraction": "number"}

@@ -74,6 +74,9 @@ class FamilyBase:
     layout_keys: ClassVar[tuple[str, ...]] = ()
     fit_requires: ClassVar[tuple[str, ...]] = ()  # fit options srl-regress demands (the layout fitted)
     coefficients: ClassVar[dict[str, str]] = {}
+    # the validity_domain dimensions the built model checks queries against (`ValidityDomain.check`);
+    # None: not declared (a plug-in family), any dimension is accepted
+    domain_dims: ClassVar[tuple[str, ...] | None] = None
 
     def fit(self, obs: Sequence, opts: dict) -> tuple[dict, dict]:
         raise CostModelError(f"{self.target} family {self.name!r} is not fitted from observations")
@@ -83,6 +86,20 @@ class FamilyBase:
 
     def check(self, coefficients: dict, where: str) -> None:
         check_coefficients(coefficients, self.coefficients, where)
+
+    def check_domain(self, domain: dict, where: str) -> None:
+        """A validity_domain dimension the model never checks (a typo such as ``batch_sise``)
+        would bound nothing: refused with the dimensions it reads."""
+        if self.domain_dims is None:
+            return
+        extra = sorted(set(domain) - set(self.domain_dims), key=str)
+        if extra:
+            from simrl.strictio import did_you_mean
+
+            known = ", ".join(self.domain_dims) or "none (leave validity_domain empty: {})"
+            raise ArtifactError(f"{where}: validity_domain.{extra[0]}: unknown dimension"
+                                f"{did_you_mean(str(extra[0]), self.domain_dims)}; the {self.target} family "
+                                f"{self.name!r} checks: {known}")
 
     def build(self, art: dict | None, cfg) -> Any:
         if art is None:
@@ -344,6 +361,7 @@ class IterationFamily(FamilyBase):
 
     target, fittable = "rollout", True
     layout_keys = ("model", "tp", "pp")
+    domain_dims = ("batch_size", "kv_tokens", "prefill_tokens")
     fit_requires = ("model", "tp")
 
     def fit(self, obs, opts):

@@ -184,6 +184,7 @@ class RooflineFamily(FamilyBase):
     A fit from iteration observations belongs to one model and TP (its ``fitted_for``)."""
 
     target, name, fittable, from_knobs = "rollout", "roofline", True, True
+    domain_dims = ("batch_size", "kv_tokens", "prefill_tokens")
     layout_keys = ("model", "tp", "pp")
     basis = ("analytical roofline per operator class on the busiest GPU + TP all-reduces + overheads "
              "(efficiencies assumed)")

@@ -244,6 +244,7 @@ class TrainingFamily(FamilyBase):
     """A fitted training family: step time (and peak memory) linear in a few features."""
 
     target, fittable = "training", True
+    domain_dims = ("seq_len", "tokens", "n_seqs", "activation_checkpointing", "tp", "pp", "dp")  # FittedTraining._check
     per_strategy = False  # one coefficient set per (tp, pp) strategy
     n_time: int
     n_memory = 2

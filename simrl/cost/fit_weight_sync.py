@@ -71,6 +71,7 @@ class FittedWeightSync:
 
 class FittedSyncFamily(FamilyBase):
     target, name, fittable = "weight_sync", "fitted", True
+    domain_dims = ("bytes", "n_instances")
     basis = "latency*buckets + bytes/bandwidth + (n-1)*bytes/fan-out bandwidth, fitted"
     coefficients = {"latency_s_per_bucket": "number", "bytes_per_s": "number", "fanout_bytes_per_s": "number",
                     "bucket_bytes": "number"}

@@ -82,6 +82,9 @@ def read(path: str | os.PathLike) -> tuple[dict, Family]:
         raise ArtifactError(f"{where}: family: {art['family']!r} is not a fitted {art['target']} family "
                             f"({', '.join(names(art['target'], fittable=True))})")
     fam.check(art["coefficients"], where)
+    check_domain = getattr(fam, "check_domain", None)
+    if check_domain is not None:
+        check_domain(art["validity_domain"], where)
     return art, fam
 
 
