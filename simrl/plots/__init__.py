@@ -82,9 +82,10 @@ def render_views(data, plot_dir: Path, skipped: dict[str, str] | None = None,
     return paths, skipped
 
 
-def write_plots(out_dir, report, events, samples, png: bool = True) -> list[Path]:
-    """Write the seven plots of a simulated run under ``out_dir/plots`` (HTML, and PNG when ``png``);
-    return the files written.
+def write_plots(out_dir, report, events, samples, png: bool = True, plot_dir=None) -> list[Path]:
+    """Write the seven plots of a simulated run under ``out_dir/plots`` (HTML, and PNG when ``png``),
+    or under ``plot_dir`` where given (a staging folder; ``out_dir`` is still the run directory whose
+    config.yaml says how rollout pauses); return the files written.
 
     ``report`` is a `Report` or the dict of report.json; ``events`` and ``samples`` are the
     engine's telemetry (or the rows read back from telemetry.jsonl).
@@ -95,7 +96,7 @@ def write_plots(out_dir, report, events, samples, png: bool = True) -> list[Path
     report_d = report if isinstance(report, dict) else report.to_dict()
     evs = [_round(e) for e in events if e.get("kind") != "sample"]
     data = from_sim(report_d, evs, sample_rows(samples), sync_mode(out_dir))
-    paths, _ = render_views(data, Path(out_dir) / "plots", png=png)
+    paths, _ = render_views(data, Path(plot_dir) if plot_dir is not None else Path(out_dir) / "plots", png=png)
     return paths
 
 

@@ -73,10 +73,20 @@ def from_sim_run(run_dir: str | Path) -> RealRun:
     report = _read_json(run_dir / "report.json")
     if not isinstance(report, dict) or "steps" not in report or "calls" not in report:
         raise RealRunError(f"{run_dir / 'report.json'}: not a SimRL report (no 'steps'/'calls')")
+    from simrl.plots.rundir import RunDirError, check_report_fields, check_telemetry_row
+
     samples = None
     tele = run_dir / "telemetry.jsonl"
-    if tele.exists():
-        samples = [o for _, o in read_json_objects(tele) if o.get("kind") == "sample"]
+    try:  # the fields the conversion reads, by the run-directory reader's rules (file and key named)
+        check_report_fields({"instances": [], "run_name": "", **report}, run_dir / "report.json")
+        if tele.exists():
+            samples = []
+            for n, o in read_json_objects(tele):
+                if o.get("kind") == "sample":
+                    check_telemetry_row(o, tele, n)
+                    samples.append(o)
+    except RunDirError as exc:
+        raise RealRunError(str(exc)) from None
     model = ""
     cfg = run_dir / "config.yaml"
     if cfg.exists():

@@ -105,3 +105,99 @@ DOMAIN = [
 @pytest.mark.parametrize("name, content, expect", DOMAIN, ids=[c[0] for c in DOMAIN])
 def test_artifact_validity_domain_dimension_is_known(tmp_path, name, content, expect):
     run_input("artifact", content, tmp_path, ["{in}", *expect], name)
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    from click.testing import CliRunner
+
+    from simrl.cli.main import cli as srl_cli
+
+    out = tmp_path_factory.mktemp("runs")
+    res = CliRunner().invoke(srl_cli, ["run", "-o", str(out), "run.name=r", "run.training_steps=2", "workload.groups=8",
+                                       "run.plots=false", "-q"])
+    assert res.exit_code == 0, res.output
+    return out / "r"
+
+
+def _report(edit):
+    def apply(d):
+        r = json.loads((d / "report.json").read_text())
+        edit(r)
+        (d / "report.json").write_text(json.dumps(r))
+    return apply
+
+
+def _telemetry(kind, edit):
+    def apply(d):
+        lines = (d / "telemetry.jsonl").read_text().splitlines()
+        for i, line in enumerate(lines[1:], 1):
+            ev = json.loads(line)
+            if ev["kind"] == kind:
+                edit(ev)
+                lines[i] = json.dumps(ev)
+                break
+        (d / "telemetry.jsonl").write_text("\n".join(lines) + "\n")
+    return apply
+
+
+# The fields of report.json and telemetry.jsonl the plots (and the real-run export) read were
+# used unchecked: a missing or mistyped one was a KeyError / TypeError traceback half-way through
+# the plots, with the first ones already written. They are checked when the files are read
+# (file, line, key path), and the plots are rendered in a staging folder.
+RUNDIR = [
+    ("step_field_str", _report(lambda r: r["steps"][0].__setitem__("train_end", "x")),
+     ["report.json", "steps[0].train_end", "finite time"]),
+    ("step_field_missing", _report(lambda r: r["steps"][1].pop("wait_start")), ["report.json", "steps[1].wait_start",
+                                                                              "missing"]),
+    ("staleness_str", _report(lambda r: r["steps"][0].__setitem__("staleness", "x")),
+     ["report.json", "steps[0].staleness", "list of integers"]),
+    ("calls_scalar", _report(lambda r: r.__setitem__("calls", 3)), ["report.json", "calls", "expected a list"]),
+    ("call_tokens_missing", _report(lambda r: r["calls"][0].pop("generated_tokens")),
+     ["report.json", "calls[0].generated_tokens"]),
+    ("instance_capacity_str", _report(lambda r: r["instances"][0].__setitem__("kv_capacity_tokens", "big")),
+     ["report.json", "instances[0].kv_capacity_tokens"]),
+    ("totals_scalar", _report(lambda r: r.__setitem__("totals", "x")), ["report.json", "totals", "object"]),
+    ("totals_queue_str", _report(lambda r: r["totals"].__setitem__("router_queue_at_end", "x")),
+     ["report.json", "totals.router_queue_at_end"]),
+    ("queue_depth_short", _report(lambda r: r["queue_depth"].__setitem__(0, [1, 2])), ["report.json", "queue_depth[0]"]),
+    ("sample_missing", _telemetry("sample", lambda e: e.pop("running")), ["telemetry.jsonl:", "sample.running"]),
+    ("sample_str", _telemetry("sample", lambda e: e.__setitem__("kv_used", "x")), ["telemetry.jsonl:", "sample.kv_used"]),
+    ("pull_inst_missing", _telemetry("pull_start", lambda e: e.pop("inst")), ["telemetry.jsonl:", "pull_start.inst"]),
+]
+
+
+@pytest.mark.parametrize("name, edit, expect", RUNDIR, ids=[c[0] for c in RUNDIR])
+def test_run_dir_field_of_wrong_kind_is_named(small_run, tmp_path, name, edit, expect):
+    import shutil
+
+    from click.testing import CliRunner
+    from robust_common import check_clean_error, listing
+
+    from simrl.cli.plot import cli as plot_cli
+
+    d = tmp_path / "run"
+    shutil.copytree(small_run, d)
+    edit(d)
+    before = listing(tmp_path)
+    res = CliRunner().invoke(plot_cli, [str(d), "-o", str(tmp_path / "x.realrun.jsonl")])
+    check_clean_error(res, [f"{d}/{e}" if e.startswith(("report", "telemetry")) else e for e in expect], name)
+    assert listing(tmp_path) == before, sorted(listing(tmp_path) - before)
+
+
+def test_sim_run_dir_given_to_compare_is_checked(small_run, tmp_path):
+    import shutil
+
+    from click.testing import CliRunner
+    from robust_common import VALID_REALRUN, check_clean_error, jsonl, listing
+
+    from simrl.cli.compare import cli as compare_cli
+
+    d = tmp_path / "run"
+    shutil.copytree(small_run, d)
+    _report(lambda r: r["steps"][0].__setitem__("publish_end", "x"))(d)
+    (tmp_path / "real.jsonl").write_text(jsonl(VALID_REALRUN))
+    before = listing(tmp_path)
+    res = CliRunner().invoke(compare_cli, [str(d), str(tmp_path / "real.jsonl"), "-o", str(tmp_path / "cmp")])
+    check_clean_error(res, [f"{d}/report.json", "steps[0].publish_end"], "compare")
+    assert listing(tmp_path) == before
