@@ -577,8 +577,8 @@ def key_field(cfg: SimConfig, dotted: str) -> tuple[str, Any]:
     """Where the configuration key ``dotted`` is in ``cfg``'s layout: ``("ok", attribute)`` for a
     typed key (an `attrs.Attribute`: its type and validator), ``("free", None)`` for a key inside a
     knobs mapping or the policy union itself (checked where it is read),
-    ``("unknown", None)`` where no such key exists. ``policy.X`` is looked up in ``cfg``'s policy
-    class."""
+    ``("unknown", names)`` where no such key exists (``names``: the keys of the section where the path
+    left the layout, for a did-you-mean). ``policy.X`` is looked up in ``cfg``'s policy class."""
     node: Any = type(cfg)
     att = None
     for p in dotted.split("."):
@@ -589,12 +589,23 @@ def key_field(cfg: SimConfig, dotted: str) -> tuple[str, Any]:
         attrs.resolve_types(node)
         fields = attrs.fields_dict(node)
         if p not in fields:
-            return ("free", None) if p == "kind" and issubclass(node, Policy) else ("unknown", None)
+            return ("free", None) if p == "kind" and issubclass(node, Policy) else ("unknown", list(fields))
         att = fields[p]
         node = att.type
     if att is None or node is Policy or node == dict[str, Any]:
         return "free", None
     return "ok", att  # (``Any``, e.g. a GPU: no type, but the key's validator)
+
+
+def unknown_key_error(cfg: SimConfig, key: str) -> str | None:
+    """Why ``key`` is not a configuration key of ``cfg``'s layout (with a did-you-mean), or None."""
+    status, names = key_field(cfg, key)
+    if status != "unknown":
+        return None
+    parts = key.split(".")
+    hint = did_you_mean(parts[-1], names or []) if names else ""
+    return (f"{key!r} is not a configuration key{hint}" +
+            (f"; known keys there: {', '.join(names)}" if names else "") + " (`srl config` prints them all)")
 
 
 def override_value_error(cfg: SimConfig, key: str, text: str) -> str | None:

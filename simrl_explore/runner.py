@@ -62,6 +62,7 @@ def _workload_key(cfg) -> str:
 
 def check_keys(space: Space) -> None:
     """Every axis / derived key must name a configuration key (knob dicts accept any name)."""
+    from simrl.strictio import did_you_mean
     from simrl_explore.space import SpaceError
 
     try:
@@ -79,8 +80,9 @@ def check_keys(space: Space) -> None:
             if isinstance(node, dict) and i > 0 and parts[i - 1].endswith("knobs"):
                 break
             if not isinstance(node, dict) or p not in node:
+                hint = did_you_mean(p, [str(k) for k in node]) if isinstance(node, dict) else ""
                 raise SpaceError(f"{space.path or '<space>'}: {key!r} is not a configuration key "
-                                 f"({'.'.join(parts[:i + 1])} not found; `srl config` prints them all)")
+                                 f"({'.'.join(parts[:i + 1])} not found{hint}; `srl config` prints them all)")
             node = node[p]
     check_axis_types(space, base_cfg, swept)
 

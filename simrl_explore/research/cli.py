@@ -59,7 +59,7 @@ def main(question_file, output, proposer, proposals, lessons_path, no_optuna, jo
         prop = (LLMProposer(study, prior) if proposer == "llm"
                 else OfflineProposer(study, prior, use_optuna=False if no_optuna else None))
         try:
-            check_base(study)  # a bad base configuration is refused before the output folder exists
+            check_base(study, question_file)  # a bad base configuration is refused before the output folder exists
         except ConfigError as exc:
             raise StudyError(f"{question_file}: base (config and set): {exc}") from None
     except (StudyError, ConfigError, LLMError, ValueError) as exc:

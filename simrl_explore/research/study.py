@@ -123,11 +123,23 @@ MAX_DISPERSION = 10  # length ratios to the median, raised to this power (0: eve
 MAX_PROPOSALS = 1000  # each proposal is a full seeds x variations validation
 
 
-def check_base(study: Study) -> None:
-    """The base configuration (file and ``base.set``) loads: checked before any output is written."""
-    from simrl.config import load_config
+def check_base(study: Study, path: str = "<study>") -> None:
+    """The base configuration (file and ``base.set``) loads, and a variation's key is a configuration
+    key that takes each of its values (its type and own range): checked before any output is
+    written (a wrong value or a misspelt key otherwise ran every seed and proposal for nothing)."""
+    from simrl.config import load_config, override_value_error, unknown_key_error
 
-    load_config(study.base_config, list(study.base_set))
+    cfg = load_config(study.base_config, list(study.base_set))
+    var = study.variation
+    if not var.key:
+        return
+    why = unknown_key_error(cfg, var.key)
+    if why:
+        raise StudyError(f"{path}: variation.key: {why}")
+    for i, v in enumerate(var.values):
+        why = override_value_error(cfg, var.key, _yaml_value(v))
+        if why:
+            raise StudyError(f"{path}: variation.values[{i}]: value {v!r:.40} for {var.key}: {why}")
 
 
 def _need(cond: bool, where: str, msg: str) -> None:

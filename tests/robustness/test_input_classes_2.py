@@ -201,3 +201,34 @@ def test_sim_run_dir_given_to_compare_is_checked(small_run, tmp_path):
     res = CliRunner().invoke(compare_cli, [str(d), str(tmp_path / "real.jsonl"), "-o", str(tmp_path / "cmp")])
     check_clean_error(res, [f"{d}/report.json", "steps[0].publish_end"], "compare")
     assert listing(tmp_path) == before
+
+
+def _study(**over) -> str:
+    from robust_common import VALID_STUDY
+
+    return _yaml(VALID_STUDY, **over)
+
+
+# A research variation over a configuration key ran every seed and proposal with a misspelt key
+# (silently ignored: no sign change) or a value of the wrong type (every run dropped) and exited 0;
+# the key and each value are checked with the sweep axes' rule before the output folder exists.
+STUDY_VARIATION = [
+    ("key_typo", _study(variation={"name": "i", "key": "deployment.rollout.instancs", "values": [1, 2]}),
+     ["{in}", "variation.key", "did you mean 'instances'"]),
+    ("value_str", _study(variation={"name": "i", "key": "deployment.rollout.instances", "values": [1, "two"]}),
+     ["{in}", "variation.values[1]", "expected an integer"]),
+    ("value_range", _study(variation={"name": "i", "key": "deployment.rollout.instances", "values": [0, 1]}),
+     ["{in}", "variation.values[0]", "[1, 100000]"]),
+    ("value_choice", _study(variation={"name": "k", "key": "deployment.rollout.kv_policy",
+                                       "values": ["reserve", "lazy"]}), ["{in}", "variation.values[1]", "on_demand"]),
+]
+
+
+@pytest.mark.parametrize("name, content, expect", STUDY_VARIATION, ids=[c[0] for c in STUDY_VARIATION])
+def test_study_variation_key_and_values_are_checked(tmp_path, name, content, expect):
+    run_input("research", content, tmp_path, expect, name)
+
+
+def test_sweep_axis_key_typo_has_a_did_you_mean(tmp_path):
+    run_input("sweep", _axes({"key": "deployment.rollout.max_num_seq", "grid": [1, 2]}), tmp_path,
+              ["{in}", "deployment.rollout.max_num_seq", "did you mean 'max_num_seqs'"])
