@@ -46,7 +46,8 @@ from simrl.snapshot import (
 TURN_KEYS = {"group": int, "trajectory": int, "turn": int, "prompt_tokens": int, "completion_tokens": int,
              "arrival": float, "first_token": (float, None), "finish": (float, None),
              "policy_version_start": int}
-UPDATE_KEYS = {"k": int, "d_k": float, "train_end": float, "publish_end": float, "group_ids": list}
+UPDATE_KEYS = {"k": int, "d_k": float, "train_end": float, "publish_end": float, "group_ids": list[int]}
+OPTIONAL_KEYS = {"policy_version": int}  # read where present (the update's version; default k)
 
 
 def _fail(path: Path):
@@ -67,22 +68,36 @@ def _lines(path: Path) -> list[tuple[int, dict]]:
     return out
 
 
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
 def _check(path: Path, n: int, obj: dict, keys: dict) -> dict:
+    """The record's ``keys`` (and the `OPTIONAL_KEYS` it has), each of its type: ``int`` a
+    non-negative integer, ``float`` a finite time >= 0, ``list[int]`` a list of non-negative integers,
+    a tuple with None also null. Other keys (the bench contract writes more) are not read."""
     out = {}
-    for key, typ in keys.items():
+    for key, typ in {**keys, **{k: t for k, t in OPTIONAL_KEYS.items() if k in obj}}.items():
         if key not in obj:
             raise SnapshotError(f"{path}: line {n}: {key}: missing")
         v = obj[key]
+        if typ == list[int]:
+            if not isinstance(v, list) or not all(_count(x) for x in v):
+                raise SnapshotError(f"{path}: line {n}: {key}: expected a list of non-negative integers, "
+                                    f"got {v!r:.60}")
+            out[key] = v
+            continue
         nullable = isinstance(typ, tuple)
         base = typ[0] if nullable else typ
         if v is None and nullable:
             out[key] = None
             continue
         ok = (isinstance(v, int) and not isinstance(v, bool) and v >= 0) if base is int else \
-            (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)) if base is float else \
+            (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0) if base is float else \
             isinstance(v, base)
         if not ok:
-            what = {int: "a non-negative integer", float: "a finite number", list: "a list"}[base]
+            what = {int: "a non-negative integer", float: "a finite time >= 0 (seconds on the evidence's clock)",
+                    list: "a list"}[base]
             raise SnapshotError(f"{path}: line {n}: {key}: expected {what}{' or null' if nullable else ''}, got {v!r}")
         out[key] = float(v) if base is float else v
     return out
@@ -112,6 +127,30 @@ def harness_config(evidence_dir: str | Path, config_path=None, overrides=()):
     return load_config(config_path, [*extra, *overrides])
 
 
+def _check_consistent(upath: Path, updates: list[tuple[int, dict]], tpath: Path, turns: list[tuple[int, dict]]) -> None:
+    """What the records say together: one line per update ``k`` and per call (group, trajectory,
+    turn), phases in order (``d_k <= train_end <= publish_end``), and trained groups that have calls."""
+    seen: dict = {}
+    for n, t in turns:
+        key = (t["group"], t["trajectory"], t["turn"])
+        if key in seen:
+            raise SnapshotError(f"{tpath}: line {n}: group {key[0]} trajectory {key[1]} turn {key[2]} repeated "
+                                f"(first on line {seen[key]}); one line per call")
+        seen[key] = n
+    groups = {t["group"] for _, t in turns}
+    ks: dict[int, int] = {}
+    for n, u in updates:
+        if u["k"] in ks:
+            raise SnapshotError(f"{upath}: line {n}: k: update {u['k']} repeated (first on line {ks[u['k']]})")
+        ks[u["k"]] = n
+        if not u["d_k"] <= u["train_end"] <= u["publish_end"]:
+            raise SnapshotError(f"{upath}: line {n}: expected d_k <= train_end <= publish_end, got "
+                                f"{u['d_k']:g}, {u['train_end']:g}, {u['publish_end']:g}")
+        unknown = sorted(set(u["group_ids"]) - groups)
+        if unknown:
+            raise SnapshotError(f"{upath}: line {n}: group_ids: group {unknown[0]} has no call in {tpath.name}")
+
+
 def from_harness(evidence_dir: str | Path, at: float, cfg) -> Snapshot:
     """The snapshot of the harness run in ``evidence_dir`` at time ``at`` (the evidence's clock)."""
     import attrs
@@ -125,10 +164,12 @@ def from_harness(evidence_dir: str | Path, at: float, cfg) -> Snapshot:
     for p in (upath, tpath):
         if not p.exists():
             raise SnapshotError(f"{p}: missing (a harness results directory has updates.jsonl and turns.jsonl)")
-    updates = sorted((_check(upath, n, o, UPDATE_KEYS) for n, o in _lines(upath)), key=lambda u: u["k"])
+    numbered = [(n, _check(upath, n, o, UPDATE_KEYS)) for n, o in _lines(upath)]
     turns = [(n, _check(tpath, n, o, TURN_KEYS)) for n, o in _lines(tpath)]
     if not turns:
         raise SnapshotError(f"{tpath}: no turns")
+    _check_consistent(upath, numbered, tpath, turns)
+    updates = sorted((u for _, u in numbered), key=lambda u: u["k"])
     for n, t in turns:
         if t["first_token"] is not None and t["first_token"] < t["arrival"]:
             raise SnapshotError(f"{tpath}: line {n}: first_token: {t['first_token']} is before arrival {t['arrival']}")

@@ -65,7 +65,7 @@ def test_the_converted_snapshot_predicts(tmp_path):
 @pytest.mark.parametrize("edit, where", [
     (lambda t: t[0].pop("arrival"), "turns.jsonl: line 1: arrival: missing"),
     (lambda t: t[1].__setitem__("prompt_tokens", -5), "turns.jsonl: line 2: prompt_tokens: expected a non-negative"),
-    (lambda t: t[2].__setitem__("first_token", "x"), "turns.jsonl: line 3: first_token: expected a finite number or null"),
+    (lambda t: t[2].__setitem__("first_token", "x"), "turns.jsonl: line 3: first_token: expected a finite time >= 0"),
     (lambda t: t[3].__setitem__("finish", 3.0), "turns.jsonl: line 4: finish: 3.0 is before"),
 ])
 def test_bad_evidence_names_file_line_and_key(tmp_path, edit, where):

@@ -232,3 +232,52 @@ def test_study_variation_key_and_values_are_checked(tmp_path, name, content, exp
 def test_sweep_axis_key_typo_has_a_did_you_mean(tmp_path):
     run_input("sweep", _axes({"key": "deployment.rollout.max_num_seq", "grid": [1, 2]}), tmp_path,
               ["{in}", "deployment.rollout.max_num_seq", "did you mean 'max_num_seqs'"])
+
+
+# Harness evidence (`srl-predict convert`): the elements of an update's group_ids, its optional
+# policy_version and the records taken together were not checked: ["a"] or [0.5] was read (0.5
+# truncated to group 0), a repeated call or update, phases out of order, a negative time or a
+# trained group with no call gave a snapshot, exit 0.
+def _ev_case(edit_updates=None, edit_turns=None):
+    from test_robust_convert import TURNS, UPDATES
+
+    u, t = copy.deepcopy(UPDATES), copy.deepcopy(TURNS)
+    if edit_updates:
+        u = edit_updates(u) or u
+    if edit_turns:
+        t = edit_turns(t) or t
+    return u, t
+
+
+EVIDENCE = [
+    ("group_ids_str", _ev_case(lambda u: u[0].update(group_ids=["a"])), "6", ["updates.jsonl: line 1", "group_ids"]),
+    ("group_ids_float", _ev_case(lambda u: u[0].update(group_ids=[0.5])), "6", ["updates.jsonl: line 1", "group_ids"]),
+    ("group_ids_unknown", _ev_case(lambda u: u[0].update(group_ids=[99])), "6",
+     ["updates.jsonl: line 1", "group 99 has no call"]),
+    ("policy_version_str", _ev_case(lambda u: u[0].update(policy_version="x")), "9",
+     ["updates.jsonl: line 1", "policy_version"]),
+    ("phases_out_of_order", _ev_case(lambda u: u[0].update(d_k=8.5)), "8.7", ["updates.jsonl: line 1", "d_k <= train_end"]),
+    ("update_repeated", _ev_case(lambda u: u + u), "9", ["updates.jsonl: line 2", "repeated"]),
+    ("call_repeated", _ev_case(None, lambda t: t + t[:1]), "1", ["turns.jsonl: line 5", "repeated"]),
+    ("arrival_negative", _ev_case(None, lambda t: t[0].update(arrival=-1.0)), "1", ["turns.jsonl: line 1", "arrival",
+                                                                                  ">= 0"]),
+]
+
+
+@pytest.mark.parametrize("name, records, at, expect", EVIDENCE, ids=[c[0] for c in EVIDENCE])
+def test_harness_evidence_records_are_checked(tmp_path, name, records, at, expect):
+    from click.testing import CliRunner
+    from robust_common import check_clean_error
+    from test_robust_convert import SMALL
+
+    from simrl.cli.predict import main as predict_cli
+
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    for fname, recs in zip(("updates.jsonl", "turns.jsonl"), records, strict=True):
+        (ev / fname).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = tmp_path / "snap.json"
+    res = CliRunner().invoke(predict_cli, ["convert", str(ev), "--at", at, "-o", str(out), *SMALL,
+                                           "--set", "policy=skyrl"])
+    check_clean_error(res, [f"{ev}/{e}" if e.startswith(("turns", "updates")) else e for e in expect], name)
+    assert not out.exists()
