@@ -138,10 +138,11 @@ def kernels_cmd(model, tp, tokens, device, repeats, warmup, dtype, threads, ops,
     standard deviation, and mean/min/max in provenance.timing. See adapters/kernels.py.
     """
     from adapters.kernels import parse_tokens, profile_kernels
+    from adapters.listopt import parse_name_list
 
     try:
-        grid = parse_tokens(tokens) if tokens else None
-        op_list = [o.strip() for o in ops.split(",") if o.strip()] if ops else None
+        grid = parse_tokens(tokens) if tokens is not None else None
+        op_list = list(parse_name_list(ops, "--ops")) if ops is not None else None
         progress = None if state.quiet else (lambda line: click.echo(line, err=True))
         prof = profile_kernels(model, tp=tp, tokens=grid, device=device, repeats=repeats, warmup=warmup,
                                dtype=dtype, operators=op_list, threads=threads,
@@ -216,12 +217,13 @@ def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup,
     writes a time (s) and a memory (bytes) training_step observation per point. Fit them with
     `srl-regress fit --family fsdp`. See adapters/fsdp.py.
     """
-    from adapters.fsdp import FsdpPlan, parse_ints, profile_fsdp
+    from adapters.fsdp import MAX_WORLD, FsdpPlan, parse_ints, profile_fsdp
+    from adapters.listopt import parse_name_list
 
     try:
-        plan = FsdpPlan(model=model, world_sizes=parse_ints(world_sizes, "--world-sizes"),
+        plan = FsdpPlan(model=model, world_sizes=parse_ints(world_sizes, "--world-sizes", MAX_WORLD),
                         seq_lens=parse_ints(seq_lens, "--seq-lens"),
-                        shardings=tuple(s.strip() for s in sharding.split(",") if s.strip()),
+                        shardings=parse_name_list(sharding, "--sharding"),
                         micro_batch=micro_batch, steps=steps, warmup=warmup, device=device, clock=clock,
                         start_method=start_method, threads=threads, dtype=dtype,
                         activation_checkpointing=activation_checkpointing, schedule=schedule, seed=seed)
@@ -301,16 +303,14 @@ def weight_sync_cmd(sizes_mb, instances, method, bucket_mb, repeats, warmup, dev
     One weight_sync observation per (method, size, instances). Fit them with
     `srl-regress fit --family weight_sync`. See adapters/weight_sync.py.
     """
-    from adapters.fsdp import parse_ints
+    from adapters.fsdp import MAX_WORLD, parse_ints
+    from adapters.listopt import parse_name_list, parse_number_list
     from adapters.weight_sync import MiB, SyncPlan, profile_weight_sync
 
     try:
-        try:
-            sizes = tuple(int(float(v) * MiB) for v in sizes_mb.split(",") if v.strip())
-        except ValueError:
-            raise ValueError(f"--sizes-mb expects comma-separated numbers, got {sizes_mb!r}") from None
-        plan = SyncPlan(sizes_bytes=sizes, instances=parse_ints(instances, "--instances"),
-                        methods=tuple(m.strip() for m in method.split(",") if m.strip()), bucket_mb=bucket_mb,
+        sizes = tuple(max(1, int(v * MiB)) for v in parse_number_list(sizes_mb, "--sizes-mb", 1 << 20))
+        plan = SyncPlan(sizes_bytes=sizes, instances=parse_ints(instances, "--instances", MAX_WORLD),
+                        methods=parse_name_list(method, "--method"), bucket_mb=bucket_mb,
                         repeats=repeats, warmup=warmup, device=device, start_method=start_method,
                         directory=directory)
         prof = profile_weight_sync(plan, progress=lambda line: click.echo(line, err=True))

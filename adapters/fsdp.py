@@ -146,15 +146,15 @@ def validate_plan(plan: FsdpPlan) -> ModelArch:
     return arch
 
 
-def parse_ints(text: str, option: str) -> tuple[int, ...]:
-    """``"1,2,4"`` -> (1, 2, 4), sorted, duplicates dropped."""
-    try:
-        vals = sorted({int(v) for v in text.split(",") if v.strip()})
-    except ValueError:
-        raise ValueError(f"{option} expects comma-separated integers, got {text!r}") from None
-    if not vals or vals[0] < 1:
-        raise ValueError(f"{option} expects positive integers, got {text!r}")
-    return tuple(vals)
+MAX_WORLD = 4096  # processes (or receivers) one profiling command starts
+MAX_SEQ_LEN = 1 << 24
+
+
+def parse_ints(text: str, option: str, hi: int = MAX_SEQ_LEN) -> tuple[int, ...]:
+    """``"1,2,4"`` -> (1, 2, 4), sorted, duplicates dropped; each in [1, hi] (`adapters.listopt`)."""
+    from adapters.listopt import parse_int_list
+
+    return parse_int_list(text, option, 1, hi)
 
 
 def step_inputs(plan: FsdpPlan, arch: ModelArch, world: int, sharding: str, seq_len: int) -> dict:

@@ -134,13 +134,9 @@ def layer_dims(model: str | ModelArch, tp: int) -> LayerDims:
 
 def parse_tokens(text: str) -> list[int]:
     """``"1,2,4"`` -> [1, 2, 4] (sorted, duplicates dropped); every entry a positive integer."""
-    try:
-        vals = sorted({int(v) for v in text.split(",") if v.strip()})
-    except ValueError:
-        raise ValueError(f"--tokens expects comma-separated integers, got {text!r}") from None
-    if not vals or vals[0] < 1:
-        raise ValueError(f"--tokens expects positive integers, got {text!r}")
-    return vals
+    from adapters.listopt import parse_int_list
+
+    return list(parse_int_list(text, "--tokens", 1, 1 << 24))
 
 
 def timing_stats(times_s: Sequence[float]) -> dict[str, float]:

@@ -78,16 +78,16 @@ def parse_layouts(text: str) -> list[Layout]:
     """``"tp2pp1,tp1pp2cp2"`` -> layouts (missing degrees are 1)."""
     import re
 
+    from adapters.listopt import split_items
+
     out = []
-    for item in (t.strip().lower() for t in text.split(",")):
-        if not item:
-            continue
+    for item in (t.lower() for t in split_items(text, "--layouts", "comma-separated layouts like tp2pp1cp1ep1")):
         parts = re.findall(r"(tp|pp|cp|ep)(\d+)", item)
         if not parts or "".join(f"{k}{v}" for k, v in parts) != item:
             raise ValueError(f"--layouts: {item!r} is not like tp2pp1cp1ep1")
         vals = {k: int(v) for k, v in parts}
-        if any(v < 1 for v in vals.values()):
-            raise ValueError(f"--layouts: {item!r}: degrees must be >= 1")
+        if any(not 1 <= v <= 4096 for v in vals.values()) or len(vals) != len(parts):
+            raise ValueError(f"--layouts: {item!r}: each degree once, in [1, 4096]")
         out.append(Layout(**vals))
     if not out:
         raise ValueError("--layouts: no layout given")

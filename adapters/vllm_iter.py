@@ -70,18 +70,21 @@ class Scenario:
 
 def parse_scenarios(text: str) -> list[Scenario]:
     """``"8x512x128,32x128x256"`` -> scenarios (requests x prompt_len x output_len)."""
+    from adapters.listopt import split_items
+
     out = []
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
+    for item in split_items(text, "--scenarios", "REQUESTSxPROMPT_LENxOUTPUT_LEN items, e.g. 16x512x128"):
         parts = item.lower().split("x")
         try:
             if len(parts) != 3:
                 raise ValueError
-            out.append(Scenario(*(int(p) for p in parts)))
+            vals = [int(p) for p in parts]
+            if not all(1 <= v <= 1 << 24 for v in vals):
+                raise ValueError
+            out.append(Scenario(*vals))
         except ValueError:
             raise ValueError(f"--scenarios: {item!r} is not REQUESTSxPROMPT_LENxOUTPUT_LEN "
-                             "(positive integers, e.g. 16x512x128)") from None
+                             "(whole numbers in [1, 2**24], e.g. 16x512x128)") from None
     if not out:
         raise ValueError("--scenarios: no scenario given")
     return out

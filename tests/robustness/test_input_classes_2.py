@@ -281,3 +281,35 @@ def test_harness_evidence_records_are_checked(tmp_path, name, records, at, expec
                                            "--set", "policy=skyrl"])
     check_clean_error(res, [f"{ev}/{e}" if e.startswith(("turns", "updates")) else e for e in expect], name)
     assert not out.exists()
+
+
+# srl-profile's comma-separated options skipped empty items ("1,,2", a trailing comma; an empty
+# --tokens silently used the default grid) and had no bounds: 1e400 or a 23-digit size was an
+# OverflowError traceback, a huge world size started that many processes. One reader
+# (`adapters.listopt`) for every list option.
+LIST_OPTIONS = [
+    (["kernels", "--model", "qwen3-8b", "--tokens", "1,,16", "-o", "{tmp}/k.jsonl"], ["--tokens", "item 2 is empty"]),
+    (["kernels", "--model", "qwen3-8b", "--tokens", "", "-o", "{tmp}/k.jsonl"], ["--tokens", "empty"]),
+    (["kernels", "--model", "qwen3-8b", "--tokens", "99999999999999999999", "-o", "{tmp}/k.jsonl"],
+     ["--tokens", "out of range"]),
+    (["kernels", "--model", "qwen3-8b", "--ops", "add,", "-o", "{tmp}/k.jsonl"], ["--ops", "item 2 is empty"]),
+    (["fsdp", "--model", "qwen3-8b", "--world-sizes", "1000000", "-o", "{tmp}/f.jsonl"],
+     ["--world-sizes", "[1, 4096]"]),
+    (["fsdp", "--model", "qwen3-8b", "--seq-lens", "64,", "-o", "{tmp}/f.jsonl"], ["--seq-lens", "item 2 is empty"]),
+    (["weight-sync", "--sizes-mb", "1e400", "-o", "{tmp}/w.jsonl"], ["--sizes-mb", "out of range"]),
+    (["weight-sync", "--sizes-mb", "nan", "-o", "{tmp}/w.jsonl"], ["--sizes-mb", "out of range"]),
+    (["weight-sync", "--instances", "99999999999999999999999", "-o", "{tmp}/w.jsonl"], ["--instances", "out of range"]),
+    (["weight-sync", "--method", "broadcast,,filesystem", "-o", "{tmp}/w.jsonl"], ["--method", "item 2 is empty"]),
+    (["megatron", "--model", "qwen3-8b", "--layouts", "tp99999", "-o", "{tmp}/m.jsonl"], ["--layouts", "[1, 4096]"]),
+    (["megatron", "--model", "qwen3-8b", "--seq-lengths", "", "-o", "{tmp}/m.jsonl"], ["--seq-lengths", "empty"]),
+    (["vllm", "--model", "qwen3-8b", "--scenarios", "1x99999999999x1", "-o", "{tmp}/v.jsonl"], ["--scenarios"]),
+]
+
+
+@pytest.mark.parametrize("argv, expect", LIST_OPTIONS, ids=[f"{c[0][0]}-{c[0][-3]}-{c[0][-2][:12]}" for c in LIST_OPTIONS])
+def test_profile_list_option_is_checked(tmp_path, argv, expect):
+    from robust_common import run_args
+
+    from adapters.cli import cli as profile_cli
+
+    run_args(profile_cli, argv, tmp_path, expect, " ".join(argv))
