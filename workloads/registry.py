@@ -60,16 +60,21 @@ def coerce_knob(generator: str, key: str, value: Any, default: Any) -> Any:
             return value.strip().lower() in _TRUE
         raise ValueError(f"{where} must be a boolean (true/false)")
     if isinstance(default, int):
+        out = None
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-            return int(value)
-        if isinstance(value, numbers.Real) and float(value).is_integer():
-            return int(value)
-        if isinstance(value, str):
+            out = int(value)
+        elif isinstance(value, numbers.Real) and math.isfinite(float(value)) and float(value).is_integer():
+            out = int(value)
+        elif isinstance(value, str):
             try:
-                return int(value.strip())
+                out = int(value.strip())
             except ValueError:
                 pass
-        raise ValueError(f"{where} must be an integer")
+        if out is None:
+            raise ValueError(f"{where} must be an integer")
+        if not -(2**63) <= out < 2**63:  # numpy draws take 64-bit integers (an OverflowError otherwise)
+            raise ValueError(f"{generator}: knob {key} must be an integer in the 64-bit range, got {value!r:.40}")
+        return out
     if isinstance(default, float):
         x = None
         if isinstance(value, numbers.Real) and not isinstance(value, bool):

@@ -313,3 +313,15 @@ def test_profile_list_option_is_checked(tmp_path, argv, expect):
     from adapters.cli import cli as profile_cli
 
     run_args(profile_cli, argv, tmp_path, expect, " ".join(argv))
+
+
+# An integer generator knob outside the 64-bit range (a typo with extra digits, or 1e300 written
+# as a whole number) was an OverflowError traceback inside the numpy draw; refused by name.
+@pytest.mark.parametrize("knob", ["max_completion=99999999999999999999", "max_completion=-99999999999999999999"])
+def test_generator_integer_knob_is_in_the_64_bit_range(tmp_path, knob):
+    from robust_common import run_args
+
+    from simrl.cli.workload import main as workload_cli
+
+    run_args(workload_cli, ["synth", "rl_math", "-o", "{tmp}/w.jsonl", knob], tmp_path,
+             ["max_completion", "64-bit range"], knob)
