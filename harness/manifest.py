@@ -133,6 +133,13 @@ TYPES: dict[str, type | tuple] = {
     "hardware.occupancy_before.raw.query_gpu": str, "hardware.occupancy_before.raw.query_compute_apps": str,
     "hardware.occupancy_after.raw.query_gpu": str, "hardware.occupancy_after.raw.query_compute_apps": str,
     "hardware.occupancy_before.time_unix": _NUM, "hardware.occupancy_after.time_unix": _NUM,
+    "pipeline.native_config": (dict, type(None)),
+}
+# The element type of the lists validation reads element by element (a number among the GPU UUIDs
+# was a TypeError traceback when they were sorted).
+ELEMENT_TYPES: dict[str, type] = {
+    "hardware.trainer_uuids": str, "hardware.inference_uuids": str, "lease.gpu_uuids": str, "reasons": str,
+    "identity.argv": str,
 }
 
 
@@ -168,6 +175,15 @@ def load(path: Path) -> dict:
         is_bool = isinstance(node, bool)
         if not isinstance(node, typ) or (is_bool and bool not in (typ if isinstance(typ, tuple) else (typ,))):
             raise ManifestError(f"{path}: key {dotted!r} must be {_type_name(typ)}, got {type(node).__name__}")
+    for dotted, typ in ELEMENT_TYPES.items():
+        node = man
+        for part in dotted.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, list):
+            for i, x in enumerate(node):
+                if not isinstance(x, typ) or isinstance(x, bool):
+                    raise ManifestError(f"{path}: key '{dotted}[{i}]' must be {_type_name(typ)}, "
+                                        f"got {type(x).__name__} ({x!r:.40})")
     return man
 
 

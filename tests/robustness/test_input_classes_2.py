@@ -325,3 +325,60 @@ def test_generator_integer_knob_is_in_the_64_bit_range(tmp_path, knob):
 
     run_args(workload_cli, ["synth", "rl_math", "-o", "{tmp}/w.jsonl", knob], tmp_path,
              ["max_completion", "64-bit range"], knob)
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory):
+    """A VALID bench results directory (the synthetic backend through the real run path, as
+    tests/harness/conftest.py makes it)."""
+    import importlib.util
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parents[1] / "harness" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("_harness_conftest_for_robustness", here)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    from harness.run import RunRequest, run_one
+
+    root = tmp_path_factory.mktemp("bench")
+    with pytest.MonkeyPatch.context() as mp:
+        mod._fake_env(mp, root)
+        mod._synthetic(mp)
+        req = RunRequest(backend="skyrl", workload="multi_turn", gpus="0,1,2,3", runtime="sim",
+                         results_dir=str(root / "results"), argv=("bench", "run"))
+        run_dir, man = run_one(req, echo=lambda m: None)
+    assert man["status"] == "valid", man["reasons"]
+    return run_dir
+
+
+# A bench manifest's pipeline.native_config of the wrong type, or a GPU UUID list holding a
+# number, was an AttributeError / TypeError traceback in `bench validate` and `bench report`; the
+# manifest reader checks the type of those keys and of the elements of the lists validation reads.
+MANIFEST = [
+    ("native_config_str", lambda m: m["pipeline"].__setitem__("native_config", "x"),
+     ["manifest.json", "pipeline.native_config", "object"]),
+    ("native_config_list", lambda m: m["pipeline"].__setitem__("native_config", [1]), ["pipeline.native_config"]),
+    ("trainer_uuids_int", lambda m: m["hardware"].__setitem__("trainer_uuids", [1, "GPU-x"]),
+     ["hardware.trainer_uuids[0]", "string"]),
+    ("inference_uuids_int", lambda m: m["hardware"]["inference_uuids"].append(7),
+     ["hardware.inference_uuids[", "string"]),
+]
+
+
+@pytest.mark.parametrize("command", ["validate", "report"])
+@pytest.mark.parametrize("name, edit, expect", MANIFEST, ids=[c[0] for c in MANIFEST])
+def test_bench_manifest_value_of_wrong_type_is_named(bench_run, tmp_path, command, name, edit, expect):
+    import shutil
+
+    from click.testing import CliRunner
+    from robust_common import check_clean_error
+
+    from harness.cli import main as bench_cli
+
+    d = tmp_path / bench_run.name
+    shutil.copytree(bench_run, d)
+    man = json.loads((d / "manifest.json").read_text())
+    edit(man)
+    (d / "manifest.json").write_text(json.dumps(man))
+    res = CliRunner().invoke(bench_cli, [command, str(d)])
+    check_clean_error(res, [f"{d}/{e}" if e == "manifest.json" else e for e in expect], f"{command}/{name}")
