@@ -51,6 +51,7 @@ class NemoRLState:
 @attrs.frozen
 class NemoRLPolicy(Policy):
     kind = "nemo_rl"
+    group_tags = {"target": (int, ("running_groups", "buffer"))}
     upstream = "NVIDIA-NeMo/RL@main (2026) async GRPO (nemo_rl/algorithms/async_utils/)"
     State = NemoRLState
 

@@ -57,6 +57,7 @@ class OpenRLHFState:
 @attrs.frozen
 class OpenRLHFPolicy(Policy):
     kind = "openrlhf"
+    group_tags = {"batch": (int, ())}
     upstream = "OpenRLHF/OpenRLHF@v0.8.x PPOTrainerAsync (openrlhf/trainer/ppo_trainer_async.py)"
     State = OpenRLHFState
 

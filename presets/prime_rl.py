@@ -160,6 +160,7 @@ def _in_flight(st: PipelineState) -> int:
 @attrs.frozen
 class PrimeRLPolicy(Policy):
     kind = "prime_rl"
+    group_tags = {"seq": (int, ("buffer",))}
     upstream = ("PrimeIntellect-ai/prime-rl@559b4477 (orchestrator/concurrency.py, dispatcher.py, "
                 "inference_metrics.py, orchestrator.py); kappa_ewma: @014aa9d0 concurrency.py")
     State = PrimeRLState

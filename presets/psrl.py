@@ -105,6 +105,7 @@ class PsrlPolicy(Policy):
     """PSRL: per-version staleness buffers (Reserve/Occupy/Consume), per-instance weight pulls."""
 
     kind = "psrl"
+    group_tags = {"reserved": (int, ("running_groups",)), "seq": (int, ("running_groups",)), "buffer": (int, ())}
     upstream = "lhy101/psrl_doc_preview@59c3ef46 (docs/design/staleness_control.md, parameter_server.md)"
     State = PsrlState
 

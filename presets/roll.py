@@ -84,6 +84,7 @@ class RollPolicy(Policy):
     """ROLL: cumulative prompt budget, oldest-step-first batches, GC of over-age work."""
 
     kind = "roll"
+    group_tags = {"extra": (bool, ())}
     upstream = "alibaba/ROLL@8eb27cc2 (roll/distributed/scheduler/generate_scheduler.py)"
     State = RollState
 

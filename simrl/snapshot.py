@@ -354,8 +354,47 @@ def parse_snapshot(data, source: str = "<snapshot>") -> Snapshot:
         cfg = snap.sim_config()
     except ValueError as exc:
         r.fail("config", str(exc))
+    _check_workload(cfg, r)
     _check_consistent(snap, cfg, r)
+    _check_tags(snap, cfg, r)
     return snap
+
+
+def _check_workload(cfg, r: _Reader) -> None:
+    """The configuration's workload can be drawn (the predictor redraws it): generator, knobs and
+    trace checked on one group, before any prediction (a ValueError traceback mid-draw otherwise)."""
+    from simrl.engine.errors import SimulationError
+    from simrl.engine.sim import load_workload
+
+    w = cfg.workload
+    probe = cfg if w.trace else attrs.evolve(cfg, workload=attrs.evolve(w, groups=1))
+    try:
+        load_workload(probe)
+    except SimulationError as exc:
+        msg = str(exc)
+        key, sep, rest = msg.partition(": ")
+        r.fail(f"config.{key}" if sep and key.startswith("workload") else "config.workload", rest if sep else msg)
+
+
+def _check_tags(snap: Snapshot, cfg, r: _Reader) -> None:
+    """Each group's tags against what the configuration's policy keeps (`Policy.group_tags`)."""
+    spec = type(cfg.policy).group_tags
+    for name, groups in (("running_groups", snap.running_groups), ("buffer", snap.buffer), ("retry", snap.retry)):
+        for k, g in enumerate(groups):
+            where = f"{name}[{k}].tag"
+            tag = decode_value(g.tag)
+            if not isinstance(tag, dict):
+                r.fail(where, f"expected an object, got {type(tag).__name__}")
+            for key, val in tag.items():
+                if key not in spec:
+                    continue  # a tag the policy does not declare (plug-ins, shared helpers): not read here
+                typ = spec[key][0]
+                if type(val) is not typ:
+                    r.fail(f"{where}.{key}", f"expected {'an integer' if typ is int else 'true or false'}, got "
+                                             f"{val!r:.40}")
+            for key, (_, required_in) in spec.items():
+                if name in required_in and key not in tag:
+                    r.fail(where, f"missing {key!r} (policy {cfg.policy.kind} keeps it on every group in {name})")
 
 
 def _check_consistent(snap: Snapshot, cfg, r: _Reader) -> None:

@@ -168,6 +168,10 @@ class Policy:
     #: upstream system and version this policy follows (presets fill it)
     upstream: ClassVar[str] = ""
     State: ClassVar[type] = NoState
+    #: the group tags (``GroupRecord.tag``) the policy keeps: key -> (value type, the snapshot
+    #: lists -- ``running_groups``, ``buffer`` -- whose groups must carry it). A snapshot's tags are
+    #: checked against it (`simrl.snapshot`): a declared tag missing or of another type is refused.
+    group_tags: ClassVar[dict[str, tuple[type, tuple[str, ...]]]] = {}
 
     def init_state(self):
         """A fresh `State` for one run."""

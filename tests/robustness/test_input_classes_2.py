@@ -382,3 +382,38 @@ def test_bench_manifest_value_of_wrong_type_is_named(bench_run, tmp_path, comman
     (d / "manifest.json").write_text(json.dumps(man))
     res = CliRunner().invoke(bench_cli, [command, str(d)])
     check_clean_error(res, [f"{d}/{e}" if e == "manifest.json" else e for e in expect], f"{command}/{name}")
+
+
+def _snap(edit) -> str:
+    from robust_common import valid_snapshot
+
+    d = valid_snapshot()
+    edit(d)
+    return json.dumps(d)
+
+
+# A snapshot's workload (generator, knobs) was first used when the predictor redrew it: a
+# ValueError traceback mid-prediction. A group tag the policy keeps (psrl's reserved buffer) of
+# the wrong type or missing was a TypeError / KeyError traceback. Both are checked when the
+# snapshot is read.
+SNAPSHOT = [
+    ("generator_typo", _snap(lambda d: d["config"]["workload"].update(generator="rl_mth")),
+     ["{in}", "config.workload", "did you mean 'rl_math'"]),
+    ("knob_str", _snap(lambda d: d["config"]["workload"]["knobs"].update(max_completion="x")),
+     ["{in}", "config.workload", "max_completion"]),
+    ("knob_range", _snap(lambda d: d["config"]["workload"]["knobs"].update(max_completion=-1)),
+     ["{in}", "config.workload", "max_completion", ">= 1"]),
+    ("knob_unknown", _snap(lambda d: d["config"]["workload"]["knobs"].update(max_completon=5)),
+     ["{in}", "config.workload", "did you mean 'max_completion'"]),
+    ("tag_str", _snap(lambda d: d["running_groups"][0]["tag"].update(reserved="x")),
+     ["{in}", "running_groups[0].tag.reserved", "integer"]),
+    ("tag_missing", _snap(lambda d: d["running_groups"][0]["tag"].pop("reserved")),
+     ["{in}", "running_groups[0].tag", "missing 'reserved'"]),
+    ("tag_dict", _snap(lambda d: d["running_groups"][0].update(tag={"reserved": {"a": 1}, "seq": 0})),
+     ["{in}", "running_groups[0].tag.reserved"]),
+]
+
+
+@pytest.mark.parametrize("name, content, expect", SNAPSHOT, ids=[c[0] for c in SNAPSHOT])
+def test_snapshot_workload_and_group_tags_are_checked(tmp_path, name, content, expect):
+    run_input("snapshot", content, tmp_path, expect, name)
