@@ -63,6 +63,14 @@ REQUIRED_INPUTS: dict[str, dict[str, Any]] = {
     "kv_probe": {"tp": _DEGREE, "pp": _DEGREE},
     "weight_sync": {"bytes": _NUM, "n_instances": _DEGREE},
 }
+# Inputs the fits read where present (any kind), checked by type when there: a wrong one was a
+# ValueError / TypeError traceback in the fit, or read silently ("false" as true).
+_TEXT = (str,)
+OPTIONAL_INPUTS: dict[str, Any] = {
+    "model": _TEXT, "gpu": _TEXT, "device": _TEXT, "dtype": _TEXT, "backend": _TEXT, "framework": _TEXT,
+    "topology": _TEXT, "zero_stage": "zero_stage", "activation_checkpointing": (bool,), "buckets": _COUNT,
+    "devices_per_node": _DEGREE, "head_dim": _DEGREE,
+}
 REQUIRED_PROVENANCE = ("hardware", "source", "date")
 NAMED_KINDS = ("operator", "collective")  # kinds whose records must carry a name
 
@@ -138,7 +146,7 @@ def parse_record(rec: Any, where: str = "<record>") -> Observation:
     if schema != SCHEMA:
         raise fail("schema", f"expected {SCHEMA!r}, got {schema!r}")
     kind = rec.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise fail("kind", f"expected one of {', '.join(KINDS)}, got {kind!r}")
     name = rec.get("name")
     if name is not None and not isinstance(name, str):
@@ -146,7 +154,7 @@ def parse_record(rec: Any, where: str = "<record>") -> Observation:
     if kind in NAMED_KINDS and not name:
         raise fail("name", f"required for kind {kind!r} (the operator or collective name)")
     unit = rec.get("unit")
-    if unit not in UNITS:
+    if not isinstance(unit, str) or unit not in UNITS:  # (a list or an object is unhashable: a TypeError)
         raise fail("unit", f"expected one of {', '.join(UNITS)}, got {unit!r}")
     quantity, factor = UNITS[unit]
     if quantity not in KIND_QUANTITIES[kind]:
@@ -177,6 +185,21 @@ def parse_record(rec: Any, where: str = "<record>") -> Observation:
             ok, expected = isinstance(val, types), " or ".join(t.__name__ for t in types)
         if not ok:
             raise fail(f"inputs.{key}", f"expected {expected}, got {val!r}")
+    for key, types in OPTIONAL_INPUTS.items():
+        if key not in inputs or key in REQUIRED_INPUTS[kind] or inputs[key] is None:
+            continue
+        val = inputs[key]
+        if types == "zero_stage":
+            ok, expected = type(val) is int and val in (0, 1, 2, 3), "0, 1, 2 or 3"
+        elif types in (_COUNT, _DEGREE):
+            low = 0 if types is _COUNT else 1
+            ok, expected = type(val) is int and val >= low, f"an integer >= {low}"
+        elif types == (bool,):
+            ok, expected = type(val) is bool, "true or false"
+        else:
+            ok, expected = isinstance(val, types), "a string"
+        if not ok:
+            raise fail(f"inputs.{key}", f"expected {expected}, got {val!r:.40}")
     if kind == "training_step" and (
         not inputs["seq_lens"] or not all(type(s) is int and s > 0 for s in inputs["seq_lens"])
     ):

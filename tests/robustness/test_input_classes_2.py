@@ -417,3 +417,37 @@ SNAPSHOT = [
 @pytest.mark.parametrize("name, content, expect", SNAPSHOT, ids=[c[0] for c in SNAPSHOT])
 def test_snapshot_workload_and_group_tags_are_checked(tmp_path, name, content, expect):
     run_input("snapshot", content, tmp_path, expect, name)
+
+
+def _obs(**edit) -> str:
+    from robust_common import PROV, jsonl
+
+    from simrl.cost.observations import SCHEMA
+
+    rec = {"schema": SCHEMA, "kind": "training_step", "unit": "s", "value": 2.5, "provenance": PROV,
+           "inputs": {"seq_lens": [128, 256], "tp": 1, "pp": 1, "dp": 2, "model": "qwen3-8b"}}
+    for k, v in edit.items():
+        (rec["inputs"] if k.startswith("in_") else rec)[k.removeprefix("in_")] = v
+    return jsonl([rec])
+
+
+# Observation inputs the fits read where present (zero_stage, activation_checkpointing, dtype,
+# model, buckets, ...) were not typed: "x" was a ValueError traceback in the fit, "false" read as
+# true; a unit given as a list or an object was a TypeError (unhashable) traceback.
+OBSERVATION = [
+    ("zero_stage_str", _obs(in_zero_stage="x"), ["{in}:1", "inputs.zero_stage", "0, 1, 2 or 3"]),
+    ("zero_stage_7", _obs(in_zero_stage=7), ["{in}:1", "inputs.zero_stage"]),
+    ("checkpointing_str", _obs(in_activation_checkpointing="false"),
+     ["{in}:1", "inputs.activation_checkpointing", "true or false"]),
+    ("model_list", _obs(in_model=["qwen3-8b"]), ["{in}:1", "inputs.model", "string"]),
+    ("dtype_int", _obs(in_dtype=16), ["{in}:1", "inputs.dtype"]),
+    ("buckets_neg", _obs(in_buckets=-1), ["{in}:1", "inputs.buckets"]),
+    ("unit_list", _obs(unit=["s"]), ["{in}:1", "unit", "expected one of"]),
+    ("unit_object", _obs(unit={"s": 1}), ["{in}:1", "unit"]),
+    ("kind_object", _obs(kind={"a": 1}), ["{in}:1", "kind"]),
+]
+
+
+@pytest.mark.parametrize("name, content, expect", OBSERVATION, ids=[c[0] for c in OBSERVATION])
+def test_observation_optional_input_and_enum_fields_are_typed(tmp_path, name, content, expect):
+    run_input("observations", content, tmp_path, expect, name)
