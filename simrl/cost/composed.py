@@ -144,7 +144,7 @@ class ComposedFamily(FamilyBase):
     domain_dims = ("num_tokens", "tp")
     basis = "kernel-DB operator times summed per layer + analytical attention + TP/PP communication"
     coefficients = {"kernel_db": "object", "collectives": "object", "cpu_overhead_s": "number",
-                    "attention_flops_fraction": "number", "attention_bytes_fraction": "number"}
+                    "attention_flops_fraction": "positive", "attention_bytes_fraction": "positive"}
 
     def check(self, coefficients, where):
         super().check(coefficients, where)

@@ -145,6 +145,12 @@ class WeightSync:
                      "aggregate_read_bytes_per_s", "bucket_bytes"):
             if name in self.knobs and self.knobs[name] is not None and self.knobs[name] <= 0:
                 raise CostModelError(f"weight-sync knob {name!r} must be > 0")
+        if self.knobs.get("bucket_bytes") is not None and self.knobs["bucket_bytes"] < 1:
+            raise CostModelError("weight-sync knob 'bucket_bytes' must be >= 1 (bytes per bucket), got "
+                                 f"{self.knobs['bucket_bytes']!r}")
+        if "dtype_bytes" in self.knobs and not 0 < self.knobs["dtype_bytes"] <= 8:
+            raise CostModelError("weight-sync knob 'dtype_bytes' must be in (0, 8] (bytes per parameter: 2 for "
+                                 f"bf16, 4 for fp32), got {self.knobs['dtype_bytes']!r}")
         if mode != "fixed" and model is None:
             raise CostModelError(f"weight-sync mode {mode!r} needs the model")
         self.model = model_arch(model) if model is not None else None

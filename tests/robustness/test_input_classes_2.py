@@ -451,3 +451,36 @@ OBSERVATION = [
 @pytest.mark.parametrize("name, content, expect", OBSERVATION, ids=[c[0] for c in OBSERVATION])
 def test_observation_optional_input_and_enum_fields_are_typed(tmp_path, name, content, expect):
     run_input("observations", content, tmp_path, expect, name)
+
+
+# A composed artifact's attention fractions divide the fitted rates: 0 was accepted as a
+# "number" and the run died with ZeroDivisionError; they are checked as numbers > 0.
+@pytest.mark.parametrize("key", ["attention_flops_fraction", "attention_bytes_fraction"])
+def test_composed_attention_fraction_is_positive(tmp_path, key):
+    from click.testing import CliRunner
+    from robust_common import check_clean_error, listing
+
+    from simrl.cli.main import cli as srl_cli
+
+    src = tmp_path / "a.json"
+    src.write_text(_artifact("rollout-composed-h100.json", lambda d: d["coefficients"].update({key: 0})))
+    before = listing(tmp_path)
+    res = CliRunner().invoke(srl_cli, ["run", "-o", str(tmp_path / "o"), f"cost.rollout={src}", "run.training_steps=1",
+                                       "workload.groups=8"])
+    check_clean_error(res, [str(src), f"coefficients.{key}", "number > 0"], key)
+    assert listing(tmp_path) == before
+
+
+# Finite weight-sync knobs whose product overflows (1e300 bytes per parameter; a bucket of
+# 1e-300 bytes) were an OverflowError traceback at the first publication; bounded by meaning.
+@pytest.mark.parametrize("override, expect", [
+    ("cost.weight_sync_knobs.dtype_bytes=1e300", ["dtype_bytes", "(0, 8]"]),
+    ("cost.weight_sync_knobs.bucket_bytes=1e-300", ["bucket_bytes", ">= 1"]),
+])
+def test_weight_sync_knob_is_bounded(tmp_path, override, expect):
+    from robust_common import run_args
+
+    from simrl.cli.main import cli as srl_cli
+
+    run_args(srl_cli, ["run", "-o", "{tmp}/o", "run.training_steps=1", "workload.groups=8", override], tmp_path,
+             expect, override)
