@@ -15,7 +15,7 @@ import collections
 import click
 
 from adapters.extras import MissingExtraError
-from simrl.cli.app import AppGroup, FiniteFloat, common_options, info, json_option, state, to_json
+from simrl.cli.app import AppGroup, FiniteFloat, OutputPath, common_options, info, json_option, state, to_json
 from simrl.cli.app import abort as _app_abort
 from simrl.cost.base import CostModelError
 from simrl.cost.observations import ObservationError, write_observations
@@ -56,7 +56,7 @@ def import_group():
 
 @import_group.command("vidur")
 @click.argument("path", type=click.Path(exists=True), required=False)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=OutputPath())
 @common_options
 @json_option
 def import_vidur_cmd(path, output, as_json):
@@ -89,7 +89,7 @@ def fetch_group():
 
 @fetch_group.command("vidur")
 @click.option("--commit", default=None, help="microsoft/vidur commit, tag or branch [default: the shipped data's]")
-@click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
+@click.option("-o", "--output", required=True, type=OutputPath(directory=True),
               help="folder to create (compute/, network/, traces/, LICENSE, NOTICE, source.json)")
 @click.option("--base-url", default=None, hidden=True,
               help="repository URL whose /archive/<commit>.tar.gz is fetched (a mirror)")
@@ -128,7 +128,7 @@ def fetch_vidur_cmd(commit, output, base_url, timeout):
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @click.option("--threads", type=POSITIVE, default=None, help="torch CPU threads [default: torch's]")
 @click.option("--ops", default=None, help="comma-separated subset of operators (default: all of the layer)")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=OutputPath())
 @common_options
 @json_option
 def kernels_cmd(model, tp, tokens, device, repeats, warmup, dtype, threads, ops, output, as_json):
@@ -206,7 +206,7 @@ def _observations_json(output: str, observations) -> dict:
               "step, so a passing load hits every world alike (CPU); sequential: one world after another; "
               "auto: interleaved on CPU, sequential on CUDA")
 @click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=OutputPath())
 @common_options
 @json_option
 def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup, device, clock, threads,
@@ -252,7 +252,7 @@ def fsdp_cmd(model, world_sizes, seq_lens, sharding, micro_batch, steps, warmup,
 @click.option("--max-num-seqs", type=POSITIVE, default=None, help="vLLM's scheduler limit (default: vLLM's)")
 @click.option("--max-num-batched-tokens", type=POSITIVE, default=None, help="vLLM's token budget per step")
 @click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=OutputPath())
 @common_options
 @json_option
 def vllm_cmd(model, tp, scenarios, gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
@@ -293,7 +293,7 @@ def vllm_cmd(model, tp, scenarios, gpu_memory_utilization, max_model_len, max_nu
               show_default=True)
 @click.option("--dir", "directory", default=None, type=click.Path(file_okay=False),
               help="filesystem method: where the checkpoint is written [default: the temp folder]")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=OutputPath())
 @common_options
 @json_option
 def weight_sync_cmd(sizes_mb, instances, method, bucket_mb, repeats, warmup, device, start_method, directory,
@@ -340,7 +340,7 @@ def weight_sync_cmd(sizes_mb, instances, method, bucket_mb, repeats, warmup, dev
 @click.option("--warmup", type=NONNEG, default=2, show_default=True, help="untimed steps before them")
 @click.option("--recompute", type=click.Choice(["none", "full", "selective"]), default=None,
               help="activation recomputation [default: the recipe's]")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=OutputPath())
 @common_options
 @json_option
 def megatron_cmd(recipe, model, layouts, seq_lengths, micro_batch, global_batch, nproc, steps, warmup, recompute,
@@ -372,7 +372,7 @@ def megatron_cmd(recipe, model, layouts, seq_lengths, micro_batch, global_batch,
 @click.option("--tp", type=POSITIVE, default=1, show_default=True, help="tensor_parallel_size")
 @click.option("--gpu-memory-utilization", type=FiniteFloat(0, 1, min_open=True), default=None, help="vLLM's (default: vLLM's own)")
 @click.option("--max-model-len", type=POSITIVE, default=None, help="vLLM's (default: the model's)")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=OutputPath())
 @common_options
 @json_option
 def kv_probe_cmd(model, tp, gpu_memory_utilization, max_model_len, output, as_json):

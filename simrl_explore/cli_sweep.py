@@ -109,8 +109,13 @@ def main(space_path, config_path, grid, engine, surrogate, jobs, chunk, ray_addr
     from simrl_explore.runner import SweepError
 
     quiet = app_state.quiet or as_json  # -q: no progress bar and no table; --json: machine output only
+    from simrl.cli.app import OutputError, check_output_dir, check_output_file
     from simrl_explore.space import SpaceError, grid_space, load_space
 
+    try:  # before any work: the whole sweep ran, then writing its results raised (a file in the way)
+        (check_output_file if output.endswith((".csv", ".json")) else check_output_dir)(output)
+    except OutputError as exc:
+        abort(str(exc))
     if not no_compile_cache:
         os.environ.setdefault("SIMRL_FAST_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "simrl", "jax"))
     try:

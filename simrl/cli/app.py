@@ -189,6 +189,26 @@ def check_output_file(path: str | os.PathLike, option: str = "-o/--output") -> P
 
 # -- options ---------------------------------------------------------------------------------
 
+class OutputPath(click.Path):
+    """An output file (or, with ``directory=True``, directory) option checked when the command line
+    is parsed (`check_output_file` / `check_output_dir`): a file in the way, a directory where a file
+    is meant or a place that cannot be written is a usage error before any work, not a traceback
+    when the results of a long profile or sweep are written."""
+
+    def __init__(self, directory: bool = False):
+        super().__init__(dir_okay=directory, file_okay=not directory)
+        self.directory = directory
+
+    def convert(self, value, param, ctx):
+        value = super().convert(value, param, ctx)
+        option = "/".join(param.opts) if param is not None else "-o/--output"
+        try:
+            (check_output_dir if self.directory else check_output_file)(value, option)
+        except OutputError as exc:
+            self.fail(str(exc).removeprefix(f"{option} "), param, ctx)
+        return value
+
+
 class FiniteFloat(click.ParamType):
     """A number option that refuses ``nan``, ``inf`` and overflow (``1e400``): click's FLOAT and
     FloatRange accept them, and a NaN compares false with every bound. ``minimum`` (exclusive with

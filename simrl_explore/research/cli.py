@@ -54,6 +54,14 @@ def main(question_file, output, proposer, proposals, lessons_path, no_optuna, jo
             study = attrs.evolve(study, proposals=proposals)
             if study.candidate is None and proposals == 0:
                 abort("the question has no candidate: give --proposals >= 1")
+        from simrl.cli.app import OutputError, check_output_dir, check_output_file
+
+        try:  # before any work: an output under a file, or a lessons path that cannot be written
+            check_output_dir(output)
+            if lessons_path:
+                check_output_file(lessons_path, "--lessons")
+        except OutputError as exc:
+            abort(str(exc))
         lessons_path = lessons_path or os.path.join(output, "lessons.jsonl")
         prior = read_lessons(lessons_path)
         prop = (LLMProposer(study, prior) if proposer == "llm"

@@ -484,3 +484,41 @@ def test_weight_sync_knob_is_bounded(tmp_path, override, expect):
 
     run_args(srl_cli, ["run", "-o", "{tmp}/o", "run.training_steps=1", "workload.groups=8", override], tmp_path,
              expect, override)
+
+
+# Outputs checked only when the results were written, after the whole sweep, study or profile:
+# a file where the output directory goes (or above it), a directory where a .csv / .json goes,
+# was a FileExistsError / NotADirectoryError / IsADirectoryError traceback (the study had made
+# its folder). Checked before any work (srl-profile: when the command line is parsed).
+def _outputs():
+    from robust_common import VALID_STUDY
+
+    from adapters.cli import cli as profile_cli
+    from simrl_explore.cli_sweep import main as sweep_cli
+    from simrl_explore.research.cli import main as research_cli
+
+    space, study = ["--space", "{tmp}/space.yaml", "-q", "--jobs", "1"], ["{tmp}/study.yaml", "--jobs", "1", "-q"]
+    files = {"space.yaml": _yaml(_SPACE), "study.yaml": _yaml(VALID_STUDY), "f": "x"}
+    return files, [
+        ("sweep_o_file", sweep_cli, [*space, "-o", "{tmp}/f"], ["{tmp}/f is a file"]),
+        ("sweep_o_under_file", sweep_cli, [*space, "-o", "{tmp}/f/out"], ["{tmp}/f is a file"]),
+        ("sweep_csv_under_file", sweep_cli, [*space, "-o", "{tmp}/f/rows.csv"], ["{tmp}/f is a file"]),
+        ("sweep_csv_is_dir", sweep_cli, [*space, "-o", "{tmp}/d.csv"], ["d.csv", "is a directory"]),
+        ("research_o_under_file", research_cli, [*study, "-o", "{tmp}/f/out"], ["{tmp}/f is a file"]),
+        ("research_lessons_under_file", research_cli, [*study, "-o", "{tmp}/out", "--lessons", "{tmp}/f/l.jsonl"],
+         ["--lessons", "{tmp}/f is a file"]),
+        ("profile_o_under_file", profile_cli, ["weight-sync", "--sizes-mb", "1", "--instances", "1", "--repeats", "1",
+                                               "--warmup", "0", "-o", "{tmp}/f/w.jsonl"], ["-o", "{tmp}/f is a file"]),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7), ids=[c[0] for c in _outputs()[1]])
+def test_output_in_the_way_is_refused_before_work(tmp_path, case):
+    from robust_common import run_args
+
+    files, cases = _outputs()
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "d.csv").mkdir()
+    name, cli, argv, expect = cases[case]
+    run_args(cli, argv, tmp_path, expect, name)
