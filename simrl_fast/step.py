@@ -757,13 +757,12 @@ def _dispatch_route(st, p, w, static, act, early):
     that is the router's pass before the dispatcher's or the trainer's in this instant (`chain_due` on the state
     `select` read: nothing the step did before a routing changes it -- `now` stays, no instance acted, and
     `prepare`'s wake-up reset keeps ``wake`` where the pass is early)."""
-    first = early
     st = dispatch_action(st, act == A_DISPATCH, static, p)
     go = ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static) & ~route_held(st, p, static)
     st = route_all(st, p, with_map(w, st, static), static, go)
     # the calls dispatched after a pass that came before the dispatcher's wait for the instances it woke
-    return st._replace(hold_t=jnp.where(first, st.now, jnp.where(go, -jnp.inf, st.hold_t)),
-                       hold_rid=jnp.where(first, jnp.where(st.hold_t == st.now, jnp.minimum(
+    return st._replace(hold_t=jnp.where(early, st.now, jnp.where(go, -jnp.inf, st.hold_t)),
+                       hold_rid=jnp.where(early, jnp.where(st.hold_t == st.now, jnp.minimum(
                            st.hold_rid, st.dispatched * static.group_size), st.dispatched * static.group_size),
                                           st.hold_rid))
 
