@@ -48,7 +48,7 @@ from simrl_fast.state import (
     unpack_fin,
     unpack_rid,
 )
-from simrl_fast.trainer import batch_ready, mark_evicted, timer_action, trainer_react
+from simrl_fast.trainer import batch_ready, disp_first, mark_evicted, timer_action, trainer_react
 
 A_NONE, A_INST, A_TIMER, A_REACT, A_DISPATCH, A_ROUTE = 0, 1, 2, 3, 4, 5
 # the dispatcher's recheck timeout (admit_window_episodes: `RecordPolicy.recheck_in`) fires: it wakes the dispatcher
@@ -243,20 +243,6 @@ def window_due(st, p, static):
     if not static.window:
         return jnp.asarray(jnp.inf, st.now.dtype)
     return jnp.where(st.wake, sleep_timer(st, p, static), st.win_t)
-
-
-def disp_first(st):
-    """Whether the dispatcher is registered on GroupBook.changed before the trainer, so that a notify runs it first:
-    while the trainer waits for its first batch (both processes started at t = 0, the dispatcher first). After a
-    step the trainer notifies, then waits on a fresh event before the dispatcher wakes, and goes first from then on
-    (`Trainer.run`, `finish_step`). Then, in an instant where both act, the dispatcher admits what the state before
-    the batch allows, the trainer takes the batch and notifies, and the dispatcher wakes again after the router has
-    routed its first groups (`trainer_react` sets ``hold_t``; `route_held`). A dispatcher that last slept with a
-    recheck timeout (``admit_window_episodes``: `SimState.win_t` finite) waits on the condition "changed or the
-    timeout", whose own event SimPy schedules when the notify runs the condition's check: it then resumes after the
-    trainer, so the trainer goes first."""
-    tr = st.trainer
-    return (tr.step == 0) & (tr.phase == T_WAIT) & (st.win_t == jnp.inf)
 
 
 def route_held(st, p, static):
@@ -496,7 +482,9 @@ def local_phase(st, p, w, static, rounds):
 
 
 def select(st, p, static):
-    """(action, instance index, new now) for this step."""
+    """(action, instance index, new now, early) for this step; ``early``: the action is the router's pass
+    before the dispatcher's or the trainer's in this instant (a routing while the trainer's reaction or a dispatch
+    is due: `chain_due`, computed once per step here; `prepare` and `_dispatch_route` read it)."""
     ins, tr = st.inst, st.trainer
     K = static.instances
     active = jnp.arange(K) < p.n_inst
@@ -555,10 +543,11 @@ def select(st, p, static):
                                                                  jnp.where(i < K, ins.ev_t[i], jnp.inf)))
     new_now = jnp.where(((act == A_INST) & ~cont) | (act == A_TIMER) | (act == A_WINDOW),
                         jnp.maximum(timed_now, st.now), st.now)
-    return act, i, new_now
+    early = (act == A_ROUTE) & (react | disp)
+    return act, i, new_now, early
 
 
-def dispatch_action(st, on, static, p=None):
+def dispatch_action(st, on, static, p):
     """Simulation.start_group: the next group enters st.running; its calls join the router queue. With an
     admission window (``p.win_n`` > 0) the consultation restarts a window that has run its length (start now,
     count 0), then the group's episodes are counted in it (`RecordPolicy.on_dispatch`)."""
@@ -662,7 +651,7 @@ def _is_rare(act):
 
 def prepare(st0, p, w, static):
     """The start of a step: the outputs cleared, the parallel local rounds (if any), the action selected.
-    Returns (state, whether a local boundary was processed, action, instance, new now)."""
+    Returns (state, whether a local boundary was processed, action, instance, new now, early (`select`))."""
     rounds = _state.LOCAL_ROUNDS
     # (the parallel rounds' outputs derived from the carried ones, so they stay per-configuration
     # values under shard_map)
@@ -674,7 +663,7 @@ def prepare(st0, p, w, static):
     # the workload arrays each gid's workload group)
     local = rounds and not static.chunked_prefill
     st, par = local_phase(st, p, with_map(w, st, static), static, rounds) if local else (st, jnp.asarray(False))
-    act, i, new_now = select(st, p, static)
+    act, i, new_now, early = select(st, p, static)
     if static.episode_cap or static.window:
         # admit_episode_cap, admit_window_episodes: the dispatcher has run in this instant (and, admitting nothing
         # more, slept) once the step takes an action after its place in SimPy's order (tie rules 1-3): anything but
@@ -685,13 +674,12 @@ def prepare(st0, p, w, static):
         tr, ins = st.trainer, st.inst
         due = (((act == A_TIMER) & (tr.timer_t <= st.now))
                | ((act == A_INST) & (ins.phase[i] != START) & (ins.ev_t[i] <= st.now)))
-        react, disp, _ = chain_due(st, p, static)
         before = ((st.cur >= 0) | (tr.taken > 0) | (act == A_REACT) | (act == A_DISPATCH) | due
-                  | ((act == A_ROUTE) & (react | disp)))  # (the router's pass before the dispatcher's: `select`)
+                  | early)  # (the router's pass before the dispatcher's: `select`)
         if static.window:
             st = st._replace(win_t=jnp.where(st.wake & ~before, sleep_timer(st, p, static), st.win_t))
         st = st._replace(wake=st.wake & before)
-    return st, par, act, i, new_now
+    return st, par, act, i, new_now, early
 
 
 def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
@@ -703,7 +691,7 @@ def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
     action in this step) turns a rare action into no action, leaving the state as it was (the next
     step selects it again). Every action of one family is off when the other's is on, and each off
     family is the identity, so `main_action` then `rare_action` is the step SimPy's order gives."""
-    st, par, act, i, new_now = prepare(st0, p, w, static) if prepared is None else prepared
+    st, par, act, i, new_now, early = prepare(st0, p, w, static) if prepared is None else prepared
     held = jnp.asarray(False) if defer is None else defer & _is_rare(act)
     act = jnp.where(held, A_NONE, act)
     # The action and its instance computed once, into buffers: else XLA fuses the selection into every gather
@@ -724,7 +712,7 @@ def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
     st = pull_action(st, p, static, begins, ends, i, new_now)
     if route:  # (else `route_action` does it: the batched step)
         # A dispatched group's calls are routed in the step that dispatches it (exact: see route_all).
-        st = _dispatch_route(st, p, w, static, act)
+        st = _dispatch_route(st, p, w, static, act, early)
     # (a rare action neither leaves a run stuck nor is "no action")
     done = st.trainer.phase == T_DONE
     st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~par & ~done & ~held & ~st.overflow),
@@ -756,24 +744,25 @@ def queue_pos(wq_pos, wq_len, inst_k, on_k):
     return wq_pos[inst_k] + wq_len[inst_k] + jnp.sum(same.astype(jnp.int32), axis=1)
 
 
-def route_action(st0, p, w, static, act):
-    """A dispatch (``act`` = A_DISPATCH: the group and its calls' routing) or a routing (A_ROUTE); the identity
-    for any other ``act``."""
-    st = _dispatch_route(st0, p, w, static, act)
+def route_action(st0, p, w, static, act, early):
+    """A dispatch (``act`` = A_DISPATCH: the group and its calls' routing) or a routing (A_ROUTE; ``early``:
+    `select`'s); the identity for any other ``act``."""
+    st = _dispatch_route(st0, p, w, static, act, early)
     return jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), st, st0)
 
 
-def _dispatch_route(st, p, w, static, act):
+def _dispatch_route(st, p, w, static, act, early):
     """A dispatch (``act`` = A_DISPATCH) and the routing of its calls, or a routing (A_ROUTE); a dispatch's calls
-    stay in the router queue while `route_held`, and a routing releases the hold."""
-    react, disp, _ = chain_due(st, p, static)
-    first = (act == A_ROUTE) & (react | disp)  # the router's pass before the dispatcher's (`select`)
+    stay in the router queue while `route_held`, and a routing releases the hold. ``early`` (`select`'s): a routing
+    that is the router's pass before the dispatcher's or the trainer's in this instant (`chain_due` on the state
+    `select` read: nothing the step did before a routing changes it -- `now` stays, no instance acted, and
+    `prepare`'s wake-up reset keeps ``wake`` where the pass is early)."""
     st = dispatch_action(st, act == A_DISPATCH, static, p)
     go = ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static) & ~route_held(st, p, static)
     st = route_all(st, p, with_map(w, st, static), static, go)
     # the calls dispatched after a pass that came before the dispatcher's wait for the instances it woke
-    return st._replace(hold_t=jnp.where(first, st.now, jnp.where(go, -jnp.inf, st.hold_t)),
-                       hold_rid=jnp.where(first, jnp.where(st.hold_t == st.now, jnp.minimum(
+    return st._replace(hold_t=jnp.where(early, st.now, jnp.where(go, -jnp.inf, st.hold_t)),
+                       hold_rid=jnp.where(early, jnp.where(st.hold_t == st.now, jnp.minimum(
                            st.hold_rid, st.dispatched * static.group_size), st.dispatched * static.group_size),
                                           st.hold_rid))
 
@@ -859,15 +848,15 @@ def make_batch_step(static, m: int, per_config_workload: bool, width: int | None
 
     def step(st0, p, w):
         prep = jax.vmap(lambda s, pp, ww: prepare(s, pp, ww, static), in_axes=(0, 0, wax))(st0, p, w)
-        act0 = prep[2]
+        act0, early = prep[2], prep[5]
         rare = _is_rare(act0)
         idx = jnp.nonzero(rare, size=width, fill_value=m)[0].astype(jnp.int32)
         served = jnp.zeros(m, bool).at[idx].set(True, mode="drop")
         st, act = jax.vmap(lambda s, pp, ww, pr, d: main_action(s, pp, ww, static, pr, d, route=False),
                            in_axes=(0, 0, wax, 0, 0))(st0, p, w, prep, rare & ~served)
         if routes == 0:  # (the routing computed for the whole batch: measurements)
-            st = jax.vmap(lambda s, pp, ww, a: route_action(s, pp, ww, static, a), in_axes=(0, 0, wax, 0))(
-                st, p, w, act)
+            st = jax.vmap(lambda s, pp, ww, a, e: route_action(s, pp, ww, static, a, e),
+                          in_axes=(0, 0, wax, 0, 0))(st, p, w, act, early)
 
         # -- dispatches and routings, route_width configurations per turn --
         disp = ((act == A_DISPATCH) | (act == A_ROUTE)) & (routes != 0)
@@ -878,8 +867,9 @@ def make_batch_step(static, m: int, per_config_workload: bool, width: int | None
             at = jnp.minimum(ix, m - 1)
             sub = _gather(st, at, wr, route_reads)
             ws = rows(w, at) if per_config_workload else w
-            sub2 = jax.vmap(lambda s, pp, ww, a: route_action(s, pp, ww, static, a), in_axes=(0, 0, wax, 0))(
-                sub, rows(p, at), ws, jnp.where(ix < m, act[at], A_NONE))
+            sub2 = jax.vmap(lambda s, pp, ww, a, e: route_action(s, pp, ww, static, a, e),
+                            in_axes=(0, 0, wax, 0, 0))(sub, rows(p, at), ws, jnp.where(ix < m, act[at], A_NONE),
+                                                       early[at])
             st = _scatter(st, ix, sub2, route_reads)
             rid, ik = sub2.out.route_rid, sub2.out.route_inst  # [wr, n]
             on_k = (rid >= 0) & (ix < m)[:, None]

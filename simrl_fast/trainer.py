@@ -223,6 +223,21 @@ def timer_action(st, p, static, on):
     )
 
 
+def disp_first(st):
+    """Whether the dispatcher is registered on GroupBook.changed before the trainer, so that a notify runs it first:
+    while the trainer waits for its first batch (both processes started at t = 0, the dispatcher first). After a
+    step the trainer notifies, then waits on a fresh event before the dispatcher wakes, and goes first from then on
+    (`Trainer.run`, `finish_step`). Then, in an instant where both act, the dispatcher admits what the state before
+    the batch allows, the trainer takes the batch and notifies, and the dispatcher wakes again after the router has
+    routed its first groups (`trainer_react` sets ``hold_t``; `step.route_held`). A dispatcher that last slept with a
+    recheck timeout (``admit_window_episodes``: `SimState.win_t` finite) waits on the condition "changed or the
+    timeout", whose own event SimPy schedules when the notify runs the condition's check: it then resumes after the
+    trainer, so the trainer goes first. (The one rule for both sides: `step.select`'s order of the dispatch and the
+    reaction, and the hold `trainer_react` sets when the first batch forms.)"""
+    tr = st.trainer
+    return (tr.step == 0) & (tr.phase == T_WAIT) & (st.win_t == jnp.inf)
+
+
 def trainer_react(st, p, w, static, on, pub):
     """The trainer woken in this instant: start a drained publication, or form the training batch.
 
@@ -301,6 +316,7 @@ def trainer_react(st, p, w, static, on, pub):
     # the acknowledgements, then offload_before_s (at once when no instance is busy)
     col = p.colocated == 1
     formed = full & ~empty
+    first_batch = formed & disp_first(st)  # (formed: the trainer waits, tr is st's trainer)
     colo = formed & col
     inst, n_busy = request_pause(st.inst, p, static, colo, now, now, BIG)
     train = formed & ~col
@@ -336,7 +352,7 @@ def trainer_react(st, p, w, static, on, pub):
         zs_live=st.zs_live - n_zs, zs_real=jnp.where(full, 0, n_real), zs_wait=st.zs_wait | empty,
         wake=st.wake | formed,  # Trainer.run: a batch taken notifies (admit_episode_cap)
         # the first batch: the dispatcher, registered on GroupBook.changed before the trainer, has run in this instant
-        # (`step.disp_first`); the groups it admits after this notify are routed after the instances it woke
-        hold_t=jnp.where(formed & (step == 0) & (st.win_t == jnp.inf), now, st.hold_t),
-        hold_rid=jnp.where(formed & (step == 0) & (st.win_t == jnp.inf), jnp.where(st.hold_t == now, jnp.minimum(st.hold_rid, st.dispatched * static.group_size), st.dispatched * static.group_size), st.hold_rid),
+        # (`disp_first`); the groups it admits after this notify are routed after the instances it woke
+        hold_t=jnp.where(first_batch, now, st.hold_t),
+        hold_rid=jnp.where(first_batch, jnp.where(st.hold_t == now, jnp.minimum(st.hold_rid, st.dispatched * static.group_size), st.dispatched * static.group_size), st.hold_rid),
     )
