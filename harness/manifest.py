@@ -44,6 +44,10 @@ SEALED_SECTIONS = ("schema", "identity", "pins", "model", "workload", "pipeline"
                    "provenance", "clock", "backend_outcome", "worker", "evidence")
 
 
+# Every top-level key the controller writes (sealed, then the ones it writes after the seal).
+TOP_LEVEL = (*SEALED_SECTIONS, "results", "validation", "status", "reasons")
+
+
 def _sealed(manifest: dict) -> dict:
     sealed = {k: manifest.get(k) for k in SEALED_SECTIONS}
     if isinstance(sealed["lease"], dict):
@@ -181,6 +185,9 @@ def problems(manifest: dict) -> list[str]:
             out.append(f"{key!r} must be {typ.__name__}")
     if out:
         return out
+    unknown = sorted(set(manifest) - set(TOP_LEVEL), key=str)
+    if unknown:  # a field no writer of this schema writes: readers could act on what validation never saw
+        out.append(f"unknown top-level key {unknown[0]!r} (bench.manifest.v1 has {', '.join(TOP_LEVEL)})")
     if manifest["schema"] != SCHEMA:
         out.append(f"schema {manifest['schema']!r} != {SCHEMA!r}")
     if manifest["status"] not in STATUSES:
