@@ -26,15 +26,51 @@ def load_summaries(dirs: list[Path]) -> list[dict]:
         if not path.exists():
             raise BenchError(f"{d}: not a results directory (no manifest.json)")
         man = M.load(path)
-        run_id = man.get("identity", {}).get("run_id")
-        if run_id in seen:  # a copy of a run would count it twice in the comparison
-            raise BenchError(f"{d}: run {run_id} is already in this report (from {seen[run_id]})")
-        seen[run_id] = d
+        # a copy of a run would count it twice: the same run id, the same lease, or the same
+        # evidence under other ids (a copy whose identity was rewritten) is refused
+        keys = [("run", (man.get("identity") or {}).get("run_id")),
+                ("lease", (man.get("lease") or {}).get("lease_id")), ("evidence", evidence_fingerprint(Path(d)))]
+        for what, key in keys:
+            if key is not None and (what, key) in seen:
+                raise BenchError(f"{d}: {'run ' + str(key) if what == 'run' else what + ' ' + str(key)[:16]} "
+                                 f"is already in this report (from {seen[what, key]}): the same run twice")
+        for what, key in keys:
+            if key is not None:
+                seen[what, key] = d
         try:
             out.append(summary(man, validate(Path(d))))
         except (ValueError, KeyError, TypeError) as exc:
             raise BenchError(f"{path}: manifest unusable ({type(exc).__name__}: {exc})") from exc
     return out
+
+
+# What differs between two copies of one run's evidence once their identity is rewritten.
+_ID_FIELDS = ("run_id", "lease_id", "wall_time_unix")
+
+
+def evidence_fingerprint(run_dir: Path) -> str | None:
+    """sha256 of the evidence lines without their ids and write times (None without evidence):
+    two directories with the same fingerprint hold the same measurement."""
+    import hashlib
+    import json
+
+    h, any_line = hashlib.sha256(), False
+    for name in ("updates.jsonl", "turns.jsonl"):
+        path = Path(run_dir) / name
+        if not path.is_file():
+            continue
+        h.update(name.encode() + b"\0")
+        for line in path.read_bytes().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                h.update(line)
+                continue
+            if isinstance(row, dict):
+                row = {k: v for k, v in row.items() if k not in _ID_FIELDS}
+            h.update(json.dumps(row, sort_keys=True).encode() + b"\n")
+            any_line = True
+    return h.hexdigest() if any_line else None
 
 
 def comparison_markdown(summaries: list[dict]) -> str:

@@ -336,6 +336,16 @@ def check_timestamps(man: dict, updates: list[dict], turns: list[dict]) -> list[
             out.append(f"trajectory {t['trajectory']} turn {t['turn']}: first token at {t['first_token']} is not "
                        f"between its arrival {t['arrival']} and finish {t.get('finish')}")
             break
+    for i, t in enumerate(turns):  # below a physical floor: the timeline was compressed
+        if t.get("first_token") is None or t.get("finish") is None or int(t["completion_tokens"]) <= 1:
+            continue
+        span = float(t["finish"]) - float(t["first_token"])
+        if span * P.MAX_DECODE_TOKENS_PER_S < int(t["completion_tokens"]) - 1:
+            out.append(f"turns.jsonl line {i + 1} (trajectory {t['trajectory']} turn {t['turn']}): "
+                       f"{int(t['completion_tokens']) - 1} tokens after the first in {span:.6g} s, faster than "
+                       f"any decoder ({P.MAX_DECODE_TOKENS_PER_S:.0f} tokens/s per sequence, pins."
+                       "MAX_DECODE_TOKENS_PER_S): times in another unit or compressed")
+            break
     out += _check_calls(updates, turns)
     hw = man.get("hardware") or {}
     order = [("identity.created_at_unix", ident.get("created_at_unix")),

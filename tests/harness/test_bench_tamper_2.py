@@ -1,0 +1,260 @@
+"""Tamper classes beyond `test_bench_validate.TAMPERS`, each INVALID naming the check.
+
+Most are made by a *full forger*: after the edit it rewrites every derived value it can
+recompute without the run's history: the evidence hashes in the manifest, the results, both
+summaries, run.log's per-update digests, its `evidence closed` and `manifest sealed` lines, and
+the lease history's evidence event (in a private copy of the state dir). What still catches
+those is a semantic check (bytes the writer never writes, a physically impossible timeline, a
+lease timeline no run makes), not a digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+
+import pytest
+from click.testing import CliRunner
+from test_bench_validate import _edit_json, _edit_jsonl, _edit_manifest, _set
+
+from harness import manifest as M
+from harness import report
+from harness.cli import main as bench
+from harness.fsio import read_json, read_jsonl, write_json
+from harness.run import evidence_record
+from harness.validate import validate
+
+
+def _private_state(d):
+    """Point the run at a private copy of its lease history (a forger's own state dir)."""
+    state = d.parent / "forged_state"
+    if not state.exists():
+        shutil.copytree(read_json(d / "manifest.json")["lease"]["state_dir"], state)
+        _edit_manifest(d, lambda m: m["lease"].update(state_dir=str(state)))
+        _reseal_log_and_history(d)
+    return state / "reservations.jsonl"
+
+
+def _reseal_log_and_history(d):
+    """run.log's `manifest sealed` line, the history's evidence event and both summaries, for the
+    manifest as it is now."""
+    man = read_json(d / "manifest.json")
+    sha = M.sealed_sha256(man)
+    sealed = f"manifest sealed: sha256={sha} " + " ".join(f"{k}={v}" for k, v in M.sealed_section_digests(man).items())
+    log = d / "run.log"
+    log.write_text(re.sub(r"manifest sealed: .*", lambda _m: sealed, log.read_text()))
+    hist = _history(d)
+    events = [json.loads(x) for x in hist.read_text().splitlines()]
+    for e in events:
+        if e["event"] == "evidence" and e["lease_id"] == man["lease"]["lease_id"]:
+            e.update(evidence=man["evidence"], manifest_sha256=sha)
+    hist.write_text("".join(json.dumps(e) + "\n" for e in events))
+    write_json(d / "summary.json", report.summary(man))
+    (d / "summary.md").write_text(report.summary_markdown(report.summary(man)))
+
+
+def _history(d):
+    return __import__("pathlib").Path(read_json(d / "manifest.json")["lease"]["state_dir"]) / "reservations.jsonl"
+
+
+def _forge_everything(d):
+    """Recompute every digest, hash, result and summary from the (edited) evidence."""
+    _private_state(d)
+    ru = (d / "updates.jsonl").read_bytes().splitlines(keepends=True)
+    rt = (d / "turns.jsonl").read_bytes().splitlines(keepends=True)
+    by_k = {}
+    for raw in ru:
+        try:
+            u = json.loads(raw)
+            by_k[u["k"]] = (u, raw)
+        except ValueError:
+            pass
+
+    def update_line(m):
+        k, n = int(m.group(1)), min(int(m.group(2)), len(rt))
+        u, raw = by_k[k]
+        return (f"update {k}: c_k={u['c_k']:.3f} groups={u['groups']} trajectories={u['trajectories']} "
+                f"tokens={u['tokens']} line_sha256={hashlib.sha256(raw).hexdigest()} turns={n} "
+                f"turns_sha256={hashlib.sha256(b''.join(rt[:n])).hexdigest()}")
+
+    text = (d / "run.log").read_text()
+    text = re.sub(r"update (\d+): c_k=\S+ groups=\d+ trajectories=\d+ tokens=\d+ line_sha256=\S+ turns=(\d+) "
+                  r"turns_sha256=\S+", update_line, text)
+    text = re.sub(r"evidence closed: .*", lambda _m: (
+        f"evidence closed: updates={len(ru)} updates_sha256={hashlib.sha256(b''.join(ru)).hexdigest()} "
+        f"turns={len(rt)} turns_sha256={hashlib.sha256(b''.join(rt)).hexdigest()}"), text)
+    (d / "run.log").write_text(text)
+    _edit_manifest(d, lambda m: m.update(evidence=evidence_record(d)))
+    rec = validate(d)["recomputed"]
+    if rec:
+        _edit_manifest(d, lambda m: m["results"].update(rec))
+    _reseal_log_and_history(d)
+
+
+def _raw(name, fn):
+    return lambda d: (d / name).write_bytes(fn((d / name).read_bytes()))
+
+
+def _scale_timeline(f):
+    """Every evidence time (and the simulated clock's end) multiplied by ``f``: a unit change."""
+    def tamper(d):
+        def upd(u):
+            for key in ("d_k", "c_k", "train_end", "publish_end"):
+                u[key] *= f
+            u["rank_intervals"] = {r: [[s * f, e * f] for s, e in ivs] for r, ivs in u["rank_intervals"].items()}
+            return u
+        _edit_jsonl(d / "updates.jsonl", upd)
+        _edit_jsonl(d / "turns.jsonl", lambda t: _set(t, **{x: t[x] * f for x in ("arrival", "first_token", "finish")
+                                                            if t[x] is not None}))
+        _edit_manifest(d, lambda m: [c.update(end_s=c["end_s"] * f) for c in (m["clock"], m["backend_outcome"]["clock"])])
+    return tamper
+
+
+def _hist(fn):
+    def tamper(d):
+        hist = _private_state(d)
+        man = read_json(d / "manifest.json")
+        events = [json.loads(x) for x in hist.read_text().splitlines()]
+        mine = {e["event"]: e for e in events if e.get("lease_id") == man["lease"]["lease_id"]}
+        hist.write_text("".join(json.dumps(e) + "\n" for e in fn(events, mine, man)))
+    return tamper
+
+
+def _acquire_late(events, mine, man):
+    mine["acquire"]["time_unix"] = man["identity"]["backend_finished_unix"] + 10.0
+    return events
+
+
+def _second_holder(events, mine, man):
+    """Another lease acquired one of these GPUs while this run held them."""
+    other = {**mine["acquire"], "lease_id": "99999999-9999-4999-8999-999999999999", "run_id": "someone-else",
+             "gpu_uuids": mine["acquire"]["gpu_uuids"][1:2],
+             "time_unix": (mine["acquire"]["time_unix"] + mine["release"]["time_unix"]) / 2}
+    return [*events[:events.index(mine["acquire"]) + 1], other, *events[events.index(mine["acquire"]) + 1:]]
+
+
+def _release_first(events, mine, man):
+    i, j = events.index(mine["evidence"]), events.index(mine["release"])
+    events[i], events[j] = events[j], events[i]
+    mine["release"]["time_unix"] = mine["evidence"]["time_unix"] - 0.5
+    return events
+
+
+def _duplicate_key_event(d):
+    hist = _private_state(d)
+    man = read_json(d / "manifest.json")
+    lines = [x.replace('"event": "release"', '"event": "acquire", "event": "release"')
+             if man["lease"]["lease_id"] in x else x for x in hist.read_text().splitlines()]
+    hist.write_text("\n".join(lines) + "\n")
+
+
+def _hard_link_outside(d):
+    os.link(d / "turns.jsonl", d.parent / "turns.jsonl.elsewhere")
+
+
+def _dir_for(name):
+    return lambda d: ((d / name).unlink(), (d / name).mkdir())
+
+
+# name -> (tamper, full forger afterwards, the check that must fail, what its detail says)
+TAMPERS_2 = {
+    # bytes the writer never writes: another program rewrote the file (two readers may disagree)
+    "BOM before the first update line": (_raw("updates.jsonl", lambda b: b"\xef\xbb\xbf" + b), True, "evidence",
+                                         "updates.jsonl:1: not the bytes the evidence sink writes"),
+    "CRLF line ends in turns.jsonl": (_raw("turns.jsonl", lambda b: b.replace(b"\n", b"\r\n")), True, "evidence",
+                                      "turns.jsonl:1: not the bytes"),
+    "last turn line cut at its newline": (_raw("turns.jsonl", lambda b: b[:-1]), True, "evidence",
+                                          "the last line has no newline"),
+    "blank line appended": (_raw("turns.jsonl", lambda b: b + b"\n"), True, "evidence", "blank line"),
+    "update lines respaced": (_raw("updates.jsonl", lambda b: b.replace(b'": ', b'":  ')), True, "evidence",
+                              "updates.jsonl:1: not the bytes"),
+    "a number respelled (10.0 as 1e1)": (_raw("updates.jsonl", lambda b: b.replace(b'"d_k": 10.0,', b'"d_k": 1e1,', 1)),
+                                         True, "evidence", "updates.jsonl:1: not the bytes"),
+    "unknown field in an update line": (lambda d: _edit_jsonl(d / "updates.jsonl", lambda u: _set(u, bonus=1) if u["k"] == 4
+                                                               else u), True, "evidence", "updates.jsonl:4: bonus: unknown field"),
+    "context.json with a BOM": (_raw("context.json", lambda b: b"\xef\xbb\xbf" + b), True, "files",
+                                "context.json:1: not the bytes the harness writes"),
+    "manifest.json with CRLF": (_raw("manifest.json", lambda b: b.replace(b"\n", b"\r\n")), False, "files",
+                                "manifest.json:1: not the bytes the harness writes"),
+    "summary.json re-serialised": (lambda d: (d / "summary.json").write_text(json.dumps(read_json(d / "summary.json"))),
+                                   False, "files", "summary.json:1: not the bytes"),
+    "unknown top-level manifest key": (lambda d: _edit_manifest(d, lambda m: m.update(notes={"updates_per_hour": 1e4})),
+                                       False, "manifest", "unknown top-level key 'notes'"),
+    # files that are not the run's own
+    "evidence hard-linked from outside the run": (_hard_link_outside, False, "files", "turns.jsonl: 2 hard links"),
+    "run.log replaced by a directory": (_dir_for("run.log"), False, "run_log", "run.log is not a regular file"),
+    "summary.md replaced by a directory": (_dir_for("summary.md"), False, "files", "summary.md: not a regular file"),
+    # the lease history's timeline
+    "lease acquired after the backend started": (_hist(_acquire_late), False, "lease_held",
+                                                 "after the backend started"),
+    "another lease held one of the GPUs during the run": (_hist(_second_holder), False, "lease_held",
+                                                          "while this run's lease held it"),
+    "lease released before the evidence was hashed": (_hist(_release_first), False, "lease_held",
+                                                      "this lease's events are ['acquire', 'release', 'evidence']"),
+    "history event with a duplicate key": (_duplicate_key_event, False, "lease_held", "does not decode strictly"),
+    "lease held at the end, with problems": (lambda d: _edit_manifest(d, lambda m: m["lease"]["verified_at_end"].update(
+        problems=["GPU-x: held by lease y"])), True, "lease_held", "says held, but lists problems"),
+    # physically impossible timelines
+    "simulated clock extended past the last event": (lambda d: _edit_manifest(d, lambda m: [c.update(
+        end_s=c["end_s"] + 50.0) for c in (m["clock"], m["backend_outcome"]["clock"])]), True, "timestamps",
+        "clock.end_s 257.0"),
+    "timeline in ms read as s (x0.001)": (_scale_timeline(0.001), True, "timestamps", "faster than any decoder"),
+    "calls compressed to microseconds": (lambda d: _edit_jsonl(d / "turns.jsonl", lambda t: _set(
+        t, first_token=t["arrival"] + 1e-6, finish=t["arrival"] + 2e-6)), True, "timestamps", "faster than any decoder"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERS_2))
+def test_tamper_class_is_invalid(valid_run, name):
+    tamper, forge, check, said = TAMPERS_2[name]
+    tamper(valid_run)
+    if forge:
+        _forge_everything(valid_run)
+    v = validate(valid_run)
+    assert v["verdict"] == "INVALID"
+    failed = {c["check"]: c["detail"] for c in v["checks"] if not c["passed"]}
+    assert check in failed and said in failed[check], (name, v["reasons"])
+
+
+def test_full_forger_alone_keeps_a_valid_run_valid(valid_run):
+    """The forger of these tests changes nothing by itself: what the tests catch is the tamper."""
+    _forge_everything(valid_run)
+    v = validate(valid_run)
+    assert v["verdict"] == "VALID", v["reasons"]
+
+
+def _rename_run(src, dest):
+    """A copy of ``src`` under a new run id and lease id in every file (identity rewritten)."""
+    shutil.copytree(src, dest, symlinks=True)
+    man = read_json(src / "manifest.json")
+    for old, new in ((man["identity"]["run_id"], man["identity"]["run_id"][:-6] + "abcdef"),
+                     (man["lease"]["lease_id"], "22222222-2222-4222-8222-222222222222")):
+        for name in ("updates.jsonl", "turns.jsonl", "context.json", "run.log", "manifest.json", "summary.json",
+                     "summary.md"):
+            (dest / name).write_text((dest / name).read_text().replace(old, new))
+
+
+def test_report_refuses_a_copy_with_its_identity_rewritten(valid_run, tmp_path):
+    copy = tmp_path / "copy" / "other"
+    _rename_run(valid_run, copy)
+    res = CliRunner().invoke(bench, ["report", str(valid_run), str(copy)])
+    assert res.exit_code == 2 and "evidence" in res.output and "the same run twice" in res.output, res.output
+
+
+def test_report_refuses_two_runs_on_one_lease(valid_run, tmp_path):
+    copy = tmp_path / "copy" / valid_run.name
+    shutil.copytree(valid_run, copy, symlinks=True)
+    _edit_manifest(copy, lambda m: m["identity"].update(run_id=m["identity"]["run_id"][:-6] + "abcdef"))
+    _edit_jsonl(copy / "turns.jsonl", lambda t: _set(t, arrival=t["arrival"]))  # same evidence, other id
+    res = CliRunner().invoke(bench, ["report", str(valid_run), str(copy)])
+    assert res.exit_code == 2 and "lease" in res.output and "the same run twice" in res.output, res.output
+
+
+def test_summary_json_untouched_helper_is_canonical(valid_run):
+    """`_edit_json` (the helpers' writer) writes what the harness writes: editing nothing stays VALID."""
+    _edit_json(valid_run / "summary.json", lambda s: None)
+    assert validate(valid_run)["verdict"] == "VALID"
+    assert list(read_jsonl(valid_run / "updates.jsonl"))
