@@ -464,6 +464,62 @@ def check_context(run_dir: Path, man: dict) -> list[str]:
     return out
 
 
+# What a re-run of the simulator cannot reproduce: when each line was written.
+RESIM_UNREPRODUCIBLE = ("wall_time_unix",)
+
+
+def check_resimulated(run_dir: Path, man: dict, lines: dict[str, list[dict]]) -> list[str]:
+    """A sim run is a function of its context: the simulator is deterministic, so validation runs
+    it again from context.json (which hashes as recorded and names the manifest's configuration)
+    and every evidence line but its write time, and the backend's outcome, must be what the
+    re-run gives. Any edit of a sim run's evidence, however consistently resealed (a rescaled
+    timeline, a call added or dropped, lines reordered, evidence of another seed or simulator
+    version), is caught here."""
+    if man["identity"].get("runtime") != "sim":
+        return []
+    import tempfile
+
+    import attrs
+
+    from harness import backends
+    from harness.backends.base import EvidenceSink, RunContext
+    from harness.fsio import read_jsonl
+    from workloads.strictio import load_json_file
+
+    path = run_dir / "context.json"
+    try:
+        ctx = RunContext.from_dict(load_json_file(path, lambda line, field, msg: ValueError(f"{path}: {msg}")))
+    except (ValueError, TypeError) as exc:
+        return [f"context.json: cannot rebuild the run context to re-run the simulator ({exc})"]
+    with tempfile.TemporaryDirectory(prefix="bench-resim-") as tmp:
+        ctx = attrs.evolve(ctx, run_dir=tmp)
+        sink = EvidenceSink(Path(tmp), None, run_id=ctx.run_id, lease_id=ctx.lease_id, durable=False)
+        try:
+            outcome = backends.load(ctx.backend, "sim").run(ctx, sink, lambda msg: None)
+        except BenchError as exc:
+            return [f"the simulator re-run from context.json fails: {exc}"]
+        finally:
+            sink.close()
+        again = {name: list(read_jsonl(Path(tmp) / name)) for name in EVIDENCE_FILES}
+    out = []
+    for name in EVIDENCE_FILES:
+        got, want = lines[name], again[name]
+        for i, (a, b) in enumerate(zip(got, want, strict=False)):
+            diff = sorted(k for k in set(a) | set(b) if k not in RESIM_UNREPRODUCIBLE and a.get(k) != b.get(k))
+            if diff:
+                out.append(f"{name} line {i + 1}: {diff[0]} is {a.get(diff[0])!r:.60}, the simulator re-run from "
+                           f"context.json gives {b.get(diff[0])!r:.60}")
+                break
+        else:
+            if len(got) != len(want):
+                out.append(f"{name}: {len(got)} lines, the simulator re-run from context.json writes {len(want)}")
+    recorded = man.get("backend_outcome") or {}
+    for key, val in outcome.to_dict().items():
+        if key != "notes" and recorded.get(key) != val:
+            out.append(f"backend_outcome.{key} is {recorded.get(key)!r:.80}, the simulator re-run gives {val!r:.80}")
+    return out
+
+
 def check_schedule(man: dict, turns: list[dict], workload) -> list[str]:
     from harness.workload_source import describe
 
@@ -1285,6 +1341,7 @@ def validate(run_dir: Path, workload_loader=None, final: bool = True) -> dict:
         _guarded("results_recomputed", lambda: check_results(man, recomputed)),
         _guarded("container_preflight", lambda: check_container(man)),
         _guarded("run_log", lambda: check_log(run_dir, man, lines["updates.jsonl"], final)),
+        _guarded("resimulated", lambda: check_resimulated(run_dir, man, lines)),
     ]
     return _verdict(checks, recomputed)
 

@@ -159,6 +159,42 @@ def _dir_for(name):
     return lambda d: ((d / name).unlink(), (d / name).mkdir())
 
 
+def _untrained_call_in_window(d):
+    """A call of a group no update trained, added inside the headline window (more sampled tokens)."""
+    import bench_synthetic
+
+    wl = read_json(d / "manifest.json")["workload"]
+    w = bench_synthetic.fake_generate(wl["name"], wl["groups"], wl["seed"])
+    rows = list(read_jsonl(d / "turns.jsonl"))
+    g = 1 + max(g for u in read_jsonl(d / "updates.jsonl") for g in u["group_ids"])
+    tid = int(w.group_trajs(g)[0])
+    call = w.traj_calls(tid)[0]
+    L, prompt = int(w.call_completion_tokens[call]), int(w.call_prompt_tokens[call])
+    rows.append({**rows[-1], "group": g, "trajectory": tid, "turn": 0, "arrival": 170.0, "first_token": 170.1,
+                 "finish": 170.7, "policy_version_start": 16, "policy_version_end": 16, "seq": len(rows),
+                 "forced_tokens": L, "completion_tokens": L, "prompt_tokens": prompt, "scheduled_prompt_tokens": prompt})
+    (d / "turns.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
+def _swap_turn_lines(i, j):
+    """Two calls' lines swapped, each keeping the other's seq and write time (order looks intact)."""
+    def tamper(d):
+        rows = list(read_jsonl(d / "turns.jsonl"))
+        keep = ("seq", "wall_time_unix")
+        a, b = rows[i], rows[j]
+        rows[i] = {**b, **{k: a[k] for k in keep}}
+        rows[j] = {**a, **{k: b[k] for k in keep}}
+        (d / "turns.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    return tamper
+
+
+def _older_simulator(d):
+    _edit_manifest(d, lambda m: (m["identity"].update(backend_version="synthetic-0.1"),
+                                 m["backend_outcome"].update(backend_version="synthetic-0.1")))
+    log = d / "run.log"
+    log.write_text(log.read_text().replace("version synthetic\n", "version synthetic-0.1\n"))
+
+
 # name -> (tamper, full forger afterwards, the check that must fail, what its detail says)
 TAMPERS_2 = {
     # bytes the writer never writes: another program rewrote the file (two readers may disagree)
@@ -204,6 +240,15 @@ TAMPERS_2 = {
     "timeline in ms read as s (x0.001)": (_scale_timeline(0.001), True, "timestamps", "faster than any decoder"),
     "calls compressed to microseconds": (lambda d: _edit_jsonl(d / "turns.jsonl", lambda t: _set(
         t, first_token=t["arrival"] + 1e-6, finish=t["arrival"] + 2e-6)), True, "timestamps", "faster than any decoder"),
+    # a sim run is re-run from its context: whatever the forger keeps consistent, the simulator disagrees
+    "sim timeline rescaled by half (plausible speeds)": (_scale_timeline(0.5), True, "resimulated",
+                                                         "the simulator re-run from context.json gives"),
+    "sim call of an untrained group added in the window": (_untrained_call_in_window, True, "resimulated",
+                                                           "turns.jsonl: 961 lines, the simulator re-run"),
+    "sim turn lines swapped, seq and write times kept": (_swap_turn_lines(3, 600), True, "resimulated",
+                                                         "turns.jsonl line 4:"),
+    "sim run claims another simulator version": (_older_simulator, True, "resimulated",
+                                                 "backend_outcome.backend_version is 'synthetic-0.1'"),
 }
 
 
