@@ -589,7 +589,7 @@ def check_lease(man: dict, final: bool = True) -> list[str]:
     end = lease.get("verified_at_end") or {}
     if lease.get("run_id") != man["identity"].get("run_id") or not lease.get("lease_id"):
         return ["lease record does not name this run"]
-    if not end.get("held"):
+    if end.get("held") is not True:
         return ["lease not held by this run at the end: " + "; ".join(end.get("problems", ["not verified"]))]
     if end.get("problems") != []:  # held means no problem was found (run.py: held = not problems)
         return [f"lease.verified_at_end says held, but lists problems {end.get('problems')!r:.120}"]

@@ -23,6 +23,7 @@ from test_bench_validate import _edit_json, _edit_jsonl, _edit_manifest, _set
 from harness import manifest as M
 from harness import report
 from harness.cli import main as bench
+from harness.errors import ManifestError
 from harness.fsio import read_json, read_jsonl, write_json
 from harness.run import evidence_record
 from harness.validate import validate
@@ -88,7 +89,10 @@ def _forge_everything(d):
         f"turns={len(rt)} turns_sha256={hashlib.sha256(b''.join(rt)).hexdigest()}"), text)
     (d / "run.log").write_text(text)
     _edit_manifest(d, lambda m: m.update(evidence=evidence_record(d)))
-    rec = validate(d)["recomputed"]
+    try:
+        rec = validate(d)["recomputed"]
+    except ManifestError:  # a manifest that no longer loads keeps its results
+        rec = None
     if rec:
         _edit_manifest(d, lambda m: m["results"].update(rec))
     _reseal_log_and_history(d)
@@ -195,6 +199,14 @@ def _older_simulator(d):
     log.write_text(log.read_text().replace("version synthetic\n", "version synthetic-0.1\n"))
 
 
+def _hidden_busy_row(m):
+    """A busy row for the first GPU, followed by a clean one for the same UUID (the last one wins)."""
+    raw = m["hardware"]["occupancy_after"]["raw"]
+    first = raw["query_gpu"].splitlines()[0].split(", ")
+    busy = ", ".join([*first[:5], "130004", *first[6:]])
+    raw["query_gpu"] = busy + "\n" + raw["query_gpu"]
+
+
 # name -> (tamper, full forger afterwards, the check that must fail, what its detail says)
 TAMPERS_2 = {
     # bytes the writer never writes: another program rewrote the file (two readers may disagree)
@@ -240,6 +252,13 @@ TAMPERS_2 = {
     "timeline in ms read as s (x0.001)": (_scale_timeline(0.001), True, "timestamps", "faster than any decoder"),
     "calls compressed to microseconds": (lambda d: _edit_jsonl(d / "turns.jsonl", lambda t: _set(
         t, first_token=t["arrival"] + 1e-6, finish=t["arrival"] + 2e-6)), True, "timestamps", "faster than any decoder"),
+    # keys no writer writes, and two rows for one GPU
+    "unknown key in the lease section": (lambda d: _edit_manifest(d, lambda m: m["lease"].update(trusted=True)), True,
+                                         "manifest", "unknown key lease.trusted"),
+    "unknown key in an occupancy snapshot": (lambda d: _edit_manifest(d, lambda m: m["hardware"]["occupancy_after"].update(
+        verified_idle=True)), True, "manifest", "unknown key hardware.occupancy_after.verified_idle"),
+    "a busy GPU row shadowed by a second, clean row": (lambda d: _edit_manifest(d, _hidden_busy_row), True,
+                                                       "gpu_hygiene", "2 rows in one nvidia-smi output"),
     # a sim run is re-run from its context: whatever the forger keeps consistent, the simulator disagrees
     "sim timeline rescaled by half (plausible speeds)": (_scale_timeline(0.5), True, "resimulated",
                                                          "the simulator re-run from context.json gives"),
@@ -303,3 +322,21 @@ def test_summary_json_untouched_helper_is_canonical(valid_run):
     _edit_json(valid_run / "summary.json", lambda s: None)
     assert validate(valid_run)["verdict"] == "VALID"
     assert list(read_jsonl(valid_run / "updates.jsonl"))
+
+
+@pytest.mark.parametrize("path, value", [
+    (("lease", "verified_at_end", "held"), "false"),
+    (("lease", "released"), 1),
+    (("hardware", "occupancy_after", "clean"), "yes"),
+])
+def test_flag_of_another_type_is_refused(valid_run, path, value):
+    """A flag read for its truth must be a JSON boolean ("false" is truthy), even fully forged."""
+    def edit(m):
+        node = m
+        for part in path[:-1]:
+            node = node[part]
+        node[path[-1]] = value
+    _edit_manifest(valid_run, edit)
+    _forge_everything(valid_run)
+    with pytest.raises(ManifestError, match=re.escape(".".join(path))):
+        validate(valid_run)
