@@ -58,6 +58,9 @@ INTERVAL_EPSILON_S = 1e-3  # clock slack allowed when checking rank intervals in
 # fastest single-stream decoders, speculative included, are ~10x below it). A call whose tokens
 # after its first arrive faster was written on a compressed timeline (seconds read as ms).
 MAX_DECODE_TOKENS_PER_S = 20_000.0
+# Likewise for training: the pinned model has ~3e9 active parameters, so even its forward pass alone
+# (2 FLOP per parameter and token) caps one H200 (~1e15 dense bf16 FLOP/s) near 1.6e5 tokens/s.
+MAX_TRAIN_TOKENS_PER_S_PER_GPU = 1_000_000.0
 
 CONTRACT = {
     "warmup_updates": WARMUP_UPDATES,

@@ -44,18 +44,21 @@ def load_summaries(dirs: list[Path]) -> list[dict]:
     return out
 
 
-# What differs between two copies of one run's evidence once their identity is rewritten.
-_ID_FIELDS = ("run_id", "lease_id", "wall_time_unix")
+# The measured timeline: what makes a run's figures, and what two independent runs never share to
+# the last bit (two sim runs of one configuration do: they are one measurement).
+_TIMELINE = {"updates.jsonl": ("k", "d_k", "train_end", "publish_end", "c_k", "rank_intervals"),
+             "turns.jsonl": ("trajectory", "turn", "arrival", "first_token", "finish")}
 
 
 def evidence_fingerprint(run_dir: Path) -> str | None:
-    """sha256 of the evidence lines without their ids and write times (None without evidence):
-    two directories with the same fingerprint hold the same measurement."""
+    """sha256 of the evidence's timeline (None without evidence): ids, sequence numbers, write
+    times and every other field left out, so a copy with its identity (or any field that does
+    not make a figure) rewritten has the fingerprint of the run it was copied from."""
     import hashlib
     import json
 
     h, any_line = hashlib.sha256(), False
-    for name in ("updates.jsonl", "turns.jsonl"):
+    for name, keys in _TIMELINE.items():
         path = Path(run_dir) / name
         if not path.is_file():
             continue
@@ -67,7 +70,7 @@ def evidence_fingerprint(run_dir: Path) -> str | None:
                 h.update(line)
                 continue
             if isinstance(row, dict):
-                row = {k: v for k, v in row.items() if k not in _ID_FIELDS}
+                row = [row.get(k) for k in keys]
             h.update(json.dumps(row, sort_keys=True).encode() + b"\n")
             any_line = True
     return h.hexdigest() if any_line else None

@@ -163,6 +163,18 @@ def check_ranks(updates: list[dict], ranks: int) -> list[str]:
     return out
 
 
+def check_train_speed(updates: list[dict]) -> list[str]:
+    """No update trains its tokens faster than the trainer GPUs could (a physical ceiling,
+    `pins.MAX_TRAIN_TOKENS_PER_S_PER_GPU`): rank intervals or a whole timeline compressed."""
+    ceiling = P.MAX_TRAIN_TOKENS_PER_S_PER_GPU * P.TRAINER_GPUS
+    for u in updates:  # the ranks' busy time, or the training span where no rank interval was recorded
+        span = contract.union_length(contract.update_intervals(u)) or float(u["train_end"]) - float(u["d_k"])
+        if float(u["tokens"]) > max(span, 0.0) * ceiling:
+            return [f"updates.jsonl update {u['k']}: {u['tokens']} tokens trained in {span:.6g} s, faster than "
+                    f"{P.TRAINER_GPUS} trainer GPUs can ({ceiling:.0f} tokens/s, pins.MAX_TRAIN_TOKENS_PER_S_PER_GPU)"]
+    return []
+
+
 def check_counts(updates: list[dict], per_update: int) -> list[str]:
     out = []
     for u in updates:
@@ -689,6 +701,31 @@ def _check_log_times(text: str, ident: dict) -> list[str]:
     return out
 
 
+LOG_ANY_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) [A-Z]+ ")
+
+
+def _check_log_order(text: str, ident: dict) -> list[str]:
+    """run.log is appended as the run goes: its stamps never go back, and none precedes the run's
+    creation (a line moved, or dated, elsewhere in the log)."""
+    import calendar
+    import time as _time
+
+    created, prev = ident.get("created_at_unix"), None
+    for line, raw in enumerate(text.splitlines(), 1):
+        m = LOG_ANY_STAMP.match(raw)
+        if m is None:  # a worker's own output, appended unstamped
+            continue
+        t = calendar.timegm(_time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%SZ"))
+        if isinstance(created, int | float) and t < int(created) - WALL_SLACK_S:
+            return [f"run.log:{line}: stamped {m.group(1)}, before the run was created (identity.created_at_unix "
+                    f"{created})"]
+        if prev is not None and t < prev[0] - WALL_SLACK_S:
+            return [f"run.log:{line}: stamped {m.group(1)}, before line {prev[1]} ({prev[2]}): the log's clock goes "
+                    "back (lines moved or re-dated)"]
+        prev = (t, line, m.group(1)) if prev is None or t >= prev[0] else prev
+    return []
+
+
 def check_log(run_dir: Path, man: dict, updates: list[dict] | None = None, final: bool = True) -> list[str]:
     """No error in run.log, and run.log is a second witness of the evidence as it was written.
 
@@ -745,6 +782,7 @@ def check_log(run_dir: Path, man: dict, updates: list[dict] | None = None, final
         if got != want:
             out.append(f"run.log: {what} says {got!r:.160}; the manifest's {keys} say {want!r:.160}")
     out += _check_log_times(text, ident)
+    out += _check_log_order(text, ident)
     if updates is not None:
         raw_u, raw_t = _raw_lines(run_dir / "updates.jsonl"), _raw_lines(run_dir / "turns.jsonl")
         logged: dict[int, list[tuple]] = {}
@@ -1317,7 +1355,8 @@ def validate(run_dir: Path, workload_loader=None, final: bool = True) -> dict:
         _guarded("pinned_settings", lambda: check_pins(man, run_dir)),
         _guarded("evidence", lambda: check_evidence(run_dir, man, lines)),
         _guarded("updates_complete", lambda: check_updates(updates)),
-        _guarded("trainer_ranks", lambda: check_ranks(updates, int(settings["trainer_ranks"]))),
+        _guarded("trainer_ranks", lambda: check_ranks(updates, int(settings["trainer_ranks"])) + check_train_speed(
+            updates)),
         _guarded("counts", lambda: check_counts(updates, int(settings["groups_per_update"]))),
         _guarded("groups_unique", lambda: check_groups_unique(updates)),
         _guarded("endpoints", lambda: check_endpoints(updates, turns)),

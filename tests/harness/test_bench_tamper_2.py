@@ -207,6 +207,20 @@ def _hidden_busy_row(m):
     raw["query_gpu"] = busy + "\n" + raw["query_gpu"]
 
 
+def _restamp_log_line(index, hours):
+    """One run.log line's stamp moved by ``hours`` (the line itself unchanged)."""
+    import calendar
+    import time
+
+    def tamper(d):
+        lines = (d / "run.log").read_text().splitlines(keepends=True)
+        stamp = lines[index][:20]
+        t = calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")) + 3600 * hours
+        lines[index] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)) + lines[index][20:]
+        (d / "run.log").write_text("".join(lines))
+    return tamper
+
+
 # name -> (tamper, full forger afterwards, the check that must fail, what its detail says)
 TAMPERS_2 = {
     # bytes the writer never writes: another program rewrote the file (two readers may disagree)
@@ -252,6 +266,13 @@ TAMPERS_2 = {
     "timeline in ms read as s (x0.001)": (_scale_timeline(0.001), True, "timestamps", "faster than any decoder"),
     "calls compressed to microseconds": (lambda d: _edit_jsonl(d / "turns.jsonl", lambda t: _set(
         t, first_token=t["arrival"] + 1e-6, finish=t["arrival"] + 2e-6)), True, "timestamps", "faster than any decoder"),
+    "rank intervals narrowed to microseconds": (lambda d: _edit_jsonl(d / "updates.jsonl", lambda u: _set(
+        u, rank_intervals={r: [[u["d_k"] + 1, u["d_k"] + 1 + 1e-6]] for r in u["rank_intervals"]})), True,
+        "trainer_ranks", "faster than 2 trainer GPUs can"),
+    "run.log's first line dated an hour later": (_restamp_log_line(0, 1), False, "run_log",
+                                                 "run.log:2: stamped"),
+    "a run.log line dated a day before the run": (_restamp_log_line(3, -24), False, "run_log",
+                                                  "run.log:4: stamped"),
     # keys no writer writes, and two rows for one GPU
     "unknown key in the lease section": (lambda d: _edit_manifest(d, lambda m: m["lease"].update(trusted=True)), True,
                                          "manifest", "unknown key lease.trusted"),
@@ -340,3 +361,13 @@ def test_flag_of_another_type_is_refused(valid_run, path, value):
     _forge_everything(valid_run)
     with pytest.raises(ManifestError, match=re.escape(".".join(path))):
         validate(valid_run)
+
+
+def test_report_refuses_a_copy_with_unmeasured_fields_edited(valid_run, tmp_path):
+    """A copy under another run id and lease, with a field no figure depends on edited in every
+    line (its `native` record), still has the run's timeline: the report refuses it."""
+    copy = tmp_path / "copy" / "other"
+    _rename_run(valid_run, copy)
+    _edit_jsonl(copy / "updates.jsonl", lambda u: _set(u, native={"edited": True}))
+    res = CliRunner().invoke(bench, ["report", str(valid_run), str(copy)])
+    assert res.exit_code == 2 and "evidence" in res.output and "the same run twice" in res.output, res.output
