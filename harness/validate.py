@@ -1324,6 +1324,29 @@ def _read_evidence(run_dir: Path) -> dict[str, list[dict]]:
     return out
 
 
+def _not_regular(run_dir: Path) -> list[str]:
+    """The files validation reads that are, or link to, something other than a regular file."""
+    import os
+    import stat
+
+    out = []
+    for name in (*RUN_FILES, *FINAL_FILES, *WORKER_FILES):
+        path = run_dir / name
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            out.append(f"{name}: cannot be examined ({exc.strerror or exc})")
+            continue
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode) else \
+                "a socket" if stat.S_ISSOCK(mode) else "a device or other special file"
+            out.append(f"{name}: {kind}{' (through a symlink)' if path.is_symlink() else ''}, not a regular file; "
+                       "evidence must be a regular file inside the results directory")
+    return out
+
+
 def validate(run_dir: Path, workload_loader=None, final: bool = True) -> dict:
     """All checks on ``run_dir``; ``workload_loader(manifest_workload) -> Workload`` regenerates the schedule.
 
@@ -1334,6 +1357,9 @@ def validate(run_dir: Path, workload_loader=None, final: bool = True) -> dict:
     finished run, which must also have been recorded VALID, summarised and released.
     """
     run_dir = Path(run_dir)
+    special = _not_regular(run_dir)
+    if special:  # read nothing through a pipe, device or directory (a FIFO would hang every reader)
+        return _verdict([_check("files", special)])
     man = M.load(run_dir / "manifest.json")
     checks = [_check("manifest", M.problems(man))]
     if man.get("status") == "aborted":

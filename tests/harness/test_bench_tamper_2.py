@@ -247,8 +247,13 @@ TAMPERS_2 = {
                                        False, "manifest", "unknown top-level key 'notes'"),
     # files that are not the run's own
     "evidence hard-linked from outside the run": (_hard_link_outside, False, "files", "turns.jsonl: 2 hard links"),
-    "run.log replaced by a directory": (_dir_for("run.log"), False, "run_log", "run.log is not a regular file"),
-    "summary.md replaced by a directory": (_dir_for("summary.md"), False, "files", "summary.md: not a regular file"),
+    "run.log replaced by a directory": (_dir_for("run.log"), False, "files", "run.log: a directory, not a regular"),
+    "summary.md replaced by a directory": (_dir_for("summary.md"), False, "files", "summary.md: a directory, not a"),
+    "turns.jsonl replaced by a named pipe": (lambda d: ((d / "turns.jsonl").unlink(), os.mkfifo(d / "turns.jsonl")),
+                                             False, "files", "turns.jsonl: a named pipe, not a regular file"),
+    "summary.json a symlink to a named pipe": (lambda d: ((d / "summary.json").unlink(), os.mkfifo(d.parent / "fifo"),
+                                                          (d / "summary.json").symlink_to(d.parent / "fifo")),
+                                               False, "files", "summary.json: a named pipe (through a symlink)"),
     # the lease history's timeline
     "lease acquired after the backend started": (_hist(_acquire_late), False, "lease_held",
                                                  "after the backend started"),
