@@ -301,6 +301,11 @@ def check_timestamps(man: dict, updates: list[dict], turns: list[dict]) -> list[
                 out.append(f"{name}: a line written at {w}, outside the backend's run [{start}, {end}]")
                 break
     kind = clock.get("kind")
+    # the runtime decides the clock: the simulator's own, or a driver's monotonic clock tied to the
+    # wall clock (a real run claiming a simulated clock would escape every wall-time bound)
+    want_kind = "simulated" if ident.get("runtime") == "sim" else "monotonic"
+    if kind != want_kind:
+        out.append(f"clock.kind {kind!r}: a {ident.get('runtime')} run's evidence clock is {want_kind!r}")
     if kind == "monotonic":
         origin = clock.get("origin_unix")
         if not isinstance(origin, int | float) or origin < start - WALL_SLACK_S:

@@ -376,3 +376,17 @@ def test_report_refuses_a_copy_with_unmeasured_fields_edited(valid_run, tmp_path
     _edit_jsonl(copy / "updates.jsonl", lambda u: _set(u, native={"edited": True}))
     res = CliRunner().invoke(bench, ["report", str(valid_run), str(copy)])
     assert res.exit_code == 2 and "evidence" in res.output and "the same run twice" in res.output, res.output
+
+
+@pytest.mark.parametrize("runtime", ["native", "container"])
+def test_a_real_run_cannot_claim_a_simulated_clock(valid_run, runtime):
+    """A simulated clock is bound to no wall time; only the sim runtime has one (the check itself,
+    on this run's evidence with the manifest claiming a real runtime)."""
+    from harness.validate import _read_evidence, check_timestamps
+
+    man = read_json(valid_run / "manifest.json")
+    lines = _read_evidence(valid_run)
+    assert check_timestamps(man, lines["updates.jsonl"], lines["turns.jsonl"]) == []
+    man["identity"]["runtime"] = runtime
+    got = check_timestamps(man, lines["updates.jsonl"], lines["turns.jsonl"])
+    assert any(f"clock.kind 'simulated': a {runtime} run's evidence clock is 'monotonic'" in x for x in got), got
