@@ -1205,7 +1205,7 @@ def _lease_timeline(hist: Path, man: dict, events: list[dict], history: list[tup
     t = {e.get("event"): e.get("time_unix") for e in events}
     if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in t.values()):
         return [*out, f"{hist}: an event of this lease has no numeric time_unix"]
-    acq, ev, rel = t.get("acquire"), t.get("evidence"), t.get("release")
+    acq, ev = t.get("acquire"), t.get("evidence")
     for what, when, bound, earlier in (
             ("acquired", acq, before, "its GPUs were checked (hardware.occupancy_before.time_unix)"),
             ("acquired", acq, start, "the backend started (identity.backend_started_unix)")):
@@ -1214,26 +1214,27 @@ def _lease_timeline(hist: Path, man: dict, events: list[dict], history: list[tup
     if isinstance(ev, int | float) and isinstance(end, int | float) and ev < end - WALL_SLACK_S:
         out.append(f"{hist}: the evidence hashes were logged at {ev}, before the backend finished "
                    f"(identity.backend_finished_unix {end})")
-    if isinstance(ev, int | float) and isinstance(rel, int | float) and rel < ev:
-        out.append(f"{hist}: the lease was released at {rel}, before the evidence was hashed ({ev})")
-    if isinstance(acq, int | float):
-        mine, lease_id = set(man["lease"].get("gpu_uuids") or []), man["lease"].get("lease_id")
-        until = rel if isinstance(rel, int | float) else math.inf
-        held: dict[str, tuple[int, float, set]] = {}  # other lease -> (line, acquired at, its GPUs)
-        freed: dict[str, float] = {}
+    # overlap by the history's line order (appended under the lease mutex, so it is the order
+    # things happened in, whatever the clock did)
+    mine, lease_id = set(man["lease"].get("gpu_uuids") or []), man["lease"].get("lease_id")
+    own = {e.get("event"): n for n, e in history if e.get("lease_id") == lease_id}
+    if "acquire" in own:
+        ours = (own["acquire"], own.get("release", own.get("force-release", math.inf)))
+        held: dict[str, list] = {}  # another lease -> [acquire line, release line, its GPUs]
         for n, e in history:
             other = e.get("lease_id")
-            if other == lease_id or not isinstance(e.get("time_unix"), int | float):
+            if other == lease_id:
                 continue
             if e.get("event") == "acquire" and isinstance(e.get("gpu_uuids"), list):
-                held[other] = (n, e["time_unix"], set(map(str, e["gpu_uuids"])))
-            elif e.get("event") in ("release", "force-release"):
-                freed.setdefault(other, e["time_unix"])
-        for other, (n, got, gpus) in sorted(held.items(), key=lambda x: x[1][0]):
+                held[other] = [n, math.inf, set(map(str, e["gpu_uuids"]))]
+            elif e.get("event") in ("release", "force-release") and other in held:
+                held[other][1] = min(held[other][1], n)
+        for other, (got, freed, gpus) in sorted(held.items(), key=lambda x: x[1][0]):
             shared = sorted(gpus & mine)
-            if shared and got < until and freed.get(other, math.inf) > acq:
-                out.append(f"{hist}:{n}: lease {other} held {shared[0]} from {got} to "
-                           f"{freed.get(other, 'never released')}, while this run's lease held it ({acq} to {until})")
+            if shared and got < ours[1] and freed > ours[0]:
+                out.append(f"{hist}:{got}: lease {other} acquired {shared[0]} "
+                           f"{'and never released it' if freed == math.inf else f'until line {freed}'}, while this "
+                           f"run's lease held it (lines {ours[0]} to {ours[1]})")
                 break
     return out
 
