@@ -1248,7 +1248,7 @@ EVIDENCE_SCHEMA = {
         "groups": _INT, "trajectories": _INT, "tokens": _INT, "group_ids": "list of integers",
         "staleness": "list of integers", "rank_intervals": "intervals", "seq": _INT, "run_id": _STR,
         "lease_id": _STR + "?", "wall_time_unix": _NUM, "eval": "boolean", "checkpoint": "boolean",
-        "rank_intervals_native": "boolean", "discards": "object of integers", "native": "object"}),
+        "rank_intervals_native": "boolean", "discards": "discard counts", "native": "object"}),
     "turns.jsonl": ({"trajectory", "turn", "forced_tokens", "completion_tokens", "prompt_tokens", "arrival"}, {
         "group": _INT, "trajectory": _INT, "turn": _INT, "forced_tokens": _INT, "completion_tokens": _INT,
         "finish_reason": _STR + "?", "prompt_tokens": _INT, "scheduled_prompt_tokens": _INT, "arrival": _NUM,
@@ -1258,15 +1258,15 @@ EVIDENCE_SCHEMA = {
 }
 
 
-_KIND_TEXT = {_INT: "an integer", _NUM: "a finite number", "intervals": "an object {rank: [[start, end], ...]}",
+_KIND_TEXT = {_INT: "a non-negative integer", "discard counts": "{\"stale\": n, \"zero_variance\": n} (n >= 0)", _NUM: "a finite number", "intervals": "an object {rank: [[start, end], ...]}",
               "boolean": "true or false", "object": "a JSON object", "object of integers": "an object of integers"}
 
 
 def _is(kind: str, v) -> bool:
     if isinstance(v, bool):
         return kind == "boolean"
-    if kind == _INT:
-        return isinstance(v, int)
+    if kind == _INT:  # every integer the sink writes is a count, an id, a version or a sequence number
+        return isinstance(v, int) and v >= 0
     if kind == _NUM:
         return isinstance(v, int | float) and math.isfinite(v)
     if kind == _STR:
@@ -1275,6 +1275,8 @@ def _is(kind: str, v) -> bool:
         return isinstance(v, dict)
     if kind == "object of integers":
         return isinstance(v, dict) and all(_is(_INT, x) for x in v.values())
+    if kind == "discard counts":  # what the drivers count: stale and zero-variance groups
+        return isinstance(v, dict) and set(v) == {"stale", "zero_variance"} and all(_is(_INT, x) for x in v.values())
     if kind == "list of integers":
         return isinstance(v, list) and all(_is(_INT, x) for x in v)
     if kind == "intervals":  # {"rank": [[start, end], ...]}

@@ -237,6 +237,12 @@ TAMPERS_2 = {
                                          True, "evidence", "updates.jsonl:1: not the bytes"),
     "unknown field in an update line": (lambda d: _edit_jsonl(d / "updates.jsonl", lambda u: _set(u, bonus=1) if u["k"] == 4
                                                                else u), True, "evidence", "updates.jsonl:4: bonus: unknown field"),
+    "a negative discard count": (lambda d: _edit_jsonl(d / "updates.jsonl", lambda u: _set(
+        u, discards={"stale": -3, "zero_variance": 0}) if u["k"] == 2 else u), True, "evidence",
+        "updates.jsonl:2: discards: expected {\"stale\": n, \"zero_variance\": n} (n >= 0)"),
+    "a discard kind no driver counts": (lambda d: _edit_jsonl(d / "updates.jsonl", lambda u: _set(
+        u, discards={**u["discards"], "refunded": 5}) if u["k"] == 2 else u), True, "evidence",
+        "updates.jsonl:2: discards:"),
     "context.json with a BOM": (_raw("context.json", lambda b: b"\xef\xbb\xbf" + b), True, "files",
                                 "context.json:1: not the bytes the harness writes"),
     "manifest.json with CRLF": (_raw("manifest.json", lambda b: b.replace(b"\n", b"\r\n")), False, "files",
