@@ -1123,10 +1123,10 @@ def check_lease_history(man: dict, final: bool = True) -> list[str]:
 
     lease = man.get("lease") or {}
     run_id, lease_id = man["identity"].get("run_id"), lease.get("lease_id")
-    out: list[str] = []
-    hist, events, history = None, [], []
-    # the recorded state dir first, then the default one (a manifest pointing its state_dir
-    # elsewhere does not hide a history that names this run)
+    found = []
+    # the recorded state dir and the default one: every reachable history that names this run or
+    # lease must bear it out (a manifest pointing its state_dir at a forged copy does not hide
+    # the controller's own history)
     for state in dict.fromkeys(str(x) for x in (lease.get("state_dir"), default_state_dir()) if x):
         path = Path(state) / "reservations.jsonl"
         if not path.is_file():
@@ -1146,11 +1146,18 @@ def check_lease_history(man: dict, final: bool = True) -> list[str]:
             if ev.get("lease_id") == lease_id or ev.get("run_id") == run_id:
                 mine.append(ev)
         if mine or bad:
-            hist, events, history = path, mine, everyone
-            out += bad
-            break
-    if hist is None:
-        return []  # validated away from the controller's machine: the history cannot be consulted
+            found.append((path, mine, everyone, bad))
+    # none: validated away from the controller's machine, the history cannot be consulted
+    return [x for path, mine, everyone, bad in found for x in (
+        bad + _check_history(man, final, path, mine, everyone))]
+
+
+def _check_history(man: dict, final: bool, hist: Path, events: list[dict], history: list[tuple[int, dict]]
+                   ) -> list[str]:
+    """One lease history's account of this run (see `check_lease_history`)."""
+    lease = man.get("lease") or {}
+    run_id, lease_id = man["identity"].get("run_id"), lease.get("lease_id")
+    out: list[str] = []
     if str(hist.parent) != str(lease.get("state_dir")):
         out.append(f"lease.state_dir is {lease.get('state_dir')!r}, but this run's lease history is in {hist.parent}")
     strangers = sorted({e.get("lease_id") for e in events} - {lease_id}, key=str)

@@ -396,3 +396,17 @@ def test_a_real_run_cannot_claim_a_simulated_clock(valid_run, runtime):
     man["identity"]["runtime"] = runtime
     got = check_timestamps(man, lines["updates.jsonl"], lines["turns.jsonl"])
     assert any(f"clock.kind 'simulated': a {runtime} run's evidence clock is 'monotonic'" in x for x in got), got
+
+
+def test_a_forged_history_copy_does_not_hide_the_controllers_own(valid_run, monkeypatch):
+    """Validated on the controller's machine (its default state dir holds the real history), a
+    fully forged run whose lease.state_dir points at a forged copy of the history is still held
+    to the real one."""
+    real = read_json(valid_run / "manifest.json")["lease"]["state_dir"]
+    _edit_jsonl(valid_run / "updates.jsonl", lambda u: _set(u, native={"forged": True}) if u["k"] == 12 else u)
+    _forge_everything(valid_run)
+    monkeypatch.setenv("RL_BENCH_STATE_DIR", real)
+    v = validate(valid_run)
+    assert v["verdict"] == "INVALID"
+    held = next(c["detail"] for c in v["checks"] if c["check"] == "lease_held")
+    assert f"this run's lease history is in {real}" in held and "differ from manifest.evidence" in held, held
