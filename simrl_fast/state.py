@@ -131,6 +131,8 @@ class InstState(NamedTuple):
     cache_tok: jnp.ndarray  # [K] int64: Instance.cache_tokens
     zlate: jnp.ndarray  # [K] bool: chunked prefill: the requests still prefilling after the anchor iteration all
     #                     have nothing to prefill (whole prompt hit) and complete in the next one (simrl_fast.prefix)
+    z_rid: jnp.ndarray  # [K] int32: calls dispatched (SimState.dispatched * n) when the instance began its current run
+    #                     with an iteration of zero seconds (`zero_pending`); read only while that boundary is pending
 
 
 class CallState(NamedTuple):
@@ -274,6 +276,16 @@ def admit_max(static) -> int:
     return max(1, min(static.slots, 16))
 
 
+def zero_pending(ins, now):
+    """[K] bool: the instance's anchor boundary is now and its anchor iteration takes zero seconds (nothing decodes
+    and it prefills nothing: the roofline's idle iteration, e.g. requests whose whole prompt hit the prefix cache),
+    so its end, the next boundary, is due now and not processed yet. SimPy schedules that timeout at the end of the
+    anchor's turn (`simrl.engine.instance.timeout_at` now): after the events already pending in this instant (the
+    router's and the dispatcher's wake-ups the turn triggered: a route or a pause they make is taken at that boundary),
+    before those created later (docs/fastpath.md, "Tie rules", 5)."""
+    return (ins.phase == BUSY) & (ins.clock == now) & (ins.t1 == ins.clock)
+
+
 def init_state(static, dtype_t=jnp.float64) -> SimState:
     K, S, Gm, P, B = static.instances, static.slots, static.max_groups, static.steps, static.max_batch
     R = static.max_calls
@@ -297,7 +309,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         slot_pos=i64(0, (K, S if static.chunked_prefill else 1)), slot_pr=i32(0, (K, S if static.chunked_prefill else 1)),
         ph=i64(0, K), slot_sh=i32(0, (K, S if static.prefix else 1)), sh_ref=i32(0, (K, Gm if static.prefix else 1)),
         c_ser=i32(0, (K, Gm if static.prefix else 1)), c_next=i32(1, K), c_floor=i32(1, K), cache_tok=i64(0, K),
-        zlate=jnp.zeros(K, bool),
+        zlate=jnp.zeros(K, bool), z_rid=i32(0, K),
     )
     Q = R + admit_max(static) + 1
     calls = CallState(queue=i32(-1, (K, Q)), qgen=i32(0, (K, Q if queued_gen(static) else 1)))

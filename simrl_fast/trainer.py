@@ -53,6 +53,7 @@ from simrl_fast.state import (
     T_PUBLISH,
     T_TRAIN,
     T_WAIT,
+    zero_pending,
 )
 
 
@@ -126,6 +127,9 @@ def request_pause(ins, p, static, pause, now, prev, seq):
     busy = active & (ins.phase == BUSY) & pause
     quiet = active & ((ins.phase == IDLE) | (ins.phase == START) | (ins.phase == RESUME)) & pause
     j = first_after(ins.clock, ins.t1, ins.alpha, ins.beta, ins.st_t, ins.st_seq, now, prev, prev, seq)
+    # a boundary due now after an iteration of zero seconds comes after the trainer's timer and reaction in this
+    # instant (`state.zero_pending`; docs/fastpath.md, "Tie rules", 5)
+    j = jnp.where(zero_pending(ins, now), 1, j)
     pause_it = jnp.where(busy, ins.it + j, ins.pause_it)
     ev_it, ev_t, ev_prev = event_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.fin_min, ins.adm_it, pause_it)
     inst = ins._replace(
