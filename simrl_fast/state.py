@@ -248,6 +248,8 @@ class SimState(NamedTuple):
     win_adm: jnp.ndarray  # int32: RecordState.window_admitted, episodes dispatched in it (less refunds)
     win_t: jnp.ndarray  # f64: the dispatcher's pending recheck timeout (RecordPolicy.recheck_in), inf: none; while
     #                     SimState.wake is set the dispatcher has yet to sleep and `step.sleep_timer` gives it
+    disp_late: jnp.ndarray  # bool: the recheck timeout has woken the dispatcher, which then waits on GroupBook.changed's
+    #                  pending event again, registered after the trainer: a notify runs the trainer first (`step.disp_first`)
     # -- record extension zero_variance_stop_groups (Params.zv_stop; simrl_fast.instance.instance_action) --
     zrow: jnp.ndarray  # int32: RecordState.zero_in_a_row (zero-variance groups in a row that reached the filter)
     zstop: jnp.ndarray  # bool: the stop fired (SimPy's PolicyError): the configuration takes no further action
@@ -327,7 +329,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         buf_live=i32(0), buf_minv=i32(0, P + 1), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
         count_off=i32(0), cross=init_cross(static), pi=init_perinst(static), evicted_n=i32(0), pub_disp=i32(0, P + 1),
         zs_live=i32(0), zs_real=i32(0), zs_wait=jnp.array(False),
-        wake=jnp.array(True), win_start=f64(0.0), win_adm=i32(0), win_t=f64(jnp.inf),
+        wake=jnp.array(True), win_start=f64(0.0), win_adm=i32(0), win_t=f64(jnp.inf), disp_late=jnp.array(False),
         zrow=i32(0), zstop=jnp.array(False),
         hold_t=f64(-jnp.inf), hold_rid=i32(0),
     )

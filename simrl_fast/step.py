@@ -255,9 +255,11 @@ def disp_first(st):
     routed its first groups (`trainer_react` sets ``hold_t``; `route_held`). A dispatcher that last slept with a
     recheck timeout (``admit_window_episodes``: `SimState.win_t` finite) waits on the condition "changed or the
     timeout", whose own event SimPy schedules when the notify runs the condition's check: it then resumes after the
-    trainer, so the trainer goes first."""
+    trainer, so the trainer goes first. Once that timeout has woken it (`SimState.disp_late`), the dispatcher waits on
+    ``changed.wait()`` again: the same pending event, its callback now registered after the trainer's, so the trainer
+    goes first from then on (diffscan seed 19021)."""
     tr = st.trainer
-    return (tr.step == 0) & (tr.phase == T_WAIT) & (st.win_t == jnp.inf)
+    return (tr.step == 0) & (tr.phase == T_WAIT) & (st.win_t == jnp.inf) & ~st.disp_late
 
 
 def route_held(st, p, static):
@@ -732,7 +734,7 @@ def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
     st = st._replace(now=jnp.where(held, st.now, new_now))
     if static.window:  # the recheck timeout fires: the dispatcher wakes (admit_window_episodes)
         fire = act == A_WINDOW
-        st = st._replace(wake=st.wake | fire, win_t=jnp.where(fire, jnp.inf, st.win_t))
+        st = st._replace(wake=st.wake | fire, win_t=jnp.where(fire, jnp.inf, st.win_t), disp_late=st.disp_late | fire)
     # (the map changes only when a group is dispatched, so one `wm` serves every action up to the dispatch)
     wm = with_map(w, st, static)
     pos0 = st.inst.wq_pos[i]
