@@ -47,6 +47,7 @@ from simrl_fast.state import (
     tie,
     unpack_fin,
     unpack_rid,
+    zero_pending,
 )
 from simrl_fast.trainer import batch_ready, disp_first, mark_evicted, timer_action, trainer_react
 
@@ -253,7 +254,21 @@ def route_held(st, p, static):
     dispatcher acts: `select` routes them first), or, before the first batch, the dispatcher's own first pass
     (`disp_first`)."""
     active = jnp.arange(static.instances) < p.n_inst
-    return (st.now == st.hold_t) & (st.routed >= st.hold_rid) & jnp.any(active & (st.inst.phase == START))
+    held = (st.now == st.hold_t) & (st.routed >= st.hold_rid) & jnp.any(active & (st.inst.phase == START))
+    # a boundary due now after an iteration of zero seconds, which a route or a pause of the calls dispatched before
+    # it made an event (`zero_event`): the calls dispatched after it are routed after it (SimPy: their router wake-up
+    # is scheduled after its timeout)
+    return held | jnp.any(zero_event(st, p, static) & (st.routed >= st.inst.z_rid))
+
+
+def zero_event(st, p, static):
+    """[K] bool: the instances whose pending boundary is due now after an iteration of zero seconds
+    (`state.zero_pending`) and is an event (an admission, a pause, a finish or a preemption there). SimPy processes it
+    after the events pending at the end of the turn that scheduled it: here after the instant's chain, as a woken
+    instance (`select`), the calls dispatched after that turn held until it has run (`route_held`)."""
+    ins = st.inst
+    active = jnp.arange(static.instances) < p.n_inst
+    return active & zero_pending(ins, st.now) & (ins.ev_t == st.now)
 
 
 def chain_due(st, p, static):
@@ -488,7 +503,8 @@ def select(st, p, static):
     ins, tr = st.inst, st.trainer
     K = static.instances
     active = jnp.arange(K) < p.n_inst
-    ev_ok = active & ((ins.phase == BUSY) | (ins.phase == RESUME))
+    zev = zero_event(st, p, static)  # (after the instant's chain, as a woken instance)
+    ev_ok = active & ((ins.phase == BUSY) | (ins.phase == RESUME)) & ~zev
     if static.perinst:  # a pull's timeout (simrl_fast.perinst)
         ev_ok = ev_ok | (active & (ins.phase == _state.PULL))
     timer_on = (tr.phase == T_TRAIN) | (tr.phase == T_PUBLISH) | (tr.phase == T_OFFLOAD)
@@ -513,7 +529,8 @@ def select(st, p, static):
         return jnp.concatenate([wk, jnp.full((1, width), jnp.nan)])
 
     bidx, bt = _lexmin(t_all, prev_all, start_all, seq_all, forks, walk)
-    gidx, gt = _lexmin(jnp.where(active & (ins.phase == START), ins.ev_t, jnp.inf), ins.ev_prev, ins.ev_prev, ins.ev_seq)
+    gidx, gt = _lexmin(jnp.where((active & (ins.phase == START)) | zev, ins.ev_t, jnp.inf), ins.ev_prev, ins.ev_prev,
+                       ins.ev_seq)
     react, disp, route = chain_due(st, p, static)
     chain = react | disp | route
     cont = st.cur >= 0
@@ -615,9 +632,12 @@ def route_group(st, p, w, static, on, j_all):
     if static.prefix:  # the first call's shared prefix, held there by a running request of its group
         sh = call_shared(w, f_rid, n, G)
         hit = jnp.where((p.pc == 1) & (ins.sh_ref[kk, f_rid // n] > 0), sh, 0)
-    fit = got & (ins.phase == BUSY) & was_empty & fits_routed(p, static, ins, j_all, hp, hl, hit)
+    # an instance whose anchor iteration takes zero seconds (`state.zero_pending`): its next boundary, due now, comes
+    # after the router's pass that the turn scheduling it woke, so a call dispatched by then is admitted there
+    j_r = jnp.where(zero_pending(ins, st.now) & (f_rid < ins.z_rid), 1, j_all)
+    fit = got & (ins.phase == BUSY) & was_empty & fits_routed(p, static, ins, j_r, hp, hl, hit)
     fit = materialize(fit)  # (computed once: else each of the updates below recomputes it)
-    adm_it = jnp.where(fit, ins.it + j_all, ins.adm_it)
+    adm_it = jnp.where(fit, ins.it + j_r, ins.adm_it)
     ev_it, ev_t, ev_prev = event_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.fin_min, adm_it, ins.pause_it)
     rank = jnp.sum((wake[None, :] & (first[None, :] < first[:, None])).astype(i32), axis=1)
     inst = ins._replace(
@@ -673,7 +693,7 @@ def prepare(st0, p, w, static):
         # state it last read: nothing after its turn in the instant changes what admission reads).
         tr, ins = st.trainer, st.inst
         due = (((act == A_TIMER) & (tr.timer_t <= st.now))
-               | ((act == A_INST) & (ins.phase[i] != START) & (ins.ev_t[i] <= st.now)))
+               | ((act == A_INST) & (ins.phase[i] != START) & ~zero_event(st, p, static)[i] & (ins.ev_t[i] <= st.now)))
         before = ((st.cur >= 0) | (tr.taken > 0) | (act == A_REACT) | (act == A_DISPATCH) | due
                   | early)  # (the router's pass before the dispatcher's: `select`)
         if static.window:
@@ -700,7 +720,7 @@ def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
     st = st._replace(now=jnp.where(held, st.now, new_now))
     if static.window:  # the recheck timeout fires: the dispatcher wakes (admit_window_episodes)
         fire = act == A_WINDOW
-        st = st._replace(wake=st.wake | fire, win_t=jnp.where(fire, jnp.inf, st.win_t))
+        st = st._replace(wake=st.wake | fire, win_t=jnp.where(fire, jnp.inf, st.win_t), disp_late=st.disp_late | fire)
     # (the map changes only when a group is dispatched, so one `wm` serves every action up to the dispatch)
     wm = with_map(w, st, static)
     pos0 = st.inst.wq_pos[i]

@@ -53,6 +53,7 @@ from simrl_fast.state import (
     T_PUBLISH,
     T_TRAIN,
     T_WAIT,
+    zero_pending,
 )
 
 
@@ -126,6 +127,9 @@ def request_pause(ins, p, static, pause, now, prev, seq):
     busy = active & (ins.phase == BUSY) & pause
     quiet = active & ((ins.phase == IDLE) | (ins.phase == START) | (ins.phase == RESUME)) & pause
     j = first_after(ins.clock, ins.t1, ins.alpha, ins.beta, ins.st_t, ins.st_seq, now, prev, prev, seq)
+    # a boundary due now after an iteration of zero seconds comes after the trainer's timer and reaction in this
+    # instant (`state.zero_pending`; docs/fastpath.md, "Tie rules", 5)
+    j = jnp.where(zero_pending(ins, now), 1, j)
     pause_it = jnp.where(busy, ins.it + j, ins.pause_it)
     ev_it, ev_t, ev_prev = event_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.fin_min, ins.adm_it, pause_it)
     inst = ins._replace(
@@ -232,10 +236,12 @@ def disp_first(st):
     routed its first groups (`trainer_react` sets ``hold_t``; `step.route_held`). A dispatcher that last slept with a
     recheck timeout (``admit_window_episodes``: `SimState.win_t` finite) waits on the condition "changed or the
     timeout", whose own event SimPy schedules when the notify runs the condition's check: it then resumes after the
-    trainer, so the trainer goes first. (The one rule for both sides: `step.select`'s order of the dispatch and the
-    reaction, and the hold `trainer_react` sets when the first batch forms.)"""
+    trainer, so the trainer goes first. Once that timeout has woken it (`SimState.disp_late`), the dispatcher waits on
+    ``changed.wait()`` again: the same pending event, its callback now registered after the trainer's, so the trainer
+    goes first from then on (diffscan seed 19021). (The one rule for both sides: `step.select`'s order of the
+    dispatch and the reaction, and the hold `trainer_react` sets when the first batch forms.)"""
     tr = st.trainer
-    return (tr.step == 0) & (tr.phase == T_WAIT) & (st.win_t == jnp.inf)
+    return (tr.step == 0) & (tr.phase == T_WAIT) & (st.win_t == jnp.inf) & ~st.disp_late
 
 
 def trainer_react(st, p, w, static, on, pub):
