@@ -44,6 +44,27 @@ SEALED_SECTIONS = ("schema", "identity", "pins", "model", "workload", "pipeline"
                    "provenance", "clock", "backend_outcome", "worker", "evidence")
 
 
+# Every top-level key the controller writes (sealed, then the ones it writes after the seal).
+TOP_LEVEL = (*SEALED_SECTIONS, "results", "validation", "status", "reasons")
+
+
+_SNAPSHOT_KEYS = ("time_unix", "threshold_mib", "raw", "gpus", "clean", "problems")
+# Sections whose keys the controller writes in full (run.py, nvsmi.occupancy, BackendOutcome): any
+# other key is no writer's, and a reader could act on what validation never looked at.
+CLOSED: dict[str, tuple[str, ...]] = {
+    "lease": ("lease_id", "run_id", "state_dir", "gpu_uuids", "verified_at_end", "released"),
+    "lease.verified_at_end": ("held", "problems"),
+    "hardware": ("requested", "gpus", "trainer_uuids", "inference_uuids", "occupancy_before", "occupancy_after"),
+    "hardware.occupancy_before": _SNAPSHOT_KEYS, "hardware.occupancy_after": _SNAPSHOT_KEYS,
+    "hardware.occupancy_before.raw": ("query_gpu", "query_compute_apps"),
+    "hardware.occupancy_after.raw": ("query_gpu", "query_compute_apps"),
+    "validation": ("verdict", "checks", "reasons"),
+    "worker": ("pid", "pgid", "started_unix", "container"),
+    "backend_outcome": ("exit_code", "native_config", "backend_version", "autotuner", "notes", "clock"),
+    "clock": ("kind", "origin_unix", "end_s"),
+}
+
+
 def _sealed(manifest: dict) -> dict:
     sealed = {k: manifest.get(k) for k in SEALED_SECTIONS}
     if isinstance(sealed["lease"], dict):
@@ -134,6 +155,11 @@ TYPES: dict[str, type | tuple] = {
     "hardware.occupancy_after.raw.query_gpu": str, "hardware.occupancy_after.raw.query_compute_apps": str,
     "hardware.occupancy_before.time_unix": _NUM, "hardware.occupancy_after.time_unix": _NUM,
     "pipeline.native_config": (dict, type(None)),
+    # flags read for their truth: a string "false" is truthy, so only a JSON boolean counts
+    "lease.verified_at_end.held": bool, "lease.verified_at_end.problems": list, "lease.released": bool,
+    "hardware.occupancy_before.clean": bool, "hardware.occupancy_after.clean": bool,
+    "hardware.occupancy_before.problems": list, "hardware.occupancy_after.problems": list,
+    "validation.verdict": str, "validation.checks": list, "validation.reasons": list,
 }
 # The element type of the lists validation reads element by element (a number among the GPU UUIDs
 # was a TypeError traceback when they were sorted).
@@ -158,6 +184,14 @@ def load(path: Path) -> dict:
         where = f"{path}:{line}" if line else f"{path}"
         return ManifestError(f"{where}: {f'key {field!r}: ' if field else ''}{message}")
 
+    import os
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a pipe would hang the reader, a directory is no manifest
+            raise ManifestError(f"{path}: not a regular file")
+    except FileNotFoundError:
+        pass
     # strict JSON: a duplicate key (two readers could see two different manifests), NaN or
     # infinity, non-UTF-8 bytes and nesting too deep are refused, naming the line or key
     man = load_json_file(path, fail)
@@ -197,6 +231,16 @@ def problems(manifest: dict) -> list[str]:
             out.append(f"{key!r} must be {typ.__name__}")
     if out:
         return out
+    unknown = sorted(set(manifest) - set(TOP_LEVEL), key=str)
+    if unknown:  # a field no writer of this schema writes: readers could act on what validation never saw
+        out.append(f"unknown top-level key {unknown[0]!r} (bench.manifest.v1 has {', '.join(TOP_LEVEL)})")
+    for dotted, keys in CLOSED.items():
+        node = manifest
+        for part in dotted.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        extra = sorted(set(node) - set(keys), key=str) if isinstance(node, dict) else []
+        if extra:
+            out.append(f"unknown key {dotted}.{extra[0]} (the harness writes only {', '.join(keys)} there)")
     if manifest["schema"] != SCHEMA:
         out.append(f"schema {manifest['schema']!r} != {SCHEMA!r}")
     if manifest["status"] not in STATUSES:

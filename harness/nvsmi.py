@@ -183,11 +183,15 @@ def occupancy(uuids: list[str], threshold_mib: int = MEMORY_USED_THRESHOLD_MIB) 
 
 def judge(raw: dict, uuids: list[str], threshold_mib: int) -> dict:
     """What a raw snapshot says about ``uuids``: per-GPU rows, problems, and clean = no problems."""
-    gpus = {g.uuid: g for g in parse_gpus(raw.get("query_gpu", ""))}
+    listed = parse_gpus(raw.get("query_gpu", ""))
+    gpus = {g.uuid: g for g in listed}
     apps = parse_apps(raw.get("query_compute_apps", ""))
     rows, problems = [], []
     for uuid in uuids:
         g = gpus.get(uuid)
+        seen = sum(x.uuid == uuid for x in listed)
+        if seen > 1:  # nvidia-smi prints a device once; two rows could say two things (the last would win)
+            problems.append(f"{uuid}: {seen} rows in one nvidia-smi output")
         procs = [a.to_dict() for a in apps if a.gpu_uuid == uuid]
         if g is None:
             problems.append(f"{uuid}: no longer reported by nvidia-smi")

@@ -54,6 +54,13 @@ GPUS_PER_RUN = 4
 TRAINER_GPUS = 2
 MEMORY_USED_THRESHOLD_MIB = 1024
 INTERVAL_EPSILON_S = 1e-3  # clock slack allowed when checking rank intervals inside [d_k, c_k]
+# A physical ceiling, not a measurement: no served LLM decodes one sequence faster than this (the
+# fastest single-stream decoders, speculative included, are ~10x below it). A call whose tokens
+# after its first arrive faster was written on a compressed timeline (seconds read as ms).
+MAX_DECODE_TOKENS_PER_S = 20_000.0
+# Likewise for training: the pinned model has ~3e9 active parameters, so even its forward pass alone
+# (2 FLOP per parameter and token) caps one H200 (~1e15 dense bf16 FLOP/s) near 1.6e5 tokens/s.
+MAX_TRAIN_TOKENS_PER_S_PER_GPU = 1_000_000.0
 
 CONTRACT = {
     "warmup_updates": WARMUP_UPDATES,

@@ -26,15 +26,54 @@ def load_summaries(dirs: list[Path]) -> list[dict]:
         if not path.exists():
             raise BenchError(f"{d}: not a results directory (no manifest.json)")
         man = M.load(path)
-        run_id = man.get("identity", {}).get("run_id")
-        if run_id in seen:  # a copy of a run would count it twice in the comparison
-            raise BenchError(f"{d}: run {run_id} is already in this report (from {seen[run_id]})")
-        seen[run_id] = d
+        # a copy of a run would count it twice: the same run id, the same lease, or the same
+        # evidence under other ids (a copy whose identity was rewritten) is refused
+        keys = [("run", (man.get("identity") or {}).get("run_id")),
+                ("lease", (man.get("lease") or {}).get("lease_id")), ("evidence", evidence_fingerprint(Path(d)))]
+        for what, key in keys:
+            if key is not None and (what, key) in seen:
+                raise BenchError(f"{d}: {'run ' + str(key) if what == 'run' else what + ' ' + str(key)[:16]} "
+                                 f"is already in this report (from {seen[what, key]}): the same run twice")
+        for what, key in keys:
+            if key is not None:
+                seen[what, key] = d
         try:
             out.append(summary(man, validate(Path(d))))
         except (ValueError, KeyError, TypeError) as exc:
             raise BenchError(f"{path}: manifest unusable ({type(exc).__name__}: {exc})") from exc
     return out
+
+
+# The measured timeline: what makes a run's figures, and what two independent runs never share to
+# the last bit (two sim runs of one configuration do: they are one measurement).
+_TIMELINE = {"updates.jsonl": ("k", "d_k", "train_end", "publish_end", "c_k", "rank_intervals"),
+             "turns.jsonl": ("trajectory", "turn", "arrival", "first_token", "finish")}
+
+
+def evidence_fingerprint(run_dir: Path) -> str | None:
+    """sha256 of the evidence's timeline (None without evidence): ids, sequence numbers, write
+    times and every other field left out, so a copy with its identity (or any field that does
+    not make a figure) rewritten has the fingerprint of the run it was copied from."""
+    import hashlib
+    import json
+
+    h, any_line = hashlib.sha256(), False
+    for name, keys in _TIMELINE.items():
+        path = Path(run_dir) / name
+        if not path.is_file():
+            continue
+        h.update(name.encode() + b"\0")
+        for line in path.read_bytes().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                h.update(line)
+                continue
+            if isinstance(row, dict):
+                row = [row.get(k) for k in keys]
+            h.update(json.dumps(row, sort_keys=True).encode() + b"\n")
+            any_line = True
+    return h.hexdigest() if any_line else None
 
 
 def comparison_markdown(summaries: list[dict]) -> str:

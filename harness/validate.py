@@ -15,6 +15,7 @@ group is trained twice. Each check returns ``{check, passed, detail}``; VALID on
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from pathlib import Path
@@ -28,6 +29,15 @@ from harness.pins import HEADLINE_FIRST, HEADLINE_LAST, INTERVAL_EPSILON_S, TOTA
 LOG_ERROR = re.compile(r"Traceback \(most recent call last\)|^\S*\s*(ERROR|CRITICAL)\b|\bFATAL\b", re.M)
 WALL_SLACK_S = 2.0  # clock slack between the controller's and the worker's wall clocks
 EVIDENCE_FILES = ("updates.jsonl", "turns.jsonl")
+
+
+def _guarded(name: str, run) -> dict:
+    """``_check(name, run())``; a file the check cannot read (a directory, a broken link, bytes
+    of the wrong shape) is that check's finding, not a traceback."""
+    try:
+        return _check(name, run())
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        return _check(name, [f"could not be checked: {type(exc).__name__}: {exc}"])
 
 
 def _check(name: str, problems: list[str], ok_detail: str = "ok") -> dict:
@@ -151,6 +161,18 @@ def check_ranks(updates: list[dict], ranks: int) -> list[str]:
                 elif s < lo or e > hi:
                     out.append(f"update {u['k']} rank {r}: [{s}, {e}) outside [d_k, c_k]")
     return out
+
+
+def check_train_speed(updates: list[dict]) -> list[str]:
+    """No update trains its tokens faster than the trainer GPUs could (a physical ceiling,
+    `pins.MAX_TRAIN_TOKENS_PER_S_PER_GPU`): rank intervals or a whole timeline compressed."""
+    ceiling = P.MAX_TRAIN_TOKENS_PER_S_PER_GPU * P.TRAINER_GPUS
+    for u in updates:  # the ranks' busy time, or the training span where no rank interval was recorded
+        span = contract.union_length(contract.update_intervals(u)) or float(u["train_end"]) - float(u["d_k"])
+        if float(u["tokens"]) > max(span, 0.0) * ceiling:
+            return [f"updates.jsonl update {u['k']}: {u['tokens']} tokens trained in {span:.6g} s, faster than "
+                    f"{P.TRAINER_GPUS} trainer GPUs can ({ceiling:.0f} tokens/s, pins.MAX_TRAIN_TOKENS_PER_S_PER_GPU)"]
+    return []
 
 
 def check_counts(updates: list[dict], per_update: int) -> list[str]:
@@ -279,6 +301,11 @@ def check_timestamps(man: dict, updates: list[dict], turns: list[dict]) -> list[
                 out.append(f"{name}: a line written at {w}, outside the backend's run [{start}, {end}]")
                 break
     kind = clock.get("kind")
+    # the runtime decides the clock: the simulator's own, or a driver's monotonic clock tied to the
+    # wall clock (a real run claiming a simulated clock would escape every wall-time bound)
+    want_kind = "simulated" if ident.get("runtime") == "sim" else "monotonic"
+    if kind != want_kind:
+        out.append(f"clock.kind {kind!r}: a {ident.get('runtime')} run's evidence clock is {want_kind!r}")
     if kind == "monotonic":
         origin = clock.get("origin_unix")
         if not isinstance(origin, int | float) or origin < start - WALL_SLACK_S:
@@ -296,6 +323,13 @@ def check_timestamps(man: dict, updates: list[dict], turns: list[dict]) -> list[
         horizon = clock.get("end_s")
         if not isinstance(horizon, int | float):
             return [*out, "simulated clock without end_s"]
+        # the simulator's clock ends at its last publication or call event (backends/sim._horizon)
+        last = max([float(u["publish_end"]) for u in updates] + [
+            float(t[x]) for t in turns for x in ("arrival", "first_token", "finish") if t.get(x) is not None],
+            default=0.0)
+        if not math.isclose(float(horizon), last, rel_tol=1e-12, abs_tol=1e-9):
+            out.append(f"clock.end_s {horizon}: the simulated run's last publication or call event in the "
+                       f"evidence is at {last}")
     else:
         return [*out, f"unknown evidence clock {clock!r}"]
     for where, ts in _times(updates, turns):
@@ -318,6 +352,18 @@ def check_timestamps(man: dict, updates: list[dict], turns: list[dict]) -> list[
                 <= (float(t["finish"]) if t.get("finish") is not None else math.inf)):
             out.append(f"trajectory {t['trajectory']} turn {t['turn']}: first token at {t['first_token']} is not "
                        f"between its arrival {t['arrival']} and finish {t.get('finish')}")
+            break
+    for i, t in enumerate(turns):  # below a physical floor: the timeline was compressed
+        if t.get("finish") is None or int(t["completion_tokens"]) <= 1:
+            continue
+        # from the first token, or (drivers that see no first token) from arrival: a longer span, a
+        # lower rate, so the ceiling still holds
+        span = float(t["finish"]) - float(t["first_token"] if t.get("first_token") is not None else t["arrival"])
+        if span * P.MAX_DECODE_TOKENS_PER_S < int(t["completion_tokens"]) - 1:
+            out.append(f"turns.jsonl line {i + 1} (trajectory {t['trajectory']} turn {t['turn']}): "
+                       f"{int(t['completion_tokens']) - 1} tokens after the first in {span:.6g} s, faster than "
+                       f"any decoder ({P.MAX_DECODE_TOKENS_PER_S:.0f} tokens/s per sequence, pins."
+                       "MAX_DECODE_TOKENS_PER_S): times in another unit or compressed")
             break
     out += _check_calls(updates, turns)
     hw = man.get("hardware") or {}
@@ -437,6 +483,62 @@ def check_context(run_dir: Path, man: dict) -> list[str]:
     return out
 
 
+# What a re-run of the simulator cannot reproduce: when each line was written.
+RESIM_UNREPRODUCIBLE = ("wall_time_unix",)
+
+
+def check_resimulated(run_dir: Path, man: dict, lines: dict[str, list[dict]]) -> list[str]:
+    """A sim run is a function of its context: the simulator is deterministic, so validation runs
+    it again from context.json (which hashes as recorded and names the manifest's configuration)
+    and every evidence line but its write time, and the backend's outcome, must be what the
+    re-run gives. Any edit of a sim run's evidence, however consistently resealed (a rescaled
+    timeline, a call added or dropped, lines reordered, evidence of another seed or simulator
+    version), is caught here."""
+    if man["identity"].get("runtime") != "sim":
+        return []
+    import tempfile
+
+    import attrs
+
+    from harness import backends
+    from harness.backends.base import EvidenceSink, RunContext
+    from harness.fsio import read_jsonl
+    from workloads.strictio import load_json_file
+
+    path = run_dir / "context.json"
+    try:
+        ctx = RunContext.from_dict(load_json_file(path, lambda line, field, msg: ValueError(f"{path}: {msg}")))
+    except (ValueError, TypeError) as exc:
+        return [f"context.json: cannot rebuild the run context to re-run the simulator ({exc})"]
+    with tempfile.TemporaryDirectory(prefix="bench-resim-") as tmp:
+        ctx = attrs.evolve(ctx, run_dir=tmp)
+        sink = EvidenceSink(Path(tmp), None, run_id=ctx.run_id, lease_id=ctx.lease_id, durable=False)
+        try:
+            outcome = backends.load(ctx.backend, "sim").run(ctx, sink, lambda msg: None)
+        except Exception as exc:  # noqa: BLE001 - a context the simulator cannot run is the finding
+            return [f"the simulator re-run from context.json fails: {type(exc).__name__}: {exc}"]
+        finally:
+            sink.close()
+        again = {name: list(read_jsonl(Path(tmp) / name)) for name in EVIDENCE_FILES}
+    out = []
+    for name in EVIDENCE_FILES:
+        got, want = lines[name], again[name]
+        for i, (a, b) in enumerate(zip(got, want, strict=False)):
+            diff = sorted(k for k in set(a) | set(b) if k not in RESIM_UNREPRODUCIBLE and a.get(k) != b.get(k))
+            if diff:
+                out.append(f"{name} line {i + 1}: {diff[0]} is {a.get(diff[0])!r:.60}, the simulator re-run from "
+                           f"context.json gives {b.get(diff[0])!r:.60}")
+                break
+        else:
+            if len(got) != len(want):
+                out.append(f"{name}: {len(got)} lines, the simulator re-run from context.json writes {len(want)}")
+    recorded = man.get("backend_outcome") or {}
+    for key, val in outcome.to_dict().items():
+        if key != "notes" and recorded.get(key) != val:
+            out.append(f"backend_outcome.{key} is {recorded.get(key)!r:.80}, the simulator re-run gives {val!r:.80}")
+    return out
+
+
 def check_schedule(man: dict, turns: list[dict], workload) -> list[str]:
     from harness.workload_source import describe
 
@@ -506,8 +608,10 @@ def check_lease(man: dict, final: bool = True) -> list[str]:
     end = lease.get("verified_at_end") or {}
     if lease.get("run_id") != man["identity"].get("run_id") or not lease.get("lease_id"):
         return ["lease record does not name this run"]
-    if not end.get("held"):
+    if end.get("held") is not True:
         return ["lease not held by this run at the end: " + "; ".join(end.get("problems", ["not verified"]))]
+    if end.get("problems") != []:  # held means no problem was found (run.py: held = not problems)
+        return [f"lease.verified_at_end says held, but lists problems {end.get('problems')!r:.120}"]
     if final and lease.get("released") is not True:
         return ["the run did not release its lease (lease.released)"]
     return []
@@ -604,6 +708,31 @@ def _check_log_times(text: str, ident: dict) -> list[str]:
     return out
 
 
+LOG_ANY_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) [A-Z]+ ")
+
+
+def _check_log_order(text: str, ident: dict) -> list[str]:
+    """run.log is appended as the run goes: its stamps never go back, and none precedes the run's
+    creation (a line moved, or dated, elsewhere in the log)."""
+    import calendar
+    import time as _time
+
+    created, prev = ident.get("created_at_unix"), None
+    for line, raw in enumerate(text.splitlines(), 1):
+        m = LOG_ANY_STAMP.match(raw)
+        if m is None:  # a worker's own output, appended unstamped
+            continue
+        t = calendar.timegm(_time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%SZ"))
+        if isinstance(created, int | float) and t < int(created) - WALL_SLACK_S:
+            return [f"run.log:{line}: stamped {m.group(1)}, before the run was created (identity.created_at_unix "
+                    f"{created})"]
+        if prev is not None and t < prev[0] - WALL_SLACK_S:
+            return [f"run.log:{line}: stamped {m.group(1)}, before line {prev[1]} ({prev[2]}): the log's clock goes "
+                    "back (lines moved or re-dated)"]
+        prev = (t, line, m.group(1)) if prev is None or t >= prev[0] else prev
+    return []
+
+
 def check_log(run_dir: Path, man: dict, updates: list[dict] | None = None, final: bool = True) -> list[str]:
     """No error in run.log, and run.log is a second witness of the evidence as it was written.
 
@@ -617,6 +746,8 @@ def check_log(run_dir: Path, man: dict, updates: list[dict] | None = None, final
     log = run_dir / "run.log"
     if not log.exists():
         return ["run.log missing"]
+    if not log.is_file():
+        return ["run.log is not a regular file"]
     out = []
     text = log.read_text(errors="replace")
     m = LOG_ERROR.search(text)
@@ -658,6 +789,7 @@ def check_log(run_dir: Path, man: dict, updates: list[dict] | None = None, final
         if got != want:
             out.append(f"run.log: {what} says {got!r:.160}; the manifest's {keys} say {want!r:.160}")
     out += _check_log_times(text, ident)
+    out += _check_log_order(text, ident)
     if updates is not None:
         raw_u, raw_t = _raw_lines(run_dir / "updates.jsonl"), _raw_lines(run_dir / "turns.jsonl")
         logged: dict[int, list[tuple]] = {}
@@ -741,9 +873,16 @@ def check_files(run_dir: Path, man: dict, final: bool = True) -> list[str]:
         path = run_dir / entry
         if entry not in allowed:
             out.append(f"{entry}: not a file this run writes (unlisted {'directory' if path.is_dir() else 'file'})")
-        elif entry in expected and not stat.S_ISREG(os.lstat(path).st_mode):
+        elif entry in expected | set(WORKER_FILES) and not stat.S_ISREG(os.lstat(path).st_mode):
             kind = f"a symlink to {os.readlink(path)}" if path.is_symlink() else "not a regular file"
             out.append(f"{entry}: {kind}; evidence must be a regular file inside the results directory")
+        elif entry in expected | set(WORKER_FILES) and os.lstat(path).st_nlink != 1:
+            # a hard link shares the file's bytes with a name outside the run (writes are atomic
+            # replaces, so the controller never leaves one): they can change from there
+            out.append(f"{entry}: {os.lstat(path).st_nlink} hard links; evidence must be a file of its own "
+                       "inside the results directory")
+        elif entry in CANONICAL_JSON:
+            out += _check_canonical_json(path)
     out += [f"{name}: missing" for name in sorted(expected) if not (run_dir / name).exists()]
     recorded = man.get("evidence") or {}
     extra = sorted(set(recorded) - set(SEALED))
@@ -758,9 +897,13 @@ def check_files(run_dir: Path, man: dict, final: bool = True) -> list[str]:
     if isinstance(setup, dict):
         root = run_dir / "setup_manifests"
         got = {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-               for p in sorted(root.rglob("*")) if p.is_file()} if root.is_dir() else {}
+               for p in sorted(root.rglob("*")) if p.is_file()} if root.is_dir() and not root.is_symlink() else {}
         if got != setup:
             out.append("setup_manifests/: files or their sha256 differ from provenance.native.setup_manifests")
+        links = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_symlink()) if root.is_dir() else []
+        if root.is_symlink() or links:
+            out.append(f"setup_manifests/: symlinks ({(links or ['setup_manifests'])[0]}); its files must live "
+                       "inside the results directory")
     if final and (run_dir / "summary.json").exists():
         from workloads.strictio import load_json_file
 
@@ -772,10 +915,35 @@ def check_files(run_dir: Path, man: dict, final: bool = True) -> list[str]:
         if s != want_s:
             out.append("summary.json differs from the summary of manifest.json "
                        f"(e.g. {_first_difference(s, want_s)})")
-        elif (run_dir / "summary.md").exists() and (run_dir / "summary.md").read_text(
+        elif (run_dir / "summary.md").is_file() and (run_dir / "summary.md").read_text(
                 errors="replace") != report.summary_markdown(want_s):
             out.append("summary.md differs from the summary of manifest.json")
     return out
+
+
+# JSON files the controller or worker writes with `fsio.write_json` (sorted keys, indent 1, a final
+# newline): any other bytes for the same document (a BOM, CRLF, respacing, reordered keys,
+# respelled numbers) were written by something else.
+CANONICAL_JSON = ("manifest.json", "context.json", "summary.json", "outcome.json")
+
+
+def _check_canonical_json(path: Path) -> list[str]:
+    from harness.fsio import dumps
+    from workloads.strictio import load_json_file
+
+    try:
+        obj = load_json_file(path, lambda line, field, msg: ValueError(
+            f"{path.name}{f':{line}' if line else ''}: {f'{field}: ' if field else ''}{msg}"))
+    except ValueError as exc:
+        return [str(exc)]
+    raw, want = path.read_bytes(), dumps(obj).encode()
+    if raw == want:
+        return []
+    at = next((i for i, (a, b) in enumerate(zip(raw, want, strict=False)) if a != b), min(len(raw), len(want)))
+    line = raw[:at].count(b"\n") + 1
+    return [f"{path.name}:{line}: not the bytes the harness writes (json.dumps(sort_keys=True, "
+            "indent=1) + newline; a BOM, CR, respacing, reordered keys or respelled numbers): rewritten by another "
+            "writer"]
 
 
 def _first_difference(got, want) -> str:
@@ -951,33 +1119,47 @@ def check_lease_history(man: dict, final: bool = True) -> list[str]:
     when that state directory is reachable from here: an ``acquire`` of this lease for this run
     and these GPUs, the evidence hashes the controller logged there when the backend finished,
     and, for a finished run, this run's own release (not a forced one) after the backend ended."""
-    import json
-
     from harness.lease import default_state_dir
+    from workloads.strictio import StrictInputError
+    from workloads.strictio import loads as strict_loads
 
     lease = man.get("lease") or {}
     run_id, lease_id = man["identity"].get("run_id"), lease.get("lease_id")
-    out: list[str] = []
-    hist, events = None, []
-    # the recorded state dir first, then the default one (a manifest pointing its state_dir
-    # elsewhere does not hide a history that names this run)
+    found = []
+    # the recorded state dir and the default one: every reachable history that names this run or
+    # lease must bear it out (a manifest pointing its state_dir at a forged copy does not hide
+    # the controller's own history)
     for state in dict.fromkeys(str(x) for x in (lease.get("state_dir"), default_state_dir()) if x):
         path = Path(state) / "reservations.jsonl"
         if not path.is_file():
             continue
-        mine = []
-        for line in path.read_text(errors="replace").splitlines():
+        mine, everyone, bad = [], [], []
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             try:
-                ev = json.loads(line)
-            except ValueError:
+                ev = strict_loads(line)
+            except (ValueError, StrictInputError) as exc:
+                # another writer's torn line is skipped, but one that could read two ways is not
+                if lease_id and lease_id in line or run_id and run_id in line:
+                    bad.append(f"{path}:{n}: an event of this run that does not decode strictly ({exc})")
                 continue
-            if isinstance(ev, dict) and (ev.get("lease_id") == lease_id or ev.get("run_id") == run_id):
+            if not isinstance(ev, dict):
+                continue
+            everyone.append((n, ev))
+            if ev.get("lease_id") == lease_id or ev.get("run_id") == run_id:
                 mine.append(ev)
-        if mine:
-            hist, events = path, mine
-            break
-    if hist is None:
-        return []  # validated away from the controller's machine: the history cannot be consulted
+        if mine or bad:
+            found.append((path, mine, everyone, bad))
+    # none: validated away from the controller's machine, the history cannot be consulted
+    return [x for path, mine, everyone, bad in found for x in (
+        bad + _check_history(man, final, path, mine, everyone))]
+
+
+def _check_history(man: dict, final: bool, hist: Path, events: list[dict], history: list[tuple[int, dict]]
+                   ) -> list[str]:
+    """One lease history's account of this run (see `check_lease_history`)."""
+    lease = man.get("lease") or {}
+    run_id, lease_id = man["identity"].get("run_id"), lease.get("lease_id")
+    out: list[str] = []
     if str(hist.parent) != str(lease.get("state_dir")):
         out.append(f"lease.state_dir is {lease.get('state_dir')!r}, but this run's lease history is in {hist.parent}")
     strangers = sorted({e.get("lease_id") for e in events} - {lease_id}, key=str)
@@ -1006,11 +1188,63 @@ def check_lease_history(man: dict, final: bool = True) -> list[str]:
                    "it was edited after the run")
     if "force-release" in kinds:
         out.append(f"{hist}: lease {lease.get('lease_id')} was force-released (by someone else)")
+    out += _lease_timeline(hist, man, events, history, final)
     if final:
         rel = [e for e in events if e.get("event") == "release"]
         end = man["identity"].get("backend_finished_unix")
         if len(rel) != 1 or not isinstance(end, int | float) or rel[0].get("time_unix", 0) < end - WALL_SLACK_S:
             out.append(f"{hist}: lease events {kinds}: expected one release by the run after its backend finished")
+    return out
+
+
+def _lease_timeline(hist: Path, man: dict, events: list[dict], history: list[tuple[int, dict]],
+                    final: bool) -> list[str]:
+    """The lease's events happen in the order a run makes them, at times that bracket the run:
+    acquire before the GPUs were checked and the backend started, the evidence hashes after the
+    backend finished, the release after that; and no other lease held any of these GPUs while
+    this one did (records are exclusive, so a second holder means the history or the run lies)."""
+    out: list[str] = []
+    ident = man["identity"]
+    start, end = ident.get("backend_started_unix"), ident.get("backend_finished_unix")
+    before = ((man.get("hardware") or {}).get("occupancy_before") or {}).get("time_unix")
+    order = [e.get("event") for e in events if e.get("event") in ("acquire", "evidence", "release")]
+    want = ["acquire", "evidence", "release"] if final else ["acquire", "evidence"]
+    if order[:len(want)] != want or len(order) != len(want) and final:
+        out.append(f"{hist}: this lease's events are {order}, in that order; a run makes {want}")
+    t = {e.get("event"): e.get("time_unix") for e in events}
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in t.values()):
+        return [*out, f"{hist}: an event of this lease has no numeric time_unix"]
+    acq, ev = t.get("acquire"), t.get("evidence")
+    for what, when, bound, earlier in (
+            ("acquired", acq, before, "its GPUs were checked (hardware.occupancy_before.time_unix)"),
+            ("acquired", acq, start, "the backend started (identity.backend_started_unix)")):
+        if isinstance(when, int | float) and isinstance(bound, int | float) and when > bound + WALL_SLACK_S:
+            out.append(f"{hist}: lease {man['lease'].get('lease_id')} {what} at {when}, after {earlier} {bound}")
+    if isinstance(ev, int | float) and isinstance(end, int | float) and ev < end - WALL_SLACK_S:
+        out.append(f"{hist}: the evidence hashes were logged at {ev}, before the backend finished "
+                   f"(identity.backend_finished_unix {end})")
+    # overlap by the history's line order (appended under the lease mutex, so it is the order
+    # things happened in, whatever the clock did)
+    mine, lease_id = set(man["lease"].get("gpu_uuids") or []), man["lease"].get("lease_id")
+    own = {e.get("event"): n for n, e in history if e.get("lease_id") == lease_id}
+    if "acquire" in own:
+        ours = (own["acquire"], own.get("release", own.get("force-release", math.inf)))
+        held: dict[str, list] = {}  # another lease -> [acquire line, release line, its GPUs]
+        for n, e in history:
+            other = e.get("lease_id")
+            if other == lease_id:
+                continue
+            if e.get("event") == "acquire" and isinstance(e.get("gpu_uuids"), list):
+                held[other] = [n, math.inf, set(map(str, e["gpu_uuids"]))]
+            elif e.get("event") in ("release", "force-release") and other in held:
+                held[other][1] = min(held[other][1], n)
+        for other, (got, freed, gpus) in sorted(held.items(), key=lambda x: x[1][0]):
+            shared = sorted(gpus & mine)
+            if shared and got < ours[1] and freed > ours[0]:
+                out.append(f"{hist}:{got}: lease {other} acquired {shared[0]} "
+                           f"{'and never released it' if freed == math.inf else f'until line {freed}'}, while this "
+                           f"run's lease held it (lines {ours[0]} to {ours[1]})")
+                break
     return out
 
 
@@ -1023,7 +1257,7 @@ EVIDENCE_SCHEMA = {
         "groups": _INT, "trajectories": _INT, "tokens": _INT, "group_ids": "list of integers",
         "staleness": "list of integers", "rank_intervals": "intervals", "seq": _INT, "run_id": _STR,
         "lease_id": _STR + "?", "wall_time_unix": _NUM, "eval": "boolean", "checkpoint": "boolean",
-        "rank_intervals_native": "boolean", "discards": "object of integers", "native": "object"}),
+        "rank_intervals_native": "boolean", "discards": "discard counts", "native": "object"}),
     "turns.jsonl": ({"trajectory", "turn", "forced_tokens", "completion_tokens", "prompt_tokens", "arrival"}, {
         "group": _INT, "trajectory": _INT, "turn": _INT, "forced_tokens": _INT, "completion_tokens": _INT,
         "finish_reason": _STR + "?", "prompt_tokens": _INT, "scheduled_prompt_tokens": _INT, "arrival": _NUM,
@@ -1033,15 +1267,15 @@ EVIDENCE_SCHEMA = {
 }
 
 
-_KIND_TEXT = {_INT: "an integer", _NUM: "a finite number", "intervals": "an object {rank: [[start, end], ...]}",
+_KIND_TEXT = {_INT: "a non-negative integer", "discard counts": "{\"stale\": n, \"zero_variance\": n} (n >= 0)", _NUM: "a finite number", "intervals": "an object {rank: [[start, end], ...]}",
               "boolean": "true or false", "object": "a JSON object", "object of integers": "an object of integers"}
 
 
 def _is(kind: str, v) -> bool:
     if isinstance(v, bool):
         return kind == "boolean"
-    if kind == _INT:
-        return isinstance(v, int)
+    if kind == _INT:  # every integer the sink writes is a count, an id, a version or a sequence number
+        return isinstance(v, int) and v >= 0
     if kind == _NUM:
         return isinstance(v, int | float) and math.isfinite(v)
     if kind == _STR:
@@ -1050,6 +1284,8 @@ def _is(kind: str, v) -> bool:
         return isinstance(v, dict)
     if kind == "object of integers":
         return isinstance(v, dict) and all(_is(_INT, x) for x in v.values())
+    if kind == "discard counts":  # what the drivers count: stale and zero-variance groups
+        return isinstance(v, dict) and set(v) == {"stale", "zero_variance"} and all(_is(_INT, x) for x in v.values())
     if kind == "list of integers":
         return isinstance(v, list) and all(_is(_INT, x) for x in v)
     if kind == "intervals":  # {"rank": [[start, end], ...]}
@@ -1072,20 +1308,59 @@ def _read_evidence(run_dir: Path) -> dict[str, list[dict]]:
             def fail(line: int, field: str | None, message: str, path=path) -> ValueError:
                 return ValueError(f"{path}{f':{line}' if line else ''}: {f'{field}: ' if field else ''}{message}")
 
-            required, types = EVIDENCE_SCHEMA[name]
+            _, types = EVIDENCE_SCHEMA[name]
+            required = set(types)  # the sink writes every field, null where it has no value
+            raw_lines = path.read_bytes().split(b"\n") if path.is_file() else []
             for n, row in json_lines(path, fail):
                 if not isinstance(row, dict):
                     raise fail(n, None, f"expected a JSON object, got {type(row).__name__}")
                 for key in sorted(required - set(row)):
                     raise fail(n, key, "missing")
+                for key in sorted(set(row) - set(types)):  # the sink writes a closed set of fields
+                    raise fail(n, key, f"unknown field (the evidence sink writes only {', '.join(sorted(types))})")
                 for key, kind in types.items():
                     if key in row and not (kind.endswith("?") and row[key] is None) and not _is(kind.rstrip("?"),
                                                                                                  row[key]):
                         raise fail(n, key, f"expected {'null or ' if kind.endswith('?') else ''}"
                                            f"{_KIND_TEXT.get(kind.rstrip('?'), 'a ' + kind.rstrip('?'))}, "
                                            f"got {row[key]!r:.60}")
+                # byte for byte what the sink wrote (json.dumps(sort_keys=True) + "\n"): a BOM, CR,
+                # spaces, reordered keys or another spelling of a number means another writer
+                if n > len(raw_lines) or raw_lines[n - 1] != json.dumps(row, sort_keys=True).encode():
+                    raise fail(n, None, "not the bytes the evidence sink writes (one json.dumps(sort_keys=True) "
+                                        "object per line: no BOM, CR, extra spaces, reordered keys or respelled "
+                                        "numbers); the line was rewritten by another writer")
                 rows.append(row)
+            if raw_lines and raw_lines[-1] != b"":
+                raise fail(len(raw_lines), None, "the last line has no newline (truncated, or not written by the "
+                                                 "evidence sink)")
+            blank = [i + 1 for i, raw in enumerate(raw_lines[:-1]) if not raw.strip()]
+            if blank:
+                raise fail(blank[0], None, "blank line (the evidence sink writes one object per line)")
         out[name] = rows
+    return out
+
+
+def _not_regular(run_dir: Path) -> list[str]:
+    """The files validation reads that are, or link to, something other than a regular file."""
+    import os
+    import stat
+
+    out = []
+    for name in (*RUN_FILES, *FINAL_FILES, *WORKER_FILES):
+        path = run_dir / name
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            out.append(f"{name}: cannot be examined ({exc.strerror or exc})")
+            continue
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode) else \
+                "a socket" if stat.S_ISSOCK(mode) else "a device or other special file"
+            out.append(f"{name}: {kind}{' (through a symlink)' if path.is_symlink() else ''}, not a regular file; "
+                       "evidence must be a regular file inside the results directory")
     return out
 
 
@@ -1099,6 +1374,9 @@ def validate(run_dir: Path, workload_loader=None, final: bool = True) -> dict:
     finished run, which must also have been recorded VALID, summarised and released.
     """
     run_dir = Path(run_dir)
+    special = _not_regular(run_dir)
+    if special:  # read nothing through a pipe, device or directory (a FIFO would hang every reader)
+        return _verdict([_check("files", special)])
     man = M.load(run_dir / "manifest.json")
     checks = [_check("manifest", M.problems(man))]
     if man.get("status") == "aborted":
@@ -1117,33 +1395,35 @@ def validate(run_dir: Path, workload_loader=None, final: bool = True) -> dict:
         return _verdict([*checks, _check("pinned_settings", [str(exc)])])
     recomputed = contract.results(updates, turns, int(settings["staleness_bound"]))
     checks += [
-        _check("pinned_settings", check_pins(man, run_dir)),
-        _check("evidence", check_evidence(run_dir, man, lines)),
-        _check("updates_complete", check_updates(updates)),
-        _check("trainer_ranks", check_ranks(updates, int(settings["trainer_ranks"]))),
-        _check("counts", check_counts(updates, int(settings["groups_per_update"]))),
-        _check("groups_unique", check_groups_unique(updates)),
-        _check("endpoints", check_endpoints(updates, turns)),
-        _check("forced_lengths", check_forced(turns)),
-        _check("timestamps", check_timestamps(man, updates, turns)),
-        _check("run_context", check_context(run_dir, man)),
-        _check("files", check_files(run_dir, man, final)),
-        _check("identity", check_identity(run_dir, man, final)),
+        _guarded("pinned_settings", lambda: check_pins(man, run_dir)),
+        _guarded("evidence", lambda: check_evidence(run_dir, man, lines)),
+        _guarded("updates_complete", lambda: check_updates(updates)),
+        _guarded("trainer_ranks", lambda: check_ranks(updates, int(settings["trainer_ranks"])) + check_train_speed(
+            updates)),
+        _guarded("counts", lambda: check_counts(updates, int(settings["groups_per_update"]))),
+        _guarded("groups_unique", lambda: check_groups_unique(updates)),
+        _guarded("endpoints", lambda: check_endpoints(updates, turns)),
+        _guarded("forced_lengths", lambda: check_forced(turns)),
+        _guarded("timestamps", lambda: check_timestamps(man, updates, turns)),
+        _guarded("run_context", lambda: check_context(run_dir, man)),
+        _guarded("files", lambda: check_files(run_dir, man, final)),
+        _guarded("identity", lambda: check_identity(run_dir, man, final)),
     ]
     try:
         workload = (workload_loader or _load_workload)(man["workload"])
-        checks.append(_check("schedule", check_schedule(man, turns, workload)))
-        checks.append(_check("trained_calls", check_trained_calls(updates, turns, workload)))
+        checks.append(_guarded("schedule", lambda: check_schedule(man, turns, workload)))
+        checks.append(_guarded("trained_calls", lambda: check_trained_calls(updates, turns, workload)))
     except Exception as exc:  # noqa: BLE001 - any failure to regenerate is itself the finding
         checks.append(_check("schedule", [f"cannot regenerate the workload: {exc}"]))
     checks += [
-        _check("staleness", check_staleness(man["identity"]["backend"], updates, int(settings["staleness_bound"]))),
-        _check("gpu_hygiene", check_hygiene(man)),
-        _check("hardware", check_hardware(man)),
-        _check("lease_held", check_lease(man, final) + check_lease_history(man, final)),
-        _check("results_recomputed", check_results(man, recomputed)),
-        _check("container_preflight", check_container(man)),
-        _check("run_log", check_log(run_dir, man, lines["updates.jsonl"], final)),
+        _guarded("staleness", lambda: check_staleness(man["identity"]["backend"], updates, int(settings["staleness_bound"]))),
+        _guarded("gpu_hygiene", lambda: check_hygiene(man)),
+        _guarded("hardware", lambda: check_hardware(man)),
+        _guarded("lease_held", lambda: check_lease(man, final) + check_lease_history(man, final)),
+        _guarded("results_recomputed", lambda: check_results(man, recomputed)),
+        _guarded("container_preflight", lambda: check_container(man)),
+        _guarded("run_log", lambda: check_log(run_dir, man, lines["updates.jsonl"], final)),
+        _guarded("resimulated", lambda: check_resimulated(run_dir, man, lines)),
     ]
     return _verdict(checks, recomputed)
 

@@ -459,6 +459,8 @@ def instance_action(st, p, w, static, on, i, new_now):
         psum=put(ins.psum, jnp.where(rq_n > 0, 0, ins.psum[i] - jnp.where(has_fin, pr_f, 0)
                                      - jnp.where(do_vic, pr_v, 0) + adm_p)),
         wq_pos=put(ins.wq_pos, wq_pos + n_adm - do_vic - rq_n), wq_len=put(ins.wq_len, len2),
+        # an anchor iteration of zero seconds (`state.zero_pending`): the calls dispatched by the end of this turn
+        z_rid=put(ins.z_rid, jnp.where(start & (t1 == clock), st.dispatched * n, ins.z_rid[i])),
     )
     if OD or PX:
         inst = inst._replace(ser=put(ins.ser, ser + n_adm), ser0=put(ins.ser0, ser0))

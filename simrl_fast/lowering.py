@@ -321,8 +321,17 @@ def _reward_std(w, g: int) -> float:
 
 
 def lower_policy(policy, ctx: LoweringContext) -> PolicyParams:
-    """The policy's PolicyParams, checked against the feature set (the first reason is raised)."""
-    pp = policy.lower(ctx)
+    """The policy's PolicyParams, checked against the feature set (the first reason is raised). A policy that
+    finds the run cannot go on as configured (`PolicyError` from its ``lower``, the error the engine stops with,
+    e.g. nemo_rl's group size other than ``num_generations_per_prompt``) is refused by name with that message,
+    so a caller falls back to SimPy as for any refusal (`srl-sweep` then records the engine's failure)."""
+    from simrl.policy.errors import PolicyError
+
+    try:
+        pp = policy.lower(ctx)
+    except PolicyError as exc:
+        raise FastPathUnsupported(_feature(f"policy {policy.kind!r} as configured",
+                                           f"the engine stops the run: {exc}")) from exc
     reasons = policy_rejections(pp, f"policy {policy.kind!r}", getattr(policy, "fast_path_gaps", ()))
     if reasons:
         raise FastPathUnsupported(reasons[0])

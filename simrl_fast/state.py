@@ -131,6 +131,8 @@ class InstState(NamedTuple):
     cache_tok: jnp.ndarray  # [K] int64: Instance.cache_tokens
     zlate: jnp.ndarray  # [K] bool: chunked prefill: the requests still prefilling after the anchor iteration all
     #                     have nothing to prefill (whole prompt hit) and complete in the next one (simrl_fast.prefix)
+    z_rid: jnp.ndarray  # [K] int32: calls dispatched (SimState.dispatched * n) when the instance began its current run
+    #                     with an iteration of zero seconds (`zero_pending`); read only while that boundary is pending
 
 
 class CallState(NamedTuple):
@@ -246,6 +248,8 @@ class SimState(NamedTuple):
     win_adm: jnp.ndarray  # int32: RecordState.window_admitted, episodes dispatched in it (less refunds)
     win_t: jnp.ndarray  # f64: the dispatcher's pending recheck timeout (RecordPolicy.recheck_in), inf: none; while
     #                     SimState.wake is set the dispatcher has yet to sleep and `step.sleep_timer` gives it
+    disp_late: jnp.ndarray  # bool: the recheck timeout has woken the dispatcher, which then waits on GroupBook.changed's
+    #                  pending event again, registered after the trainer: a notify runs the trainer first (`step.disp_first`)
     # -- record extension zero_variance_stop_groups (Params.zv_stop; simrl_fast.instance.instance_action) --
     zrow: jnp.ndarray  # int32: RecordState.zero_in_a_row (zero-variance groups in a row that reached the filter)
     zstop: jnp.ndarray  # bool: the stop fired (SimPy's PolicyError): the configuration takes no further action
@@ -274,6 +278,16 @@ def admit_max(static) -> int:
     return max(1, min(static.slots, 16))
 
 
+def zero_pending(ins, now):
+    """[K] bool: the instance's anchor boundary is now and its anchor iteration takes zero seconds (nothing decodes
+    and it prefills nothing: the roofline's idle iteration, e.g. requests whose whole prompt hit the prefix cache),
+    so its end, the next boundary, is due now and not processed yet. SimPy schedules that timeout at the end of the
+    anchor's turn (`simrl.engine.instance.timeout_at` now): after the events already pending in this instant (the
+    router's and the dispatcher's wake-ups the turn triggered: a route or a pause they make is taken at that boundary),
+    before those created later (docs/fastpath.md, "Tie rules", 5)."""
+    return (ins.phase == BUSY) & (ins.clock == now) & (ins.t1 == ins.clock)
+
+
 def init_state(static, dtype_t=jnp.float64) -> SimState:
     K, S, Gm, P, B = static.instances, static.slots, static.max_groups, static.steps, static.max_batch
     R = static.max_calls
@@ -297,7 +311,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         slot_pos=i64(0, (K, S if static.chunked_prefill else 1)), slot_pr=i32(0, (K, S if static.chunked_prefill else 1)),
         ph=i64(0, K), slot_sh=i32(0, (K, S if static.prefix else 1)), sh_ref=i32(0, (K, Gm if static.prefix else 1)),
         c_ser=i32(0, (K, Gm if static.prefix else 1)), c_next=i32(1, K), c_floor=i32(1, K), cache_tok=i64(0, K),
-        zlate=jnp.zeros(K, bool),
+        zlate=jnp.zeros(K, bool), z_rid=i32(0, K),
     )
     Q = R + admit_max(static) + 1
     calls = CallState(queue=i32(-1, (K, Q)), qgen=i32(0, (K, Q if queued_gen(static) else 1)))
@@ -315,7 +329,7 @@ def init_state(static, dtype_t=jnp.float64) -> SimState:
         buf_live=i32(0), buf_minv=i32(0, P + 1), overflow=jnp.array(False), stuck=jnp.array(False), actions=i32(0),
         count_off=i32(0), cross=init_cross(static), pi=init_perinst(static), evicted_n=i32(0), pub_disp=i32(0, P + 1),
         zs_live=i32(0), zs_real=i32(0), zs_wait=jnp.array(False),
-        wake=jnp.array(True), win_start=f64(0.0), win_adm=i32(0), win_t=f64(jnp.inf),
+        wake=jnp.array(True), win_start=f64(0.0), win_adm=i32(0), win_t=f64(jnp.inf), disp_late=jnp.array(False),
         zrow=i32(0), zstop=jnp.array(False),
         hold_t=f64(-jnp.inf), hold_rid=i32(0),
     )

@@ -47,8 +47,9 @@ from simrl_fast.state import (
     tie,
     unpack_fin,
     unpack_rid,
+    zero_pending,
 )
-from simrl_fast.trainer import batch_ready, mark_evicted, timer_action, trainer_react
+from simrl_fast.trainer import batch_ready, disp_first, mark_evicted, timer_action, trainer_react
 
 A_NONE, A_INST, A_TIMER, A_REACT, A_DISPATCH, A_ROUTE = 0, 1, 2, 3, 4, 5
 # the dispatcher's recheck timeout (admit_window_episodes: `RecordPolicy.recheck_in`) fires: it wakes the dispatcher
@@ -245,20 +246,6 @@ def window_due(st, p, static):
     return jnp.where(st.wake, sleep_timer(st, p, static), st.win_t)
 
 
-def disp_first(st):
-    """Whether the dispatcher is registered on GroupBook.changed before the trainer, so that a notify runs it first:
-    while the trainer waits for its first batch (both processes started at t = 0, the dispatcher first). After a
-    step the trainer notifies, then waits on a fresh event before the dispatcher wakes, and goes first from then on
-    (`Trainer.run`, `finish_step`). Then, in an instant where both act, the dispatcher admits what the state before
-    the batch allows, the trainer takes the batch and notifies, and the dispatcher wakes again after the router has
-    routed its first groups (`trainer_react` sets ``hold_t``; `route_held`). A dispatcher that last slept with a
-    recheck timeout (``admit_window_episodes``: `SimState.win_t` finite) waits on the condition "changed or the
-    timeout", whose own event SimPy schedules when the notify runs the condition's check: it then resumes after the
-    trainer, so the trainer goes first."""
-    tr = st.trainer
-    return (tr.step == 0) & (tr.phase == T_WAIT) & (st.win_t == jnp.inf)
-
-
 def route_held(st, p, static):
     """Calls dispatched after a router pass that woke instances in this instant wait for those instances (SimPy:
     their wake-ups were scheduled before the router's next one): the calls from ``hold_rid`` on are held at
@@ -267,7 +254,21 @@ def route_held(st, p, static):
     dispatcher acts: `select` routes them first), or, before the first batch, the dispatcher's own first pass
     (`disp_first`)."""
     active = jnp.arange(static.instances) < p.n_inst
-    return (st.now == st.hold_t) & (st.routed >= st.hold_rid) & jnp.any(active & (st.inst.phase == START))
+    held = (st.now == st.hold_t) & (st.routed >= st.hold_rid) & jnp.any(active & (st.inst.phase == START))
+    # a boundary due now after an iteration of zero seconds, which a route or a pause of the calls dispatched before
+    # it made an event (`zero_event`): the calls dispatched after it are routed after it (SimPy: their router wake-up
+    # is scheduled after its timeout)
+    return held | jnp.any(zero_event(st, p, static) & (st.routed >= st.inst.z_rid))
+
+
+def zero_event(st, p, static):
+    """[K] bool: the instances whose pending boundary is due now after an iteration of zero seconds
+    (`state.zero_pending`) and is an event (an admission, a pause, a finish or a preemption there). SimPy processes it
+    after the events pending at the end of the turn that scheduled it: here after the instant's chain, as a woken
+    instance (`select`), the calls dispatched after that turn held until it has run (`route_held`)."""
+    ins = st.inst
+    active = jnp.arange(static.instances) < p.n_inst
+    return active & zero_pending(ins, st.now) & (ins.ev_t == st.now)
 
 
 def chain_due(st, p, static):
@@ -496,11 +497,14 @@ def local_phase(st, p, w, static, rounds):
 
 
 def select(st, p, static):
-    """(action, instance index, new now) for this step."""
+    """(action, instance index, new now, early) for this step; ``early``: the action is the router's pass
+    before the dispatcher's or the trainer's in this instant (a routing while the trainer's reaction or a dispatch
+    is due: `chain_due`, computed once per step here; `prepare` and `_dispatch_route` read it)."""
     ins, tr = st.inst, st.trainer
     K = static.instances
     active = jnp.arange(K) < p.n_inst
-    ev_ok = active & ((ins.phase == BUSY) | (ins.phase == RESUME))
+    zev = zero_event(st, p, static)  # (after the instant's chain, as a woken instance)
+    ev_ok = active & ((ins.phase == BUSY) | (ins.phase == RESUME)) & ~zev
     if static.perinst:  # a pull's timeout (simrl_fast.perinst)
         ev_ok = ev_ok | (active & (ins.phase == _state.PULL))
     timer_on = (tr.phase == T_TRAIN) | (tr.phase == T_PUBLISH) | (tr.phase == T_OFFLOAD)
@@ -525,7 +529,8 @@ def select(st, p, static):
         return jnp.concatenate([wk, jnp.full((1, width), jnp.nan)])
 
     bidx, bt = _lexmin(t_all, prev_all, start_all, seq_all, forks, walk)
-    gidx, gt = _lexmin(jnp.where(active & (ins.phase == START), ins.ev_t, jnp.inf), ins.ev_prev, ins.ev_prev, ins.ev_seq)
+    gidx, gt = _lexmin(jnp.where((active & (ins.phase == START)) | zev, ins.ev_t, jnp.inf), ins.ev_prev, ins.ev_prev,
+                       ins.ev_seq)
     react, disp, route = chain_due(st, p, static)
     chain = react | disp | route
     cont = st.cur >= 0
@@ -555,10 +560,11 @@ def select(st, p, static):
                                                                  jnp.where(i < K, ins.ev_t[i], jnp.inf)))
     new_now = jnp.where(((act == A_INST) & ~cont) | (act == A_TIMER) | (act == A_WINDOW),
                         jnp.maximum(timed_now, st.now), st.now)
-    return act, i, new_now
+    early = (act == A_ROUTE) & (react | disp)
+    return act, i, new_now, early
 
 
-def dispatch_action(st, on, static, p=None):
+def dispatch_action(st, on, static, p):
     """Simulation.start_group: the next group enters st.running; its calls join the router queue. With an
     admission window (``p.win_n`` > 0) the consultation restarts a window that has run its length (start now,
     count 0), then the group's episodes are counted in it (`RecordPolicy.on_dispatch`)."""
@@ -626,9 +632,12 @@ def route_group(st, p, w, static, on, j_all):
     if static.prefix:  # the first call's shared prefix, held there by a running request of its group
         sh = call_shared(w, f_rid, n, G)
         hit = jnp.where((p.pc == 1) & (ins.sh_ref[kk, f_rid // n] > 0), sh, 0)
-    fit = got & (ins.phase == BUSY) & was_empty & fits_routed(p, static, ins, j_all, hp, hl, hit)
+    # an instance whose anchor iteration takes zero seconds (`state.zero_pending`): its next boundary, due now, comes
+    # after the router's pass that the turn scheduling it woke, so a call dispatched by then is admitted there
+    j_r = jnp.where(zero_pending(ins, st.now) & (f_rid < ins.z_rid), 1, j_all)
+    fit = got & (ins.phase == BUSY) & was_empty & fits_routed(p, static, ins, j_r, hp, hl, hit)
     fit = materialize(fit)  # (computed once: else each of the updates below recomputes it)
-    adm_it = jnp.where(fit, ins.it + j_all, ins.adm_it)
+    adm_it = jnp.where(fit, ins.it + j_r, ins.adm_it)
     ev_it, ev_t, ev_prev = event_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.fin_min, adm_it, ins.pause_it)
     rank = jnp.sum((wake[None, :] & (first[None, :] < first[:, None])).astype(i32), axis=1)
     inst = ins._replace(
@@ -662,7 +671,7 @@ def _is_rare(act):
 
 def prepare(st0, p, w, static):
     """The start of a step: the outputs cleared, the parallel local rounds (if any), the action selected.
-    Returns (state, whether a local boundary was processed, action, instance, new now)."""
+    Returns (state, whether a local boundary was processed, action, instance, new now, early (`select`))."""
     rounds = _state.LOCAL_ROUNDS
     # (the parallel rounds' outputs derived from the carried ones, so they stay per-configuration
     # values under shard_map)
@@ -674,7 +683,7 @@ def prepare(st0, p, w, static):
     # the workload arrays each gid's workload group)
     local = rounds and not static.chunked_prefill
     st, par = local_phase(st, p, with_map(w, st, static), static, rounds) if local else (st, jnp.asarray(False))
-    act, i, new_now = select(st, p, static)
+    act, i, new_now, early = select(st, p, static)
     if static.episode_cap or static.window:
         # admit_episode_cap, admit_window_episodes: the dispatcher has run in this instant (and, admitting nothing
         # more, slept) once the step takes an action after its place in SimPy's order (tie rules 1-3): anything but
@@ -684,14 +693,13 @@ def prepare(st0, p, w, static):
         # state it last read: nothing after its turn in the instant changes what admission reads).
         tr, ins = st.trainer, st.inst
         due = (((act == A_TIMER) & (tr.timer_t <= st.now))
-               | ((act == A_INST) & (ins.phase[i] != START) & (ins.ev_t[i] <= st.now)))
-        react, disp, _ = chain_due(st, p, static)
+               | ((act == A_INST) & (ins.phase[i] != START) & ~zero_event(st, p, static)[i] & (ins.ev_t[i] <= st.now)))
         before = ((st.cur >= 0) | (tr.taken > 0) | (act == A_REACT) | (act == A_DISPATCH) | due
-                  | ((act == A_ROUTE) & (react | disp)))  # (the router's pass before the dispatcher's: `select`)
+                  | early)  # (the router's pass before the dispatcher's: `select`)
         if static.window:
             st = st._replace(win_t=jnp.where(st.wake & ~before, sleep_timer(st, p, static), st.win_t))
         st = st._replace(wake=st.wake & before)
-    return st, par, act, i, new_now
+    return st, par, act, i, new_now, early
 
 
 def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
@@ -703,7 +711,7 @@ def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
     action in this step) turns a rare action into no action, leaving the state as it was (the next
     step selects it again). Every action of one family is off when the other's is on, and each off
     family is the identity, so `main_action` then `rare_action` is the step SimPy's order gives."""
-    st, par, act, i, new_now = prepare(st0, p, w, static) if prepared is None else prepared
+    st, par, act, i, new_now, early = prepare(st0, p, w, static) if prepared is None else prepared
     held = jnp.asarray(False) if defer is None else defer & _is_rare(act)
     act = jnp.where(held, A_NONE, act)
     # The action and its instance computed once, into buffers: else XLA fuses the selection into every gather
@@ -712,7 +720,7 @@ def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
     st = st._replace(now=jnp.where(held, st.now, new_now))
     if static.window:  # the recheck timeout fires: the dispatcher wakes (admit_window_episodes)
         fire = act == A_WINDOW
-        st = st._replace(wake=st.wake | fire, win_t=jnp.where(fire, jnp.inf, st.win_t))
+        st = st._replace(wake=st.wake | fire, win_t=jnp.where(fire, jnp.inf, st.win_t), disp_late=st.disp_late | fire)
     # (the map changes only when a group is dispatched, so one `wm` serves every action up to the dispatch)
     wm = with_map(w, st, static)
     pos0 = st.inst.wq_pos[i]
@@ -724,7 +732,7 @@ def main_action(st0, p, w, static, prepared=None, defer=None, route=True):
     st = pull_action(st, p, static, begins, ends, i, new_now)
     if route:  # (else `route_action` does it: the batched step)
         # A dispatched group's calls are routed in the step that dispatches it (exact: see route_all).
-        st = _dispatch_route(st, p, w, static, act)
+        st = _dispatch_route(st, p, w, static, act, early)
     # (a rare action neither leaves a run stuck nor is "no action")
     done = st.trainer.phase == T_DONE
     st = st._replace(stuck=st.stuck | ((act == A_NONE) & ~par & ~done & ~held & ~st.overflow),
@@ -756,24 +764,25 @@ def queue_pos(wq_pos, wq_len, inst_k, on_k):
     return wq_pos[inst_k] + wq_len[inst_k] + jnp.sum(same.astype(jnp.int32), axis=1)
 
 
-def route_action(st0, p, w, static, act):
-    """A dispatch (``act`` = A_DISPATCH: the group and its calls' routing) or a routing (A_ROUTE); the identity
-    for any other ``act``."""
-    st = _dispatch_route(st0, p, w, static, act)
+def route_action(st0, p, w, static, act, early):
+    """A dispatch (``act`` = A_DISPATCH: the group and its calls' routing) or a routing (A_ROUTE; ``early``:
+    `select`'s); the identity for any other ``act``."""
+    st = _dispatch_route(st0, p, w, static, act, early)
     return jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), st, st0)
 
 
-def _dispatch_route(st, p, w, static, act):
+def _dispatch_route(st, p, w, static, act, early):
     """A dispatch (``act`` = A_DISPATCH) and the routing of its calls, or a routing (A_ROUTE); a dispatch's calls
-    stay in the router queue while `route_held`, and a routing releases the hold."""
-    react, disp, _ = chain_due(st, p, static)
-    first = (act == A_ROUTE) & (react | disp)  # the router's pass before the dispatcher's (`select`)
+    stay in the router queue while `route_held`, and a routing releases the hold. ``early`` (`select`'s): a routing
+    that is the router's pass before the dispatcher's or the trainer's in this instant (`chain_due` on the state
+    `select` read: nothing the step did before a routing changes it -- `now` stays, no instance acted, and
+    `prepare`'s wake-up reset keeps ``wake`` where the pass is early)."""
     st = dispatch_action(st, act == A_DISPATCH, static, p)
     go = ((act == A_ROUTE) | (act == A_DISPATCH)) & routable(st, p, static) & ~route_held(st, p, static)
     st = route_all(st, p, with_map(w, st, static), static, go)
     # the calls dispatched after a pass that came before the dispatcher's wait for the instances it woke
-    return st._replace(hold_t=jnp.where(first, st.now, jnp.where(go, -jnp.inf, st.hold_t)),
-                       hold_rid=jnp.where(first, jnp.where(st.hold_t == st.now, jnp.minimum(
+    return st._replace(hold_t=jnp.where(early, st.now, jnp.where(go, -jnp.inf, st.hold_t)),
+                       hold_rid=jnp.where(early, jnp.where(st.hold_t == st.now, jnp.minimum(
                            st.hold_rid, st.dispatched * static.group_size), st.dispatched * static.group_size),
                                           st.hold_rid))
 
@@ -859,15 +868,15 @@ def make_batch_step(static, m: int, per_config_workload: bool, width: int | None
 
     def step(st0, p, w):
         prep = jax.vmap(lambda s, pp, ww: prepare(s, pp, ww, static), in_axes=(0, 0, wax))(st0, p, w)
-        act0 = prep[2]
+        act0, early = prep[2], prep[5]
         rare = _is_rare(act0)
         idx = jnp.nonzero(rare, size=width, fill_value=m)[0].astype(jnp.int32)
         served = jnp.zeros(m, bool).at[idx].set(True, mode="drop")
         st, act = jax.vmap(lambda s, pp, ww, pr, d: main_action(s, pp, ww, static, pr, d, route=False),
                            in_axes=(0, 0, wax, 0, 0))(st0, p, w, prep, rare & ~served)
         if routes == 0:  # (the routing computed for the whole batch: measurements)
-            st = jax.vmap(lambda s, pp, ww, a: route_action(s, pp, ww, static, a), in_axes=(0, 0, wax, 0))(
-                st, p, w, act)
+            st = jax.vmap(lambda s, pp, ww, a, e: route_action(s, pp, ww, static, a, e),
+                          in_axes=(0, 0, wax, 0, 0))(st, p, w, act, early)
 
         # -- dispatches and routings, route_width configurations per turn --
         disp = ((act == A_DISPATCH) | (act == A_ROUTE)) & (routes != 0)
@@ -878,8 +887,9 @@ def make_batch_step(static, m: int, per_config_workload: bool, width: int | None
             at = jnp.minimum(ix, m - 1)
             sub = _gather(st, at, wr, route_reads)
             ws = rows(w, at) if per_config_workload else w
-            sub2 = jax.vmap(lambda s, pp, ww, a: route_action(s, pp, ww, static, a), in_axes=(0, 0, wax, 0))(
-                sub, rows(p, at), ws, jnp.where(ix < m, act[at], A_NONE))
+            sub2 = jax.vmap(lambda s, pp, ww, a, e: route_action(s, pp, ww, static, a, e),
+                            in_axes=(0, 0, wax, 0, 0))(sub, rows(p, at), ws, jnp.where(ix < m, act[at], A_NONE),
+                                                       early[at])
             st = _scatter(st, ix, sub2, route_reads)
             rid, ik = sub2.out.route_rid, sub2.out.route_inst  # [wr, n]
             on_k = (rid >= 0) & (ix < m)[:, None]

@@ -53,6 +53,7 @@ from simrl_fast.state import (
     T_PUBLISH,
     T_TRAIN,
     T_WAIT,
+    zero_pending,
 )
 
 
@@ -126,6 +127,9 @@ def request_pause(ins, p, static, pause, now, prev, seq):
     busy = active & (ins.phase == BUSY) & pause
     quiet = active & ((ins.phase == IDLE) | (ins.phase == START) | (ins.phase == RESUME)) & pause
     j = first_after(ins.clock, ins.t1, ins.alpha, ins.beta, ins.st_t, ins.st_seq, now, prev, prev, seq)
+    # a boundary due now after an iteration of zero seconds comes after the trainer's timer and reaction in this
+    # instant (`state.zero_pending`; docs/fastpath.md, "Tie rules", 5)
+    j = jnp.where(zero_pending(ins, now), 1, j)
     pause_it = jnp.where(busy, ins.it + j, ins.pause_it)
     ev_it, ev_t, ev_prev = event_of(ins.clock, ins.it, ins.t1, ins.alpha, ins.beta, ins.fin_min, ins.adm_it, pause_it)
     inst = ins._replace(
@@ -223,6 +227,23 @@ def timer_action(st, p, static, on):
     )
 
 
+def disp_first(st):
+    """Whether the dispatcher is registered on GroupBook.changed before the trainer, so that a notify runs it first:
+    while the trainer waits for its first batch (both processes started at t = 0, the dispatcher first). After a
+    step the trainer notifies, then waits on a fresh event before the dispatcher wakes, and goes first from then on
+    (`Trainer.run`, `finish_step`). Then, in an instant where both act, the dispatcher admits what the state before
+    the batch allows, the trainer takes the batch and notifies, and the dispatcher wakes again after the router has
+    routed its first groups (`trainer_react` sets ``hold_t``; `step.route_held`). A dispatcher that last slept with a
+    recheck timeout (``admit_window_episodes``: `SimState.win_t` finite) waits on the condition "changed or the
+    timeout", whose own event SimPy schedules when the notify runs the condition's check: it then resumes after the
+    trainer, so the trainer goes first. Once that timeout has woken it (`SimState.disp_late`), the dispatcher waits on
+    ``changed.wait()`` again: the same pending event, its callback now registered after the trainer's, so the trainer
+    goes first from then on (diffscan seed 19021). (The one rule for both sides: `step.select`'s order of the
+    dispatch and the reaction, and the hold `trainer_react` sets when the first batch forms.)"""
+    tr = st.trainer
+    return (tr.step == 0) & (tr.phase == T_WAIT) & (st.win_t == jnp.inf) & ~st.disp_late
+
+
 def trainer_react(st, p, w, static, on, pub):
     """The trainer woken in this instant: start a drained publication, or form the training batch.
 
@@ -301,6 +322,7 @@ def trainer_react(st, p, w, static, on, pub):
     # the acknowledgements, then offload_before_s (at once when no instance is busy)
     col = p.colocated == 1
     formed = full & ~empty
+    first_batch = formed & disp_first(st)  # (formed: the trainer waits, tr is st's trainer)
     colo = formed & col
     inst, n_busy = request_pause(st.inst, p, static, colo, now, now, BIG)
     train = formed & ~col
@@ -336,7 +358,7 @@ def trainer_react(st, p, w, static, on, pub):
         zs_live=st.zs_live - n_zs, zs_real=jnp.where(full, 0, n_real), zs_wait=st.zs_wait | empty,
         wake=st.wake | formed,  # Trainer.run: a batch taken notifies (admit_episode_cap)
         # the first batch: the dispatcher, registered on GroupBook.changed before the trainer, has run in this instant
-        # (`step.disp_first`); the groups it admits after this notify are routed after the instances it woke
-        hold_t=jnp.where(formed & (step == 0) & (st.win_t == jnp.inf), now, st.hold_t),
-        hold_rid=jnp.where(formed & (step == 0) & (st.win_t == jnp.inf), jnp.where(st.hold_t == now, jnp.minimum(st.hold_rid, st.dispatched * static.group_size), st.dispatched * static.group_size), st.hold_rid),
+        # (`disp_first`); the groups it admits after this notify are routed after the instances it woke
+        hold_t=jnp.where(first_batch, now, st.hold_t),
+        hold_rid=jnp.where(first_batch, jnp.where(st.hold_t == now, jnp.minimum(st.hold_rid, st.dispatched * static.group_size), st.dispatched * static.group_size), st.hold_rid),
     )

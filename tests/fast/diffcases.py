@@ -226,15 +226,16 @@ def random_case(rng: np.random.Generator, groups: int, n: int, steps: int, kv_po
     # then (from the same generator, after the episode cap): a ship barrier together with zero-variance placeholders
     # on a fifth of the cases but psrl's, and prime-rl's zero-variance threshold and stop on a quarter
     if not psrl_drawn and own.random() < 0.2:
-        case = draw_record(case, n, K, lambda rec: ship_zero_slots_record(own, rec), "ship+zero_slots")
+        case = draw_record(case, n, K, lambda rec: ship_zero_slots_record(own, rec), _zero_label("ship+zero_slots"))
     if not psrl_drawn and own.random() < 0.25:
-        case = draw_record(case, n, K, lambda rec: zero_test_record(own, rec, case.workload), "zero_test")
+        case = draw_record(case, n, K, lambda rec: zero_test_record(own, rec, case.workload), _zero_label("zero_test"))
     draw_equal_lengths(case)
     return case
 
 
-def draw_record(case: Case, n: int, K: int, change, what: str) -> Case:
-    """The drawn policy's record changed by ``change`` (unchanged where it returns None or there is no record)."""
+def draw_record(case: Case, n: int, K: int, change, label) -> Case:
+    """The drawn policy's record changed by ``change`` (unchanged where it returns None or there is no record);
+    ``label(new record)`` is appended to the case's label (`draw_equal_lengths` seeds from the label)."""
     from simrl.policy.errors import PolicyError
 
     try:
@@ -244,9 +245,14 @@ def draw_record(case: Case, n: int, K: int, change, what: str) -> Case:
     new = change(rec)
     if new is not None:
         case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(new))
-        case.label += f" {what}(lag={new.admit_max_ship_lag} std_max={new.zero_variance_std_max:g} " \
-                      f"stop={new.zero_variance_stop_groups})"
+        case.label += label(new)
     return case
+
+
+def _zero_label(what: str):
+    """`draw_record`'s label for the ship barrier and zero-variance changes."""
+    return lambda new: (f" {what}(lag={new.admit_max_ship_lag} std_max={new.zero_variance_std_max:g} "
+                        f"stop={new.zero_variance_stop_groups})")
 
 
 def ship_zero_slots_record(rng: np.random.Generator, rec):
@@ -310,17 +316,8 @@ def episode_cap_record(rng: np.random.Generator, rec, n: int):
 
 def draw_episode_cap(rng: np.random.Generator, case: Case, n: int, K: int) -> Case:
     """The drawn policy's record with `episode_cap_record` (unchanged where the fast path would refuse it)."""
-    from simrl.policy.errors import PolicyError
-
-    try:
-        rec = case.cfg.policy.lower(LoweringContext(group_size=n, instances=K))
-    except PolicyError:  # (a policy without a record: the fast path refuses it anyway)
-        return case
-    rec = episode_cap_record(rng, rec, n)
-    if rec is not None:
-        case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
-        case.label += f" episode_cap={rec.admit_episode_cap}"
-    return case
+    return draw_record(case, n, K, lambda rec: episode_cap_record(rng, rec, n),
+                       lambda new: f" episode_cap={new.admit_episode_cap}")
 
 
 def window_record(rng: np.random.Generator, rec, n: int):
@@ -338,18 +335,9 @@ def window_record(rng: np.random.Generator, rec, n: int):
 
 def draw_window(rng: np.random.Generator, case: Case, n: int, K: int) -> Case:
     """The drawn policy's record with `window_record` (unchanged where the fast path would refuse it)."""
-    from simrl.policy.errors import PolicyError
-
-    try:
-        rec = case.cfg.policy.lower(LoweringContext(group_size=n, instances=K))
-    except PolicyError:  # (a policy without a record: the fast path refuses it anyway)
-        return case
-    rec = window_record(rng, rec, n)
-    if rec is not None:
-        case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
-        case.label += (f" window={rec.admit_window_episodes}/{rec.admit_window_s:.3g}s"
-                       f"{' refund' if rec.admit_window_refund else ''}")
-    return case
+    return draw_record(case, n, K, lambda rec: window_record(rng, rec, n),
+                       lambda new: (f" window={new.admit_window_episodes}/{new.admit_window_s:.3g}s"
+                                    f"{' refund' if new.admit_window_refund else ''}"))
 
 
 def zero_slots_record(rec):
@@ -464,6 +452,31 @@ def run_fast(cases: list[Case], chunk: int | None = None):
 
     lowered = [lower(c.cfg, c.workload, c.costs) for c in cases]
     return run_params([p for _, p, _ in lowered], [wa for _, _, wa in lowered], chunk=chunk, stops=False)
+
+
+def run_compared(cases: list[Case], ps, was, static, rel: float = 0.0, **kw):
+    """The lowered ``cases`` (params ``ps``, workload arrays ``was``) in one fast-path batch under ``static``
+    (`run_params`, one chunk; ``kw``: its other options), each compared with its SimPy report at ``rel``
+    (`compare`). Returns (results, [(index, AssertionError), ...] for those that differ)."""
+    from simrl_fast.engine import run_params
+
+    res = run_params(ps, was, static=static, chunk=len(ps), **kw)
+    bad = []
+    for m, case in enumerate(cases):
+        try:
+            compare(case, res, m, rel=rel)
+        except AssertionError as exc:
+            bad.append((m, exc))
+    return res, bad
+
+
+def dispatch_times(report) -> dict[int, float]:
+    """Each group's dispatch time in a SimPy report (its calls arrive when it is dispatched), for the groups with a
+    recorded call."""
+    out: dict[int, float] = {}
+    for c in report.calls:
+        out[c.gid] = min(out.get(c.gid, math.inf), c.arrival)
+    return out
 
 
 def compare(case: Case, res, m: int, rel: float = 0.0) -> dict:

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/fast: diffcases
 
 import numpy as np  # noqa: E402
-from diffcases import compare, random_case  # noqa: E402
+from diffcases import compare, random_case, run_compared  # noqa: E402
 
 GROUPS, N, STEPS = 8, 4, 3
 
@@ -50,7 +50,6 @@ def main(argv=None) -> int:
         seeds = [int(x) for x in args.seeds.split(",")]
 
     from simrl_fast import lower
-    from simrl_fast.engine import run_params
     from simrl_fast.lowering import static_for
 
     bad: list[tuple[int, str]] = []
@@ -72,16 +71,13 @@ def main(argv=None) -> int:
         mg = max(need.max_groups, 48)
         fixed = static_for([p._replace(n_inst=np.int32(4), max_seqs=np.int32(64), batch=np.int32(4),
                                        pc=np.int32(args.prefix != "off")) for p in ps], was[0], mg)
-        res = run_params(ps, was, static=fixed, chunk=len(ps), stops=False)
-        for m, (s, case) in enumerate(zip(chunk, cases, strict=True)):
+        res, differ = run_compared(cases, ps, was, fixed, rel=args.rel, stops=False)
+        for m, _ in differ:
             try:
-                compare(case, res, m, rel=args.rel)
-            except AssertionError:
-                try:
-                    compare(case, res, m, rel=1e-9)
-                    inexact += 1
-                except AssertionError as exc2:
-                    bad.append((s, str(exc2).splitlines()[0][:300]))
+                compare(cases[m], res, m, rel=1e-9)
+                inexact += 1
+            except AssertionError as exc2:
+                bad.append((chunk[m], str(exc2).splitlines()[0][:300]))
         print(f"{b0 + len(chunk)} seeds, {len(bad)} mismatches, {inexact} equal only to 1e-9, "
               f"{time.time() - t0:.0f} s", flush=True)
     for s, why in bad:

@@ -240,10 +240,9 @@ def run_batch(seeds: list[int], groups: int, n: int, verbose: bool = False) -> d
     """Draw, run and compare the cases of ``seeds``; return counts and findings."""
     import warnings
 
-    from diffcases import Case, compare
+    from diffcases import Case, run_compared
 
     from simrl.engine.core import SimulationError
-    from simrl_fast.engine import run_params
     from simrl_fast.lowering import FastPathNoProgress, FastPathUnsupported, lower, static_for
 
     out = {"cases": 0, "config_refused": 0, "simpy_stopped": 0, "fast_refused": 0, "compared": 0,
@@ -286,17 +285,15 @@ def run_batch(seeds: list[int], groups: int, n: int, verbose: bool = False) -> d
         ps, was = [a[2] for a in accepted], [a[3] for a in accepted]
         static = fixed_static(static_for(ps, was[0]))
         try:
-            res = run_params(ps, was, static=static, chunk=len(ps))
+            _, differ = run_compared([a[1] for a in accepted], ps, was, static)
         except Exception as exc:  # noqa: BLE001
             out["crash"].append((seeds[0], "run_params", f"{type(exc).__name__}: {exc}"[:300], []))
             traceback.print_exc()
             return out
-        for m, (s, case, _, _) in enumerate(accepted):
-            out["compared"] += 1
-            try:
-                compare(case, res, m)
-            except AssertionError as exc:
-                out["mismatch"].append((s, str(exc).splitlines()[0][:400], case.overrides))
+        out["compared"] += len(accepted)
+        for m, exc in differ:
+            s, case = accepted[m][0], accepted[m][1]
+            out["mismatch"].append((s, str(exc).splitlines()[0][:400], case.overrides))
     return out
 
 

@@ -15,10 +15,11 @@ from simrl.config import load_config
 from simrl.policy.params import PolicyParams
 from simrl.policy.record import ParamsPolicy
 from simrl_fast.lowering import lower, stack_params, static_for
-from workloads.types import CallSpec, GroupSpec, TrajectorySpec, build_workload
+from workloads.types import CallSpec, GroupSpec, TrajectorySpec, build_workload, single_turn_group
 
 PREFIX = [b.replace("prefix_caching=false", "prefix_caching=true") for b in BASE]
 COSTS = {"a": 1.0, "b": 0.5, "c": 0.0, "p": 0.125}
+ZERO_COMPLETIONS = [(2, 3, 2), (2, 2, 2), (2, 2, 2)]
 
 
 def _lowered(*extra, workload=None, policy=None):
@@ -103,7 +104,13 @@ def cases(monkeypatch_module):
     # chunked prefill: three groups sharing their whole prompt (a hit prefills nothing), a budget of 120 tokens
     whole = [_group(g, 120, (4, 2, 2)) for g in range(3)]
     chunk = _case(whole, 1000, "chunk", extra=["deployment.rollout.max_num_batched_tokens=120"])
-    out = [lru, salted, chunk]
+    # iterations of zero seconds (a = 0, b = 1 s per decoding sequence: `test_a_zero_second_iteration_ends_after_the_router`)
+    ov = [*PREFIX, "policy=bounded_async", "policy.batch_groups=3", "policy.max_staleness=0",
+          "policy.inflight_rule=continue", "run.training_steps=1", "deployment.rollout.instances=1",
+          "deployment.rollout.max_num_seqs=2", "deployment.rollout.kv_capacity_tokens=1000", "router.active_cap=2"]
+    wl = build_workload("zero", 0, [single_turn_group(g, 3, 120, c) for g, c in enumerate(ZERO_COMPLETIONS)])
+    zero = Case(ov, wl, linear_costs(kv_tokens=1000, step_s=1.0, sync_s=0.5, a=0.0, b=1.0, c=0.0, p=0.125), "zero")
+    out = [lru, salted, chunk, zero]
     for c in out:
         monkeypatch_module.setattr(oracle.Instance, "label", c.label, raising=False)
         c.run_simpy()
@@ -133,7 +140,7 @@ def test_shared_prefix_is_allocated_once_hit_released_to_the_cache_and_evicted_l
     tokens: 122 free); KV 206, cache {g1: 60}. Prefill 120 + 40 + 40 = 200: 1 + 25 = 26 s -> 83,
     then 85.5; released: cache {g1: 60, g2: 80} = 140 tokens (evicting g1 instead would leave 180).
     Batch [0, 1, 2] trains 85.5 -> 86.5, published at 87 (continue: the cache is kept)."""
-    (lru, _, _), seen, res = cases
+    (lru, _, _, _), seen, res = cases
     assert seen["lru"] == [(23.5, 0, [(0, 100)]), (57.0, 0, [(0, 100), (1, 60)]), (85.5, 0, [(1, 60), (2, 80)])]
     finish = {c.gid * 3 + c.tid % 3: c.finish for c in lru.report.calls}
     assert finish == {0: 23.5, 1: 23.5, 2: 23.5, 3: 57.0, 4: 57.0, 5: 57.0, 6: 85.5, 7: 85.5, 8: 85.5}
@@ -152,7 +159,7 @@ def test_salted_calls_never_share_and_a_cached_prefix_moves_back(cases):
     60; calls 6 (group 2 allocates: 122 -> 244) and 7 (hit: 42 -> 286); prefill 60 + 120 + 40 = 220:
     1 + 27.5 = 28.5 s -> 102.5, then 105: cache {g1: 60, g2: 80}. Call 8 moves g2's back (42 + 80 <= 346
     - 140) and prefills 40: 1 + 5 = 6 s -> 111, 1.5 s -> 112.5: cache {g1: 60, g2: 80} = 140."""
-    (_, salted, _), seen, res = cases
+    (_, salted, _, _), seen, res = cases
     assert seen["salted"] == [(33.0, 0, []), (74.0, 0, [(1, 60)]), (105.0, 0, [(1, 60), (2, 80)]),
                               (112.5, 0, [(1, 60), (2, 80)])]
     assert res.call_finish[1, :9].tolist() == [33.0, 33.0, 74.0, 74.0, 74.0, 105.0, 105.0, 105.0, 112.5]
@@ -168,8 +175,44 @@ def test_a_whole_prompt_hit_prefills_nothing_under_a_token_budget(cases):
     17.5, their first tokens. 3 decoding: 1 + 1.5 = 2.5 s -> 20: calls 1 and 2 have their 2 tokens, call 0
     3. t=20: calls 3 (group 1 allocates, a chunk of 119 = the budget left by call 0) and 4 (no chunk)
     admitted: 1 + 0.5 + 0.125*119 = 16.375 s -> 36.375, call 0's 4th token."""
-    (_, _, chunk), _, res = cases
+    (_, _, chunk, _), _, res = cases
     finish = {c.gid * 3 + c.tid % 3: c.finish for c in chunk.report.calls}
     assert (finish[0], finish[1], finish[2]) == (36.375, 20.0, 20.0)
     assert res.call_finish[2, :3].tolist() == [36.375, 20.0, 20.0]
     compare(chunk, res, 2, rel=0.0)
+
+
+def test_a_zero_second_iteration_ends_after_the_router(cases):
+    """An iteration of zero seconds (nothing decodes and every prefilling request's whole prompt hit the prefix
+    cache; here a = 0, b = 1 s per decoding sequence, c = 0, p = 0.125 s per token; the roofline's idle iteration
+    in general) ends at the instant it began. SimPy schedules that timeout at the end of the instance's turn, after
+    the router's wake-up that a finish in the turn triggered: the call the router then routes is admitted at that
+    boundary (docs/fastpath.md, "Tie rules", 5). The fast path admitted it one boundary later (outsider seed 185).
+
+    One instance, max_num_seqs 2, router.active_cap 2; groups a, b, c (3 calls each, 120-token prompts shared whole)
+    with completions a (2, 3, 2), b (2, 2, 2), c (2, 2, 2), all dispatched at t = 0 (3 groups per batch, staleness 0).
+
+    - t=0: a0, a1 routed (the cap), admitted: a0 prefills 120 (0.125*120 = 15 s), a1 hits (nothing). t=15: their
+      first tokens; 2 decoding: 2 s. t=17: a0 finishes; the router routes a2; a1 alone: 1 s.
+    - t=18: a1 finishes (group a's entry to the cache); a2 admitted, a hit: nothing decodes, nothing to prefill:
+      0 s, due at 18. The router, woken by a1's finish, routes b0 first: the boundary at 18 admits b0 (a2's first
+      token): a2 decoding + b0 prefilling 120: 1 + 15 = 16 s. (The fast path used to admit b0 at 19, after a 1 s
+      iteration of a2 alone: a2 finished at 19.)
+    - t=34: a2 finishes, b0's first token; the router routes b1; b0 alone: 1 s. t=35: b0 finishes, b1 admitted
+      (a hit on the cached entry): 0 s again, and b2, routed first, is admitted at 35 too (b1's first token; b2
+      nothing to prefill): 1 s. t=36: b1 finishes, b2's first token; c0 routed; b2 alone: 1 s.
+    - t=37: b2 finishes; c0 admitted (allocates: 15 s); c1 routed, admitted at 52 (c0 decoding, c1 a hit: 1 s).
+      t=53: c0 finishes, c1's first token; c2 routed; 1 s. t=54: c1 finishes; c2 admitted (a hit, 0 s; nothing
+      left to route): its first token at 54; 1 s. t=55: c2 finishes: the batch at 55, training 55 -> 56,
+      publication 56.5."""
+    (_, _, _, zero), _, res = cases
+    finish = [17.0, 18.0, 34.0, 35.0, 36.0, 37.0, 53.0, 54.0, 55.0]
+    first = [15.0, 15.0, 18.0, 34.0, 35.0, 36.0, 52.0, 53.0, 54.0]
+    calls = {c.gid * 3 + c.tid % 3: c for c in zero.report.calls}
+    assert [calls[r].finish for r in range(9)] == finish
+    assert [calls[r].first_token for r in range(9)] == first
+    (s,) = zero.report.steps
+    assert (s.batch_ready, s.train_end, s.publish_end) == (55.0, 56.0, 56.5)
+    assert res.call_finish[3, :9].tolist() == finish
+    assert (res.batch_ready[3, 0], res.publish_end[3, 0]) == (55.0, 56.5)
+    compare(zero, res, 3, rel=0.0)

@@ -3,15 +3,13 @@ budget (prime-rl's admission: episode permits and a ship barrier): `lowering.gro
 of both engines.
 """
 
-import math
-
 import pytest
 
 pytest.importorskip("jax")
 
 import attrs  # noqa: E402
 import numpy as np  # noqa: E402
-from diffcases import BASE, Case, compare, run_fast  # noqa: E402
+from diffcases import BASE, Case, compare, dispatch_times, run_fast  # noqa: E402
 from simhelpers import linear_costs  # noqa: E402
 
 from simrl.policy.params import LoweringContext, PolicyParams  # noqa: E402
@@ -88,9 +86,7 @@ def test_a_run_bounded_by_the_episode_cap_alone_fits_its_slots():
     lagged.run_simpy()
     assert lagged.report.diagnosis is None and len(lagged.report.steps) == STEPS
     rep = lagged.report
-    d: dict[int, float] = {}
-    for c in rep.calls:
-        d[c.gid] = min(d.get(c.gid, math.inf), c.arrival)
+    d = dispatch_times(rep)
     g0_done = max(c.finish for c in rep.calls if c.gid == 0)
     assert d[0] == d[1] == 0.0 and d[2] == g0_done
     assert d[3] == d[4] == rep.steps[1].publish_end

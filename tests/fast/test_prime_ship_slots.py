@@ -7,14 +7,12 @@ takes the batch decides admission. SimPy's order (`step.disp_first`): the dispat
 waits for its first batch, the trainer first for every later one.
 """
 
-import math
-
 import pytest
 
 pytest.importorskip("jax")
 
 import attrs  # noqa: E402
-from diffcases import BASE, Case, compare, run_fast  # noqa: E402
+from diffcases import BASE, Case, compare, dispatch_times, run_fast  # noqa: E402
 from simhelpers import linear_costs  # noqa: E402
 
 from simrl.policy.params import PolicyParams  # noqa: E402
@@ -38,14 +36,6 @@ def _case(lag: int) -> Case:
     case = Case(ov, wl, costs, label=f"ship lag {lag} with zero slots")
     case.cfg = attrs.evolve(case.cfg, policy=ParamsPolicy(rec))
     return case
-
-
-def _dispatch(report) -> dict[int, float]:
-    """Each group's dispatch time (its calls arrive when it is dispatched), for groups with a finished call."""
-    out: dict[int, float] = {}
-    for c in report.calls:
-        out[c.gid] = min(out.get(c.gid, math.inf), c.arrival)
-    return out
 
 
 def test_the_dispatcher_reads_the_barrier_before_the_first_batch_and_after_every_later_one():
@@ -76,7 +66,7 @@ def test_the_dispatcher_reads_the_barrier_before_the_first_batch_and_after_every
     assert [g for g, _, _ in got] == [(2,), (4,), (6, 7)]
     assert [t for _, t, _ in got] == pytest.approx([0.02, 0.23, 0.42], abs=1e-12)
     assert [t for _, _, t in got] == pytest.approx([0.175, 0.385, 0.575], abs=1e-12)
-    disp = _dispatch(rep)  # (g0 and g5 are still running at the end: no finished call)
+    disp = dispatch_times(rep)  # (g0 and g5 are still running at the end: no finished call)
     assert sorted(disp) == [1, 2, 3, 4, 6, 7]
     assert [disp[g] for g in sorted(disp)] == pytest.approx([0, 0, 0.01, 0.02, 0.385, 0.40], abs=1e-12)
     res = run_fast([case])
@@ -115,6 +105,6 @@ def test_the_sync_shape_with_placeholders_admits_before_the_first_batch_blocks_i
     assert [(s.gids, s.batch_ready, s.publish_end) for s in rep.steps] == [
         ((1,), pytest.approx(0.01, abs=1e-12), pytest.approx(0.165, abs=1e-12)),
         ((2, 3), pytest.approx(0.175, abs=1e-12), pytest.approx(0.33, abs=1e-12))]
-    disp = _dispatch(rep)
+    disp = dispatch_times(rep)
     assert [disp[g] for g in range(5)] == pytest.approx([0, 0, 0.01, 0.165, 0.165], abs=1e-12)
     compare(case, run_fast([case]), 0)

@@ -4,14 +4,12 @@
 A group may start only while batches taken - version + buffered // batch <= the lag.
 """
 
-import math
-
 import attrs
 import pytest
 
 pytest.importorskip("jax")
 
-from diffcases import BASE, Case, compare, run_fast  # noqa: E402
+from diffcases import BASE, Case, compare, dispatch_times, run_fast  # noqa: E402
 from simhelpers import linear_costs  # noqa: E402
 
 from simrl.policy.params import LoweringContext, PolicyParams  # noqa: E402
@@ -41,14 +39,6 @@ def _case(lag: int) -> Case:
     return case
 
 
-def _dispatch(report) -> dict[int, float]:
-    """Each group's dispatch time (its calls arrive when it is dispatched)."""
-    out: dict[int, float] = {}
-    for c in report.calls:
-        out[c.gid] = min(out.get(c.gid, math.inf), c.arrival)
-    return out
-
-
 def test_the_ship_barrier_holds_dispatch_until_the_lag_allows_it_in_both_engines():
     """By hand (concurrency 2 groups, batches of 1 group, lag 1; shipped = taken - version + buffered):
 
@@ -64,7 +54,7 @@ def test_the_ship_barrier_holds_dispatch_until_the_lag_allows_it_in_both_engines
         c.run_simpy()
         assert c.report.diagnosis is None and len(c.report.steps) == STEPS
     rep = lagged.report
-    d = _dispatch(rep)
+    d = dispatch_times(rep)
     assert d[0] == d[1] == 0.0
     g0_done = max(c.finish for c in rep.calls if c.gid == 0)
     g1_done = max(c.finish for c in rep.calls if c.gid == 1)
@@ -73,7 +63,7 @@ def test_the_ship_barrier_holds_dispatch_until_the_lag_allows_it_in_both_engines
     assert [s.gids for s in rep.steps] == [(0,), (1,), (2,)]
     # staleness: g1 and g2 were generated under version 0, trained at versions 1 and 2
     assert rep.steps[1].staleness == (1,) and rep.steps[2].staleness == (2,)
-    d_free = _dispatch(free.report)
+    d_free = dispatch_times(free.report)
     assert d_free[3] == max(c.finish for c in free.report.calls if c.gid == 1) < free.report.steps[0].train_end
     # the kernel: the same steps, calls and times, exactly
     res = run_fast([lagged, free])

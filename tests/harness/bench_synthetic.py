@@ -56,3 +56,43 @@ def run(ctx, sink, log):
                     staleness=[0] * b, native={"synthetic": True})
     return BackendOutcome(exit_code=0, native_config={"synthetic": True}, backend_version="synthetic",
                           clock={"kind": "simulated", "end_s": 207.0})
+
+
+class _OnTheClock:
+    """The synthetic evidence on a real monotonic clock at ``scale`` x its times: each line is
+    written once its last time has passed, as a real driver writes it."""
+
+    def __init__(self, sink, scale: float) -> None:
+        import time
+
+        self.sink, self.scale = sink, scale
+        self.origin_unix, self._t0 = time.time(), time.monotonic()
+
+    def _wait(self, t: float) -> None:
+        import time
+
+        time.sleep(max(0.0, t - (time.monotonic() - self._t0)))
+
+    def turn(self, **kw):
+        for key in ("arrival", "first_token", "finish"):
+            if kw[key] is not None:
+                kw[key] *= self.scale
+        self._wait(kw["finish"] if kw["finish"] is not None else kw["arrival"])
+        self.sink.turn(**kw)
+
+    def update(self, **kw):
+        for key in ("d_k", "c_k", "train_end", "publish_end"):
+            kw[key] *= self.scale
+        kw["rank_intervals"] = {r: [[s * self.scale, e * self.scale] for s, e in ivs]
+                                for r, ivs in kw["rank_intervals"].items()}
+        self._wait(kw["c_k"])
+        self.sink.update(**kw)
+
+
+def run_monotonic(ctx, sink, log, scale: float = 0.01):
+    """`run` as a real driver reports it: on a monotonic clock with its wall-clock origin."""
+    import attrs
+
+    timed = _OnTheClock(sink, scale)
+    out = run(ctx, timed, log)
+    return attrs.evolve(out, clock={"kind": "monotonic", "origin_unix": timed.origin_unix})
