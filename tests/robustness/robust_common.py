@@ -125,6 +125,14 @@ COMMANDS = {
 }
 
 
+def small_run(out: Path, steps: int) -> Path:
+    """A small `srl run` (8 groups, ``steps`` training steps, no plots) written under ``out``: its run directory."""
+    res = CliRunner().invoke(srl_cli, ["run", "-o", str(out), "run.name=r", f"run.training_steps={steps}",
+                                       "workload.groups=8", "run.plots=false", "-q"])
+    assert res.exit_code == 0, res.output
+    return out / "r"
+
+
 def listing(d: Path) -> set[str]:
     return {str(p.relative_to(d)) for p in d.rglob("*")}
 

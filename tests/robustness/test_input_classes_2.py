@@ -109,15 +109,9 @@ def test_artifact_validity_domain_dimension_is_known(tmp_path, name, content, ex
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
-    from click.testing import CliRunner
+    from robust_common import small_run as make
 
-    from simrl.cli.main import cli as srl_cli
-
-    out = tmp_path_factory.mktemp("runs")
-    res = CliRunner().invoke(srl_cli, ["run", "-o", str(out), "run.name=r", "run.training_steps=2", "workload.groups=8",
-                                       "run.plots=false", "-q"])
-    assert res.exit_code == 0, res.output
-    return out / "r"
+    return make(tmp_path_factory.mktemp("runs"), steps=2)
 
 
 def _report(edit):

@@ -13,18 +13,14 @@ import shutil
 import pytest
 from click.testing import CliRunner
 from robust_common import check_clean_error
+from robust_common import small_run as make_small_run
 
-from simrl.cli.main import cli as srl_cli
 from simrl.cli.plot import cli as plot_cli
 
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs")
-    res = CliRunner().invoke(srl_cli, ["run", "-o", str(out), "run.name=r", "run.training_steps=1", "workload.groups=8",
-                                       "run.plots=false", "-q"])
-    assert res.exit_code == 0, res.output
-    return out / "r"
+    return make_small_run(tmp_path_factory.mktemp("runs"), steps=1)
 
 
 def _sub(name, old, new):
