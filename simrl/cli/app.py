@@ -174,11 +174,15 @@ def check_output_dir(path: str | os.PathLike, option: str = "-o/--output") -> Pa
     return path
 
 
-def check_output_file(path: str | os.PathLike, option: str = "-o/--output") -> Path:
-    """Refuse, before any work, an output file that is a directory or cannot be written."""
+def check_output_file(path: str | os.PathLike, option: str = "-o/--output", suffixes: tuple[str, ...] = ()) -> Path:
+    """Refuse, before any work, an output file that is a directory or cannot be written, or (``suffixes``: the
+    formats the command writes) whose name says another format."""
     path = Path(path)
     if str(path) == "" or path.name in ("", ".", ".."):
         raise OutputError(f"{option} {str(path)!r}: expected a file path")
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise OutputError(f"{option} {path}: expected a file name ending in {' or '.join(suffixes)} (the format "
+                          f"written), got {path.suffix or 'no suffix'!r}")
     if path.is_dir():
         raise OutputError(f"{option} {path}: is a directory; give a file name (e.g. {path / 'out.json'})")
     if path.exists() and not os.access(path, os.W_OK):

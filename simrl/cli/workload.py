@@ -128,7 +128,7 @@ def stats(trace, plot, as_json):
     """Quantiles of prompt, completion and new tokens, group sizes, turns and reward spread."""
     with user_errors(ValueError):
         if plot:
-            check_output_file(plot, "--plot")
+            check_output_file(plot, "--plot", suffixes=(".png",))
         workload = read_trace(trace)
     result = workload_stats(workload)
     click.echo(to_json(result) if as_json else format_stats(result))

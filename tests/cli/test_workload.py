@@ -92,3 +92,15 @@ def test_stats_plot_png(run, tmp_path):
     res = run("stats", out, "--plot", tmp_path / "p.png")
     assert res.exit_code == 0, res.output
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_stats_plot_of_another_format_is_refused_before_work(run, tmp_path):
+    # the histograms are PNG only: a .txt / .html name would get PNG bytes under the wrong name
+    out = tmp_path / "t.jsonl"
+    run("synth", "rl_math", "--groups", 4, "-o", out)
+    for name, got in (("p.txt", "'.txt'"), ("p.html", "'.html'"), ("plot", "'no suffix'")):
+        res = run("stats", out, "--plot", tmp_path / name)
+        assert res.exit_code == 2, res.output
+        assert f"--plot {tmp_path / name}: expected a file name ending in .png" in res.output, res.output
+        assert f"got {got}" in res.output and "Traceback" not in res.output
+        assert not (tmp_path / name).exists()
