@@ -184,7 +184,9 @@ class PointLoader:
 
 def prepare(space: Space, points: list[Point]) -> tuple[list[Job], dict[str, Any], LayoutCache]:
     """Configurations, workloads and feasibility of every point (no simulation)."""
+    from simrl.engine.core import SimulationError
     from simrl.engine.sim import load_workload
+    from simrl_explore.space import SpaceError
 
     cache = LayoutCache()
     workloads: dict[str, Any] = {}
@@ -212,7 +214,13 @@ def prepare(space: Space, points: list[Point]) -> tuple[list[Job], dict[str, Any
             hit = keys[id(cfg.workload)] = (cfg.workload, _workload_key(cfg), cfg.run.seed)
         key = hit[1]
         if key not in workloads:
-            workloads[key] = load_workload(cfg)
+            try:
+                workloads[key] = load_workload(cfg)
+            except SimulationError as exc:  # a generator's knob out of range, a trace that does not load
+                if not any(o.startswith("workload.") for o in pt.overrides):  # the base's own workload
+                    raise SpaceError(f"{space.path or '<space>'}: base: {exc}") from None
+                job.row = {"status": "dropped", "reason": _first_line(exc)}
+                continue
         why = run_checks(cfg, workloads[key], space.checks, cache)
         if why:
             job.row = {"status": "dropped", "reason": why}

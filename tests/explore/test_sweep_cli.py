@@ -108,6 +108,21 @@ def test_a_space_whose_every_point_is_dropped_is_an_error(tmp_path):
     assert not out.exists()
 
 
+def test_a_point_whose_workload_does_not_build_is_dropped_with_the_generator_reason(tmp_path):
+    # max_completion=-5 is the point's own override: that point is dropped with the generator's message, the
+    # other runs (before, the generator's ValueError stopped the whole sweep)
+    spec = {"name": "t", "base": {"set": _set(BASE)}, "seed": 1, "top_k": 0,
+            "axes": [{"name": "mc", "key": "workload.knobs.max_completion", "grid": [-5, 256]}]}
+    p = tmp_path / "space.yaml"
+    p.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "o"
+    r = CliRunner().invoke(main, ["--space", str(p), "--engine", "simpy", "--jobs", "1", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader((out / "points.csv").open()))
+    assert [r["status"] for r in rows] == ["dropped", "ok"]
+    assert rows[0]["reason"] == "workload: rl_math: knob max_completion=-5 must be >= 1"
+
+
 def test_bad_input_is_clear(tmp_path):
     r = CliRunner().invoke(main, ["--grid", "oops", "-o", str(tmp_path / "x.csv")])
     assert r.exit_code == 2 and "KEY=V1,V2" in r.output

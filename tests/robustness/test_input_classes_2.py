@@ -66,6 +66,24 @@ def test_sweep_axis_value_is_checked_before_any_point_runs(tmp_path, name, conte
     run_input("sweep", content, tmp_path, expect, name)
 
 
+# A workload the space's base builds (a generator knob out of range) stopped the sweep with the generator's
+# message alone ("workload: rl_math: knob ..."), not naming the space file; a point whose own workload override
+# is out of range stopped the whole sweep too. The base's is now the space file's error, a point's is a drop.
+BASE_WORKLOAD = [
+    ("base_knob_out_of_range",
+     _yaml(_SPACE, base={"set": {"run.training_steps": 1, "workload.knobs.max_completion": -5}}),
+     ["{in}", "base:", "max_completion=-5", ">= 1"]),
+    ("base_knob_unknown_generator_arg",
+     _yaml(_SPACE, base={"set": {"run.training_steps": 1, "workload.knobs.max_model_len": 0}}),
+     ["{in}", "base:", "max_model_len"]),
+]
+
+
+@pytest.mark.parametrize("name, content, expect", BASE_WORKLOAD, ids=[c[0] for c in BASE_WORKLOAD])
+def test_sweep_base_workload_error_names_the_space_file(tmp_path, name, content, expect):
+    run_input("sweep", content, tmp_path, expect, name)
+
+
 def test_sweep_grid_option_value_is_checked(tmp_path):
     from robust_common import run_args
 
