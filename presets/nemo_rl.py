@@ -88,7 +88,7 @@ class NemoRLPolicy(Policy):
     def admit(self, st: PipelineState) -> bool:
         return self._short_target(st) is not None
 
-    def _check_group_size(self, n: int) -> None:
+    def check_group_size(self, n: int) -> None:
         if self.num_generations_per_prompt is not None and n != self.num_generations_per_prompt:
             raise PolicyError(
                 f"nemo_rl: num_generations_per_prompt={self.num_generations_per_prompt} but the workload's "
@@ -96,7 +96,6 @@ class NemoRLPolicy(Policy):
             )
 
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
-        self._check_group_size(len(group.trajs))
         t = self._short_target(st)
         group.tag["target"] = t
         counts = self._counts(st)
@@ -123,7 +122,6 @@ class NemoRLPolicy(Policy):
         return batch[: self.num_prompts_per_step]
 
     def lower(self, ctx: LoweringContext) -> PolicyParams:
-        self._check_group_size(ctx.group_size)  # (the engine's first dispatch raises the same)
         base = super().lower(ctx)
         b = self.num_prompts_per_step
         return attrs.evolve(

@@ -131,9 +131,8 @@ class OpenRLHFPolicy(Policy):
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         s = self._state(st)
         s.chunk_left -= 1
-        self._check_group_size(len(group.trajs))
 
-    def _check_group_size(self, n: int) -> None:
+    def check_group_size(self, n: int) -> None:
         if self.n_samples_per_prompt is not None and n != self.n_samples_per_prompt:
             raise PolicyError(
                 f"openrlhf: n_samples_per_prompt={self.n_samples_per_prompt} but the workload's groups "
@@ -173,7 +172,6 @@ class OpenRLHFPolicy(Policy):
         return batch
 
     def lower(self, ctx: LoweringContext) -> PolicyParams:
-        self._check_group_size(ctx.group_size)  # (the engine's first dispatch raises the same)
         base = super().lower(ctx)
         b = self.rollout_batch_size
         # With one semaphore token, one generation chunk per batch and no filter, batch k+1 is

@@ -123,14 +123,15 @@ class TRLPolicy(Policy):
         queued = sum(len(g.trajs) for g in st.buffer)
         return in_flight + n <= max(cap, n) and queued < self.queue_maxsize
 
-    def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
-        n = len(group.trajs)
+    def check_group_size(self, n: int) -> None:
         if self.num_generations is not None and n != self.num_generations:
             raise PolicyError(
                 f"trl: num_generations={self.num_generations} but the workload's groups hold {n} samples; "
                 "set workload.group_size or leave the knob null"
             )
-        st.policy_state.group_size = n
+
+    def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
+        st.policy_state.group_size = len(group.trajs)
 
     # -- filtering (async): per-sample age from the dispatch stamp -----------------------------
     def _stale(self, g: GroupRecord, st: PipelineState) -> bool:

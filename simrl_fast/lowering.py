@@ -322,12 +322,15 @@ def _reward_std(w, g: int) -> float:
 
 def lower_policy(policy, ctx: LoweringContext) -> PolicyParams:
     """The policy's PolicyParams, checked against the feature set (the first reason is raised). A policy that
-    finds the run cannot go on as configured (`PolicyError` from its ``lower``, the error the engine stops with,
-    e.g. nemo_rl's group size other than ``num_generations_per_prompt``) is refused by name with that message,
-    so a caller falls back to SimPy as for any refusal (`srl-sweep` then records the engine's failure)."""
+    finds the run cannot go on as configured (`PolicyError` from its ``check_group_size`` at the workload's group
+    size, which SimPy's every dispatch calls, or from its ``lower``: the error the engine stops with, e.g.
+    nemo_rl's / trl's group size other than ``num_generations_per_prompt`` / ``num_generations``) is refused by
+    name with that message, so a caller falls back to SimPy as for any refusal (`srl-sweep` then records the
+    engine's failure)."""
     from simrl.policy.errors import PolicyError
 
     try:
+        policy.check_group_size(ctx.group_size)
         pp = policy.lower(ctx)
     except PolicyError as exc:
         raise FastPathUnsupported(_feature(f"policy {policy.kind!r} as configured",

@@ -158,6 +158,7 @@ class GroupBook:
             self.tally.groups_retried += 1
         self.st.running[g.gid] = g
         self.tally.trajectories_dispatched += len(trajs)
+        self.policy.check_group_size(len(trajs))
         self.policy.on_dispatch(g, self.st)
         self.log("group_dispatch", gid=g.gid, wg=wg, epoch=epoch, version=self.st.version)
         for tr in trajs:

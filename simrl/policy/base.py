@@ -216,6 +216,12 @@ class Policy:
         """
         return None
 
+    def check_group_size(self, n: int) -> None:
+        """Raise `PolicyError` where this policy cannot run groups of ``n`` samples (a knob that fixes the
+        group size, e.g. TRL's ``num_generations``). One rule for both engines: SimPy calls it at every
+        dispatch, before `on_dispatch`; the fast path's lowering calls it with the workload's group size
+        (`simrl_fast.lowering.lower_policy`), so a run the engine would stop is refused by name there."""
+
     def on_dispatch(self, group: GroupRecord, st: PipelineState) -> None:
         """Called right after a group is dispatched (tagging, counters)."""
 

@@ -283,11 +283,14 @@ def test_inprocess_engine_core_reaches_the_fast_path_as_a_roofline_number():
     assert per_seq[1] == pytest.approx(30e-6 + 20e-6)
 
 
-@pytest.mark.parametrize("policy, knob", [("nemo_rl", "num_generations_per_prompt"), ("openrlhf", "n_samples_per_prompt")])
+@pytest.mark.parametrize("policy, knob", [("nemo_rl", "num_generations_per_prompt"), ("openrlhf", "n_samples_per_prompt"),
+                                         ("trl", "num_generations")])
 def test_a_policy_the_engine_stops_is_refused_by_name(policy, knob):
-    """A policy whose ``lower`` raises the engine's `PolicyError` (its group size other than the workload's) is a
-    named refusal, not a crash: `srl-sweep --engine auto` falls back to SimPy, which records the failure (found by
-    tests/fast/outsider.py, seeds 46 and 235: lowering raised PolicyError)."""
+    """A policy whose ``check_group_size`` (the engine's check at every dispatch) or ``lower`` raises the engine's
+    `PolicyError` (its group size other than the workload's) is a named refusal, not a crash or a run SimPy would
+    stop: `srl-sweep --engine auto` falls back to SimPy, which records the failure (found by tests/fast/outsider.py,
+    seeds 46 and 235: lowering raised PolicyError; seed 639: trl's check was only at SimPy's dispatch, so the fast
+    path ran what SimPy stopped)."""
     cfg = load_config(overrides=[*OK, f"policy={policy}", f"policy.{knob}=2"])
     with pytest.raises(FastPathUnsupported, match=rf"policy '{policy}' as configured .*{knob}=2 but the workload's "
                                                   "groups hold 4 samples"):

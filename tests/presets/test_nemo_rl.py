@@ -46,9 +46,10 @@ def test_in_flight_updates_keep_requests_running_across_refits():
     assert recompute.totals["tokens_reprefilled"] > report.totals["tokens_reprefilled"]
 
 
-def test_lowering_refuses_a_group_size_other_than_num_generations_per_prompt():
-    # the engine refuses it at the first dispatch; the fast path's lowering must refuse it with the same message
-    # (tests/fast/outsider.py seed 235 ran it on the fast path while SimPy stopped)
+def test_a_group_size_other_than_num_generations_per_prompt_is_refused():
+    # `check_group_size`: the engine calls it at every dispatch, the fast path's lowering at the workload's group
+    # size, so both refuse it with the same message (tests/fast/outsider.py seed 235 ran it on the fast path while
+    # SimPy stopped)
     import pytest
 
     from presets.nemo_rl import NemoRLPolicy
@@ -57,5 +58,6 @@ def test_lowering_refuses_a_group_size_other_than_num_generations_per_prompt():
 
     pol = NemoRLPolicy(num_generations_per_prompt=1)
     with pytest.raises(PolicyError, match="num_generations_per_prompt=1 but the workload's groups hold 4 samples"):
-        pol.lower(LoweringContext(group_size=4, instances=2))
+        pol.check_group_size(4)
+    pol.check_group_size(1)
     assert NemoRLPolicy(num_generations_per_prompt=4).lower(LoweringContext(group_size=4, instances=2)).fast_path_exact

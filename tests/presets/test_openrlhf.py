@@ -57,8 +57,9 @@ def test_dynamic_filtering_drops_all_equal_groups_and_refills_the_batch():
                for s in report.steps for w in s.prompts) and trained
 
 
-def test_lowering_refuses_a_group_size_other_than_n_samples_per_prompt():
-    # as the engine does at the first dispatch (same message)
+def test_a_group_size_other_than_n_samples_per_prompt_is_refused():
+    # `check_group_size`, which the engine calls at every dispatch and the fast path's lowering at the workload's
+    # group size (same message)
     import pytest
 
     from presets.openrlhf import OpenRLHFPolicy
@@ -66,5 +67,6 @@ def test_lowering_refuses_a_group_size_other_than_n_samples_per_prompt():
     from simrl.policy.params import LoweringContext
 
     with pytest.raises(PolicyError, match="n_samples_per_prompt=2 but the workload's groups hold 4 samples"):
-        OpenRLHFPolicy(n_samples_per_prompt=2).lower(LoweringContext(group_size=4, instances=2))
+        OpenRLHFPolicy(n_samples_per_prompt=2).check_group_size(4)
+    OpenRLHFPolicy(n_samples_per_prompt=4).check_group_size(4)
     OpenRLHFPolicy(n_samples_per_prompt=4).lower(LoweringContext(group_size=4, instances=2))

@@ -42,3 +42,16 @@ def test_async_overlaps_generation_with_training():
     sync, _ = _run(step_s=10.0)
     report, _ = _run("policy.mode=async", step_s=10.0)
     assert report.totals["makespan_s"] < sync.totals["makespan_s"]
+
+
+def test_num_generations_other_than_the_workload_group_size_stops_at_the_first_dispatch():
+    # the engine calls the policy's check_group_size at every dispatch (the fast path's lowering at the workload's
+    # group size: tests/fast/test_lowering.py), with the knob named
+    import pytest
+
+    from simrl.engine.errors import SimulationError
+
+    with pytest.raises(SimulationError, match="trl: num_generations=2 but the workload's groups hold 4 samples"):
+        _run("policy.num_generations=2")
+    report, _ = _run("policy.num_generations=4")
+    assert [s.groups for s in report.steps] == [2] * 5
