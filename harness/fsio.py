@@ -25,6 +25,22 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def special_kind(path: Path) -> str | None:
+    """What ``path`` is when it exists and is not a regular file (following a symlink): "a directory",
+    "a named pipe", ...; None for a regular file or a missing path (its reader names that). A pipe would
+    hang a reader, a directory is no evidence file. An unreadable path's OSError propagates."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return ("a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device or other special file")
+
+
 def dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, indent=1) + "\n"
 

@@ -184,14 +184,11 @@ def load(path: Path) -> dict:
         where = f"{path}:{line}" if line else f"{path}"
         return ManifestError(f"{where}: {f'key {field!r}: ' if field else ''}{message}")
 
-    import os
-    import stat
+    from harness.fsio import special_kind
 
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a pipe would hang the reader, a directory is no manifest
-            raise ManifestError(f"{path}: not a regular file")
-    except FileNotFoundError:
-        pass
+    kind = special_kind(path)
+    if kind:
+        raise ManifestError(f"{path}: {kind}, not a regular file")
     # strict JSON: a duplicate key (two readers could see two different manifests), NaN or
     # infinity, non-UTF-8 bytes and nesting too deep are refused, naming the line or key
     man = load_json_file(path, fail)

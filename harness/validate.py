@@ -1343,22 +1343,17 @@ def _read_evidence(run_dir: Path) -> dict[str, list[dict]]:
 
 def _not_regular(run_dir: Path) -> list[str]:
     """The files validation reads that are, or link to, something other than a regular file."""
-    import os
-    import stat
+    from harness.fsio import special_kind
 
     out = []
     for name in (*RUN_FILES, *FINAL_FILES, *WORKER_FILES):
         path = run_dir / name
         try:
-            mode = os.stat(path).st_mode
-        except FileNotFoundError:
-            continue
+            kind = special_kind(path)
         except OSError as exc:
             out.append(f"{name}: cannot be examined ({exc.strerror or exc})")
             continue
-        if not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode) else \
-                "a socket" if stat.S_ISSOCK(mode) else "a device or other special file"
+        if kind:
             out.append(f"{name}: {kind}{' (through a symlink)' if path.is_symlink() else ''}, not a regular file; "
                        "evidence must be a regular file inside the results directory")
     return out

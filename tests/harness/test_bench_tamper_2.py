@@ -70,9 +70,9 @@ def _forge_everything(d):
     for raw in ru:
         try:
             u = json.loads(raw)
-            by_k[u["k"]] = (u, raw)
-        except ValueError:
-            pass
+        except ValueError:  # a line the tamper made unreadable: the forger has nothing to reseal for it
+            continue
+        by_k[u["k"]] = (u, raw)
 
     def update_line(m):
         k, n = int(m.group(1)), min(int(m.group(2)), len(rt))
