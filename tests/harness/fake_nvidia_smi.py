@@ -4,6 +4,8 @@ Fixture: {"driver_version", "gpus": [{index, uuid, name, pci_bus_id, memory_tota
 "processes": [{gpu_uuid, pid, process_name, used_memory}], "exit_code", "message",
 "no_process_message"}. Implements -L, --query-gpu, --query-compute-apps, --format with csv /
 noheader / nounits in any order, -i/--id by index, UUID or PCI id; unknown fields exit 2.
+$FAKE_NVIDIA_SMI_DELAY_S (optional): seconds every call takes before answering (a slow driver; a test that
+signals a run while it holds its lease widens that window with it).
 """
 
 from __future__ import annotations
@@ -69,6 +71,11 @@ def fmt(value, unit, nounits: bool) -> str:
 
 
 def main(argv: list[str]) -> None:
+    delay = float(os.environ.get("FAKE_NVIDIA_SMI_DELAY_S") or 0)
+    if delay > 0:
+        import time
+
+        time.sleep(delay)
     state = json.load(open(os.environ["FAKE_NVIDIA_SMI_STATE"]))
     if state.get("exit_code"):
         fail(int(state["exit_code"]), state.get("message", "NVIDIA-SMI has failed"))
